@@ -1,0 +1,821 @@
+//! CPU reference backend (rayon). Generic over the velocity set and the storage format; the
+//! streaming scheme is a const parameter of the stepping loop so each combination is compiled
+//! to straight-line code.
+//!
+//! Layout: structure of arrays, `F[i * cells + n]`, `n = x + nx * (y + ny * z)`. Indices wrap
+//! periodically on every axis; non-periodic faces are layers of boundary cells.
+
+use super::ghost::GhostLayout;
+use crate::checkpoint::Checkpoint;
+use crate::collision::{collide, equilibrium, moments, CollideParams};
+use crate::domain::{id_of, is_solid, kind, kind_of, Domain, Inlet, Outlet, NEAR};
+use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
+use crate::precision::{Fp16c, Fp16s, Precision, Store};
+use crate::scene::LoadedScene;
+use crate::schemes::Scheme;
+use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use rayon::prelude::*;
+use std::marker::PhantomData;
+
+/// Per-obstacle force accumulators (index = obstacle id, 0 unused).
+pub(crate) type Forces = [[f64; 3]; 16];
+
+/// A raw pointer that rayon tasks may share. Every scheme guarantees that concurrent cells
+/// touch disjoint slots (that is what makes a scheme thread-safe); this type only carries the
+/// pointer across threads.
+#[derive(Clone, Copy)]
+pub(crate) struct Ptr<T>(pub *mut T);
+unsafe impl<T> Send for Ptr<T> {}
+unsafe impl<T> Sync for Ptr<T> {}
+impl<T> Ptr<T> {
+    #[inline(always)]
+    pub(crate) fn at(self, i: usize) -> *mut T {
+        // SAFETY: callers index within the buffer the pointer came from.
+        unsafe { self.0.add(i) }
+    }
+}
+
+/// What a cell update needs besides its DDFs.
+pub(crate) struct Ctx<'a> {
+    pub p: CollideParams,
+    pub walls: &'a [[f32; 3]],
+    pub inlets: &'a [Inlet],
+    pub outlets: &'a [Outlet],
+    pub dims: usize,
+}
+
+/// Add the moving-wall momentum to DDFs that came from a moving wall (Ladd):
+/// `f_i += 6 w_i rho_w (c_i . u_w)` with rho_w = 1.
+#[inline(always)]
+pub(crate) fn moving_walls<L: Lat>(
+    f: &mut [f32; MAX_Q],
+    nbr_flag: &impl Fn(usize) -> u8,
+    walls: &[[f32; 3]],
+) {
+    for i in 1..L::Q {
+        let sf = nbr_flag(opposite(i));
+        if kind_of(sf) == kind::MOVING {
+            let uw = walls[id_of(sf)];
+            let c = L::C[i];
+            let cu = c[0] as f32 * uw[0] + c[1] as f32 * uw[1] + c[2] as f32 * uw[2];
+            f[i] += 6.0 * L::W[i] * cu;
+        }
+    }
+}
+
+/// Density minus one and velocity that an equilibrium boundary cell imposes, from the DDFs that
+/// arrived from inside the domain (Zou-He mass balance): an inlet takes its velocity from the
+/// scene and its density from the balance; an outlet the reverse (tangential velocity zero).
+#[inline(always)]
+pub(crate) fn boundary_moments<L: Lat>(
+    f: &[f32; MAX_Q],
+    flag: u8,
+    pos: [usize; 3],
+    ctx: &Ctx,
+) -> (f32, [f32; 3]) {
+    let (axis, inward) = if kind_of(flag) == kind::INLET {
+        let b = &ctx.inlets[id_of(flag)];
+        (b.axis, b.inward)
+    } else {
+        let b = &ctx.outlets[id_of(flag)];
+        (b.axis, b.inward)
+    };
+    let (mut s0, mut sk) = (0.0f32, 0.0f32);
+    for i in 0..L::Q {
+        let cn = L::C[i][axis] * inward;
+        let fi = f[i] + L::W[i];
+        if cn == 0 {
+            s0 += fi;
+        } else if cn < 0 {
+            sk += fi;
+        }
+    }
+    let known = s0 + 2.0 * sk;
+    if kind_of(flag) == kind::INLET {
+        let u = ctx.inlets[id_of(flag)].velocity_at(pos, ctx.dims);
+        let un = u[axis] * inward as f32;
+        (known / (1.0 - un) - 1.0, u)
+    } else {
+        let rho = ctx.outlets[id_of(flag)].density;
+        let mut u = [0.0f32; 3];
+        u[axis] = (1.0 - known / rho) * inward as f32;
+        (rho - 1.0, u)
+    }
+}
+
+/// The one cell update every scheme shares: moving walls, then collision or the equilibrium
+/// boundary rule, then the momentum-exchange force on obstacles. `f` holds the incoming DDFs
+/// (bounce-back already applied) and receives the outgoing ones. `nbr_flag(i)` is the flag of
+/// the neighbour along `c_i`.
+#[inline(always)]
+pub(crate) fn update_cell<L: Lat>(
+    f: &mut [f32; MAX_Q],
+    flag: u8,
+    pos: [usize; 3],
+    nbr_flag: impl Fn(usize) -> u8,
+    ctx: &Ctx,
+    force: &mut Forces,
+) {
+    if flag & NEAR == 0 {
+        collide::<L>(f, &ctx.p);
+        return;
+    }
+    moving_walls::<L>(f, &nbr_flag, ctx.walls);
+    let k = kind_of(flag);
+    if k == kind::INLET || k == kind::OUTLET {
+        let (rho_m1, u) = boundary_moments::<L>(f, flag, pos, ctx);
+        equilibrium::<L>(rho_m1, u, f);
+    } else {
+        collide::<L>(f, &ctx.p);
+    }
+    for i in 1..L::Q {
+        let df = nbr_flag(i);
+        if kind_of(df) == kind::SOLID && id_of(df) > 0 {
+            let v = 2.0 * f64::from(f[i] + L::W[i]);
+            let c = L::C[i];
+            let acc = &mut force[id_of(df)];
+            for a in 0..3 {
+                acc[a] += f64::from(c[a]) * v;
+            }
+        }
+    }
+}
+
+/// Density and velocity a cell's incoming DDFs stand for (what the next collision sees).
+#[inline(always)]
+pub(crate) fn cell_moments<L: Lat>(
+    f: &[f32; MAX_Q],
+    flag: u8,
+    pos: [usize; 3],
+    ctx: &Ctx,
+) -> (f32, [f32; 3]) {
+    let k = kind_of(flag);
+    if k == kind::INLET || k == kind::OUTLET {
+        let (r, u) = boundary_moments::<L>(f, flag, pos, ctx);
+        (r + 1.0, u)
+    } else {
+        let (r, u) = moments::<L>(f, ctx.p.force);
+        (r + 1.0, u)
+    }
+}
+
+// Scheme ids for the const parameter of the stepping loop.
+const OSP: u8 = 0;
+const AA: u8 = 1;
+const EP: u8 = 2;
+const EPUSH: u8 = 3;
+const SWAP: u8 = 4;
+
+/// Only LBM-Swap gets same-step (halfway) bounce-back without reading neighbour flags: a swap
+/// with a solid neighbour is skipped, leaving the outgoing DDF reversed in place. In Esoteric
+/// Pull/Push and AA, skipping solid cells returns a DDF one step late (full-way bounce-back,
+/// same steady state, different transients), so boundary cells read it explicitly.
+const fn implicit_bb(p: u8) -> bool {
+    matches!(p, SWAP)
+}
+
+/// Slot holding the incoming DDF `i` of cell `n` before the step of parity `odd`.
+/// `nbr[i]` is the neighbour along `c_i`; `nn` the number of cells.
+#[inline(always)]
+fn load_slot<const P: u8>(i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool, nn: usize) -> usize {
+    match P {
+        OSP => i * nn + nbr[opposite(i)],
+        AA => {
+            if odd {
+                opposite(i) * nn + n
+            } else {
+                i * nn + nbr[opposite(i)]
+            }
+        }
+        EP => {
+            if i == 0 {
+                n
+            } else if i % 2 == 1 {
+                if odd {
+                    i * nn + n
+                } else {
+                    (i + 1) * nn + n
+                }
+            } else if odd {
+                i * nn + nbr[i - 1]
+            } else {
+                (i - 1) * nn + nbr[i - 1]
+            }
+        }
+        EPUSH => {
+            // Esoteric Pull mirrored: pairs stream along c_{i+1} = -c_i.
+            if i == 0 {
+                n
+            } else if i % 2 == 0 {
+                if odd {
+                    i * nn + n
+                } else {
+                    (i - 1) * nn + n
+                }
+            } else if odd {
+                i * nn + nbr[i + 1]
+            } else {
+                (i + 1) * nn + nbr[i + 1]
+            }
+        }
+        _ => i * nn + n, // SWAP: between steps every cell holds its own incoming DDFs
+    }
+}
+
+/// Slot the bounce-back value comes from when the source of DDF `i` is solid: where this cell
+/// stored its outgoing DDF `opposite(i)` in the previous step. That slot belongs to the solid
+/// neighbour's share of memory, which no other cell touches: race-free.
+#[inline(always)]
+fn bb_slot<const P: u8>(i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool, nn: usize) -> usize {
+    match P {
+        OSP => opposite(i) * nn + n,
+        _ => load_slot::<P>(i, n, nbr, !odd, nn),
+    }
+}
+
+/// Slot the outgoing DDF `i` of cell `n` is stored to in the step of parity `odd`.
+#[inline(always)]
+fn store_slot<const P: u8>(
+    i: usize,
+    n: usize,
+    nbr: &[usize; MAX_Q],
+    odd: bool,
+    nn: usize,
+) -> usize {
+    match P {
+        OSP => i * nn + n,
+        SWAP => opposite(i) * nn + n,
+        _ => load_slot::<P>(opposite(i), n, nbr, odd, nn),
+    }
+}
+
+/// Neighbour indices of every cell of one row: row bases per direction.
+#[inline(always)]
+fn row_bases<L: Lat>(y: usize, z: usize, n: [usize; 3]) -> [usize; MAX_Q] {
+    let mut rb = [0usize; MAX_Q];
+    for i in 0..L::Q {
+        let c = L::C[i];
+        let yy = (y as i64 + i64::from(c[1])).rem_euclid(n[1] as i64) as usize;
+        let zz = (z as i64 + i64::from(c[2])).rem_euclid(n[2] as i64) as usize;
+        rb[i] = n[0] * (yy + n[1] * zz);
+    }
+    rb
+}
+
+#[inline(always)]
+fn neighbours<L: Lat>(x: usize, nx: usize, rb: &[usize; MAX_Q]) -> [usize; MAX_Q] {
+    let mut nbr = [0usize; MAX_Q];
+    let xp = if x + 1 == nx { 0 } else { x + 1 };
+    let xm = if x == 0 { nx - 1 } else { x - 1 };
+    for i in 0..L::Q {
+        let cx = L::C[i][0];
+        nbr[i] = rb[i]
+            + if cx == 0 {
+                x
+            } else if cx > 0 {
+                xp
+            } else {
+                xm
+            };
+    }
+    nbr
+}
+
+fn add_forces(mut a: Forces, b: Forces) -> Forces {
+    for k in 0..16 {
+        for c in 0..3 {
+            a[k][c] += b[k][c];
+        }
+    }
+    a
+}
+
+/// The CPU solver for one velocity set and storage format.
+pub struct CpuSolver<L: Lat, S: Store> {
+    dom: Domain,
+    scheme: Scheme,
+    /// DDFs; One-Step Pull uses both, other schemes only `buf[0]`.
+    buf: [Vec<S>; 2],
+    /// Index of the buffer holding the current state (One-Step Pull swaps).
+    cur: usize,
+    ghost: Option<GhostLayout>,
+    t: u64,
+    params: Params,
+    last_forces: Forces,
+    _l: PhantomData<L>,
+}
+
+impl<L: Lat, S: Store> CpuSolver<L, S> {
+    /// Build a solver on a domain; every non-solid cell starts at equilibrium with the
+    /// density and velocity `init` gives for its coordinates.
+    pub fn new(
+        dom: Domain,
+        scheme: Scheme,
+        params: Params,
+        ghost_block: usize,
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+    ) -> Self {
+        let nn = dom.cells();
+        let q = L::Q;
+        let ghost = (scheme == Scheme::Ghost).then(|| GhostLayout::new::<L>(&dom, ghost_block));
+        let len0 = ghost.as_ref().map_or(q * nn, GhostLayout::storage_len);
+        let len1 = if scheme == Scheme::OneStepPull {
+            q * nn
+        } else {
+            0
+        };
+        let mut s = CpuSolver {
+            dom,
+            scheme,
+            buf: [vec![S::default(); len0], vec![S::default(); len1]],
+            cur: 0,
+            ghost,
+            t: 0,
+            params,
+            last_forces: [[0.0; 3]; 16],
+            _l: PhantomData,
+        };
+        let ctx_inlets = s.dom.inlets.clone();
+        for n in 0..nn {
+            let flag = s.dom.flags[n];
+            if is_solid(flag) {
+                continue;
+            }
+            let p = s.dom.coords(n);
+            let (rho, mut u) = init(p);
+            if kind_of(flag) == kind::INLET {
+                u = ctx_inlets[id_of(flag)].velocity_at(p, L::D);
+            }
+            let mut feq = [0.0f32; MAX_Q];
+            equilibrium::<L>(rho - 1.0, u, &mut feq);
+            let mut raw = [S::default(); MAX_Q];
+            for i in 0..q {
+                raw[i] = S::enc(feq[i]);
+            }
+            s.scatter_raw(n, &raw);
+        }
+        s
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            p: self.params.collide,
+            walls: &self.params.walls,
+            inlets: &self.dom.inlets,
+            outlets: &self.dom.outlets,
+            dims: L::D,
+        }
+    }
+
+    /// Neighbour indices of one cell (any cell, for gathers outside the step).
+    fn nbr_of(&self, n: usize) -> [usize; MAX_Q] {
+        let p = self.dom.coords(n);
+        let rb = row_bases::<L>(p[1], p[2], self.dom.n);
+        neighbours::<L>(p[0], self.dom.n[0], &rb)
+    }
+
+    /// Slot of incoming DDF `i` of cell `n` in the current state (bounce-back resolved).
+    fn slot(&self, i: usize, n: usize, nbr: &[usize; MAX_Q]) -> usize {
+        let odd = self.t % 2 == 1;
+        let nn = self.dom.cells();
+        let src_solid = i != 0 && is_solid(self.dom.flags[nbr[opposite(i)]]);
+        macro_rules! pick {
+            ($p:expr) => {
+                if src_solid && !implicit_bb($p) {
+                    bb_slot::<$p>(i, n, nbr, odd, nn)
+                } else {
+                    load_slot::<$p>(i, n, nbr, odd, nn)
+                }
+            };
+        }
+        match self.scheme {
+            Scheme::OneStepPull => pick!(OSP),
+            Scheme::Aa => pick!(AA),
+            Scheme::EsotericPull => pick!(EP),
+            Scheme::EsotericPush => pick!(EPUSH),
+            Scheme::Swap => pick!(SWAP),
+            Scheme::Ghost => {
+                let g = self.ghost.as_ref().expect("ghost layout");
+                if src_solid {
+                    g.storage_index(&self.dom, n, opposite(i))
+                } else {
+                    g.storage_index(&self.dom, nbr[opposite(i)], i)
+                }
+            }
+        }
+    }
+
+    /// Raw incoming DDFs of a non-solid cell (no arithmetic: bit-exact).
+    fn gather_raw(&self, n: usize) -> [S; MAX_Q] {
+        let nbr = self.nbr_of(n);
+        let mut out = [S::default(); MAX_Q];
+        for i in 0..L::Q {
+            out[i] = self.buf[self.cur][self.slot(i, n, &nbr)];
+        }
+        out
+    }
+
+    /// Inverse of [`Self::gather_raw`].
+    fn scatter_raw(&mut self, n: usize, v: &[S; MAX_Q]) {
+        let nbr = self.nbr_of(n);
+        for i in 0..L::Q {
+            let s = self.slot(i, n, &nbr);
+            self.buf[self.cur][s] = v[i];
+        }
+    }
+
+    /// Decoded incoming DDFs of a non-solid cell, moving walls applied: what the next
+    /// collision sees.
+    fn incoming(&self, n: usize) -> [f32; MAX_Q] {
+        let raw = self.gather_raw(n);
+        let mut f = [0.0f32; MAX_Q];
+        for i in 0..L::Q {
+            f[i] = raw[i].dec();
+        }
+        let nbr = self.nbr_of(n);
+        let flags = &self.dom.flags;
+        moving_walls::<L>(&mut f, &|i| flags[nbr[i]], &self.params.walls);
+        f
+    }
+
+    fn step_cells<const P: u8>(&mut self) -> Forces {
+        let nn = self.dom.cells();
+        let odd = self.t % 2 == 1;
+        let n3 = self.dom.n;
+        let (rd, wr) = if P == OSP {
+            let (a, b) = self.buf.split_at_mut(1);
+            let (src, dst) = if self.cur == 0 {
+                (&mut a[0], &mut b[0])
+            } else {
+                (&mut b[0], &mut a[0])
+            };
+            (Ptr(src.as_mut_ptr()), Ptr(dst.as_mut_ptr()))
+        } else {
+            let p = Ptr(self.buf[0].as_mut_ptr());
+            (p, p)
+        };
+        let ctx = self.ctx();
+        let flags = &self.dom.flags;
+        let rows = n3[1] * n3[2];
+        let forces = (0..rows)
+            .into_par_iter()
+            .fold(
+                || [[0.0f64; 3]; 16],
+                |mut acc, row| {
+                    let (y, z) = (row % n3[1], row / n3[1]);
+                    let rb = row_bases::<L>(y, z, n3);
+                    for x in 0..n3[0] {
+                        let n = rb[0] + x;
+                        let flag = flags[n];
+                        if is_solid(flag) {
+                            continue;
+                        }
+                        let nbr = neighbours::<L>(x, n3[0], &rb);
+                        let mut f = [0.0f32; MAX_Q];
+                        // SAFETY: the scheme maps concurrent cells to disjoint slots, all
+                        // inside the buffers (indices < q * cells).
+                        unsafe {
+                            for i in 0..L::Q {
+                                f[i] = (*rd.at(load_slot::<P>(i, n, &nbr, odd, nn))).dec();
+                            }
+                            if !implicit_bb(P) && flag & NEAR != 0 {
+                                for i in 1..L::Q {
+                                    if is_solid(flags[nbr[opposite(i)]]) {
+                                        f[i] = (*rd.at(bb_slot::<P>(i, n, &nbr, odd, nn))).dec();
+                                    }
+                                }
+                            }
+                            update_cell::<L>(
+                                &mut f,
+                                flag,
+                                [x, y, z],
+                                |i| flags[nbr[i]],
+                                &ctx,
+                                &mut acc,
+                            );
+                            for i in 0..L::Q {
+                                *wr.at(store_slot::<P>(i, n, &nbr, odd, nn)) = S::enc(f[i]);
+                            }
+                        }
+                    }
+                    acc
+                },
+            )
+            .reduce(|| [[0.0f64; 3]; 16], add_forces);
+        if P == OSP {
+            self.cur = 1 - self.cur;
+        }
+        forces
+    }
+
+    /// LBM-Swap streaming pass: swap each outgoing DDF with the neighbour's opposite one.
+    fn swap_stream(&mut self) {
+        let nn = self.dom.cells();
+        let n3 = self.dom.n;
+        let fp = Ptr(self.buf[0].as_mut_ptr());
+        let flags = &self.dom.flags;
+        (0..n3[1] * n3[2]).into_par_iter().for_each(|row| {
+            let (y, z) = (row % n3[1], row / n3[1]);
+            let rb = row_bases::<L>(y, z, n3);
+            for x in 0..n3[0] {
+                let n = rb[0] + x;
+                if is_solid(flags[n]) {
+                    continue;
+                }
+                let nbr = neighbours::<L>(x, n3[0], &rb);
+                for i in (1..L::Q).step_by(2) {
+                    let m = nbr[i];
+                    if is_solid(flags[m]) {
+                        continue;
+                    }
+                    // SAFETY: slot (i+1, n) and slot (i, n + c_i) belong to cell n's swap only.
+                    unsafe { std::ptr::swap(fp.at((i + 1) * nn + n), fp.at(i * nn + m)) };
+                }
+            }
+        });
+    }
+
+    fn one_step(&mut self) {
+        let forces = match self.scheme {
+            Scheme::OneStepPull => self.step_cells::<OSP>(),
+            Scheme::Aa => self.step_cells::<AA>(),
+            Scheme::EsotericPull => self.step_cells::<EP>(),
+            Scheme::EsotericPush => self.step_cells::<EPUSH>(),
+            Scheme::Swap => {
+                let f = self.step_cells::<SWAP>();
+                self.swap_stream();
+                f
+            }
+            Scheme::Ghost => {
+                let g = self.ghost.take().expect("ghost layout");
+                let ctx = Ctx {
+                    p: self.params.collide,
+                    walls: &self.params.walls,
+                    inlets: &self.dom.inlets,
+                    outlets: &self.dom.outlets,
+                    dims: L::D,
+                };
+                let f = g.step::<L, S>(&mut self.buf[0], &ctx);
+                self.ghost = Some(g);
+                f
+            }
+        };
+        self.last_forces = forces;
+        self.t += 1;
+    }
+
+    fn flags_crc(&self) -> u32 {
+        crc32fast::hash(&self.dom.flags)
+    }
+}
+
+impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
+    fn info(&self) -> SolverInfo {
+        let gb = self.ghost.as_ref().map_or(16, GhostLayout::block);
+        let mem = (self.buf[0].len() + self.buf[1].len()) * std::mem::size_of::<S>()
+            + self.dom.flags.len();
+        SolverInfo {
+            backend: "cpu",
+            device: format!("{} threads", rayon::current_num_threads()),
+            lattice: L::KIND,
+            scheme: self.scheme,
+            precision: S::KIND,
+            size: self.dom.n,
+            bytes_per_cell: self.scheme.bytes_stored(L::KIND, S::KIND, gb),
+            bytes_moved_per_cell: self.scheme.bytes_moved(L::KIND, S::KIND, gb),
+            memory_bytes: mem as u64,
+        }
+    }
+    fn domain(&self) -> &Domain {
+        &self.dom
+    }
+    fn time_step(&self) -> u64 {
+        self.t
+    }
+    fn step(&mut self, steps: u64) -> Result<(), SolverError> {
+        for _ in 0..steps {
+            self.one_step();
+        }
+        Ok(())
+    }
+    fn fields(&self) -> Fields {
+        let nn = self.dom.cells();
+        let ctx = self.ctx();
+        let cells: Vec<(f32, [f32; 3], bool)> = (0..nn)
+            .into_par_iter()
+            .map(|n| {
+                let flag = self.dom.flags[n];
+                if is_solid(flag) {
+                    return (1.0, [0.0; 3], true);
+                }
+                let f = self.incoming(n);
+                let (r, u) = cell_moments::<L>(&f, flag, self.dom.coords(n), &ctx);
+                (r, u, false)
+            })
+            .collect();
+        let mut out = Fields {
+            size: self.dom.n,
+            rho: Vec::with_capacity(nn),
+            u: Vec::with_capacity(nn),
+            solid: Vec::with_capacity(nn),
+        };
+        for (r, u, s) in cells {
+            out.rho.push(r);
+            out.u.push(u);
+            out.solid.push(s);
+        }
+        out
+    }
+    fn stats(&self) -> Stats {
+        let nn = self.dom.cells();
+        let ctx = self.ctx();
+        let (mass, max_u) = (0..nn)
+            .into_par_iter()
+            .filter(|&n| !is_solid(self.dom.flags[n]))
+            .map(|n| {
+                let f = self.incoming(n);
+                let (r, u) = cell_moments::<L>(&f, self.dom.flags[n], self.dom.coords(n), &ctx);
+                let s = f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
+                (f64::from(r), if s.is_nan() { f64::NAN } else { s })
+            })
+            .reduce(
+                || (0.0, 0.0),
+                |a, b| {
+                    (
+                        a.0 + b.0,
+                        if a.1.is_nan() || b.1.is_nan() {
+                            f64::NAN
+                        } else {
+                            a.1.max(b.1)
+                        },
+                    )
+                },
+            );
+        Stats {
+            step: self.t,
+            mass,
+            max_u,
+            forces: (1..=self.dom.obstacles.len())
+                .map(|k| self.last_forces[k])
+                .collect(),
+        }
+    }
+    fn params(&self) -> Params {
+        self.params.clone()
+    }
+    fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
+        p.validate().map_err(SolverError::Param)?;
+        if p.walls.len() != self.params.walls.len()
+            || p.inlets.len() != self.params.inlets.len()
+            || p.outlets.len() != self.params.outlets.len()
+        {
+            return Err(SolverError::Param(
+                "the number of walls, inlets and outlets is fixed by the scene".into(),
+            ));
+        }
+        // Inlet velocities live in the domain tables the cell update reads.
+        for (b, v) in self.dom.inlets.iter_mut().zip(&p.inlets) {
+            b.velocity = *v;
+        }
+        for (b, d) in self.dom.outlets.iter_mut().zip(&p.outlets) {
+            b.density = *d;
+        }
+        self.params = p;
+        Ok(())
+    }
+    fn checkpoint(&self) -> Checkpoint {
+        let mut data = Vec::new();
+        for n in 0..self.dom.cells() {
+            if is_solid(self.dom.flags[n]) {
+                continue;
+            }
+            let raw = self.gather_raw(n);
+            data.extend_from_slice(bytemuck::cast_slice(&raw[..L::Q]));
+        }
+        Checkpoint {
+            lattice: L::KIND,
+            precision: S::KIND,
+            size: self.dom.n,
+            flags_crc: self.flags_crc(),
+            step: self.t,
+            params: self.params.clone(),
+            data,
+        }
+    }
+    fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
+        let e = |m: String| Err(SolverError::Checkpoint(m));
+        if c.lattice != L::KIND || c.precision != S::KIND {
+            return e(format!(
+                "it holds {} {} but this solver is {} {}",
+                c.lattice,
+                c.precision,
+                L::KIND,
+                S::KIND
+            ));
+        }
+        if c.size != self.dom.n || c.flags_crc != self.flags_crc() {
+            return e("it was made on a different domain (size or obstacles differ)".into());
+        }
+        let per = L::Q * std::mem::size_of::<S>();
+        if c.data.len() != per * self.dom.fluid_cells() {
+            return e("its data size does not match the domain".into());
+        }
+        self.set_params(c.params.clone())?;
+        self.t = c.step;
+        self.cur = 0;
+        for b in &mut self.buf {
+            b.fill(S::default());
+        }
+        let mut k = 0;
+        for n in 0..self.dom.cells() {
+            if is_solid(self.dom.flags[n]) {
+                continue;
+            }
+            let mut raw = [S::default(); MAX_Q];
+            let src: &[S] = bytemuck::cast_slice(&c.data[k * per..(k + 1) * per]);
+            raw[..L::Q].copy_from_slice(src);
+            self.scatter_raw(n, &raw);
+            k += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Default parameters of a loaded scene.
+#[must_use]
+pub fn params_of(ls: &LoadedScene, dom: &Domain) -> Params {
+    let s = &ls.scene;
+    Params {
+        collide: CollideParams {
+            kind: s.solver.collision,
+            tau: ls.derived.tau,
+            cs: s.solver.smagorinsky_cs,
+            force: s.fluid.force.0,
+        },
+        walls: dom.walls.clone(),
+        inlets: dom.inlets.iter().map(|b| b.velocity).collect(),
+        outlets: dom.outlets.iter().map(|b| b.density).collect(),
+    }
+}
+
+/// Build a CPU solver for any lattice and precision.
+#[must_use]
+pub fn build(
+    dom: Domain,
+    scheme: Scheme,
+    precision: Precision,
+    params: Params,
+    ghost_block: usize,
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+) -> Box<dyn Solver> {
+    macro_rules! mk {
+        ($l:ty) => {
+            match precision {
+                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(
+                    dom,
+                    scheme,
+                    params,
+                    ghost_block,
+                    init,
+                )) as Box<dyn Solver>,
+                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(
+                    dom,
+                    scheme,
+                    params,
+                    ghost_block,
+                    init,
+                )),
+                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(
+                    dom,
+                    scheme,
+                    params,
+                    ghost_block,
+                    init,
+                )),
+            }
+        };
+    }
+    match dom.lattice {
+        crate::lattice::Lattice::D2Q9 => mk!(D2Q9),
+        crate::lattice::Lattice::D3Q19 => mk!(D3Q19),
+        crate::lattice::Lattice::D3Q27 => mk!(D3Q27),
+    }
+}
+
+/// Build the CPU solver a loaded scene describes.
+///
+/// # Errors
+/// Voxelisation errors (e.g. an unreadable STL file).
+pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, crate::scene::SceneError> {
+    let dom = Domain::from_scene(ls)?;
+    let params = params_of(ls, &dom);
+    let s = &ls.scene.solver;
+    Ok(build(
+        dom,
+        s.scheme,
+        s.precision,
+        params,
+        s.ghost_block,
+        |p| crate::domain::initial_state(ls, p),
+    ))
+}

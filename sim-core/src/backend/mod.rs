@@ -1,0 +1,4 @@
+//! Solver backends. `cpu` is the reference every other backend is tested against.
+
+pub mod cpu;
+mod ghost;

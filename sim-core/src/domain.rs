@@ -1,0 +1,326 @@
+//! The voxelised domain: grid size, one flag byte per cell and the small tables that flags
+//! refer to (moving-wall velocities, inlets, outlets, obstacle names). Built from a scene.
+//!
+//! Flag byte: bits 0-2 kind ([`kind`]), bit 3 [`NEAR`] (the cell needs the boundary path),
+//! bits 4-7 an id into the table of its kind (obstacle ids start at 1; 0 = domain wall).
+
+use crate::lattice::Lattice;
+use crate::scene::{self, Boundaries, FaceKind, InitialKind, LoadedScene, Profile, SceneError};
+
+/// Cell kinds (low three bits of a flag).
+pub mod kind {
+    /// Fluid.
+    pub const FLUID: u8 = 0;
+    /// Resting solid (bounce-back).
+    pub const SOLID: u8 = 1;
+    /// Moving solid wall.
+    pub const MOVING: u8 = 2;
+    /// Velocity inlet (equilibrium boundary).
+    pub const INLET: u8 = 3;
+    /// Density outlet (equilibrium boundary).
+    pub const OUTLET: u8 = 4;
+}
+
+/// Flag bit: the cell is not plain fluid or has a solid neighbour.
+pub const NEAR: u8 = 8;
+/// Largest id of each table (4 bits, obstacle ids 1..=15).
+pub const MAX_IDS: usize = 15;
+
+/// Kind of a flag.
+#[inline(always)]
+#[must_use]
+pub fn kind_of(flag: u8) -> u8 {
+    flag & 7
+}
+/// Id of a flag.
+#[inline(always)]
+#[must_use]
+pub fn id_of(flag: u8) -> usize {
+    usize::from(flag >> 4)
+}
+/// Whether the cell is skipped by the solver (solid or moving solid).
+#[inline(always)]
+#[must_use]
+pub fn is_solid(flag: u8) -> bool {
+    let k = flag & 7;
+    k == kind::SOLID || k == kind::MOVING
+}
+/// Make a flag.
+#[must_use]
+pub fn make_flag(k: u8, id: usize) -> u8 {
+    k | ((id as u8) << 4)
+}
+
+/// A velocity inlet face.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inlet {
+    /// Axis of the face normal.
+    pub axis: usize,
+    /// +1 if the inward normal points to +axis (a min face), else -1.
+    pub inward: i32,
+    /// Velocity (centre value for a parabolic profile).
+    pub velocity: [f32; 3],
+    /// Profile.
+    pub profile: Profile,
+    /// For each axis: first and last open cell of the face (for the parabolic profile).
+    pub open: [(usize, usize); 3],
+}
+
+impl Inlet {
+    /// Velocity at a cell of the face.
+    #[must_use]
+    pub fn velocity_at(&self, p: [usize; 3], dims: usize) -> [f32; 3] {
+        match self.profile {
+            Profile::Uniform => self.velocity,
+            Profile::Parabolic => {
+                let mut s = 1.0f32;
+                for a in 0..dims {
+                    if a == self.axis {
+                        continue;
+                    }
+                    let (lo, hi) = self.open[a];
+                    let len = (hi - lo + 1) as f32;
+                    let t = (p[a] as f32 - lo as f32 + 0.5) / len;
+                    s *= (4.0 * t * (1.0 - t)).max(0.0);
+                }
+                [
+                    self.velocity[0] * s,
+                    self.velocity[1] * s,
+                    self.velocity[2] * s,
+                ]
+            }
+        }
+    }
+}
+
+/// A density outlet face.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outlet {
+    /// Axis of the face normal.
+    pub axis: usize,
+    /// +1 if the inward normal points to +axis, else -1.
+    pub inward: i32,
+    /// Density.
+    pub density: f32,
+}
+
+/// The voxelised domain.
+#[derive(Clone, Debug)]
+pub struct Domain {
+    /// Velocity set.
+    pub lattice: Lattice,
+    /// Cells along x, y, z (z = 1 in 2D).
+    pub n: [usize; 3],
+    /// One flag per cell, index `x + nx * (y + ny * z)`.
+    pub flags: Vec<u8>,
+    /// Moving-wall velocities by id.
+    pub walls: Vec<[f32; 3]>,
+    /// Inlets by id.
+    pub inlets: Vec<Inlet>,
+    /// Outlets by id.
+    pub outlets: Vec<Outlet>,
+    /// Obstacle names; obstacle id `k` is `obstacles[k - 1]`.
+    pub obstacles: Vec<String>,
+}
+
+impl Domain {
+    /// Number of cells.
+    #[must_use]
+    pub fn cells(&self) -> usize {
+        self.n[0] * self.n[1] * self.n[2]
+    }
+    /// Linear index.
+    #[inline(always)]
+    #[must_use]
+    pub fn index(&self, x: usize, y: usize, z: usize) -> usize {
+        x + self.n[0] * (y + self.n[1] * z)
+    }
+    /// Coordinates of a linear index.
+    #[inline(always)]
+    #[must_use]
+    pub fn coords(&self, n: usize) -> [usize; 3] {
+        let x = n % self.n[0];
+        let r = n / self.n[0];
+        [x, r % self.n[1], r / self.n[1]]
+    }
+    /// Neighbour of cell `p` along `c`, with periodic wrap on every axis.
+    #[inline(always)]
+    #[must_use]
+    pub fn neighbour(&self, p: [usize; 3], c: [i32; 3]) -> usize {
+        let w = |v: usize, d: i32, n: usize| -> usize {
+            let s = v as i64 + i64::from(d);
+            s.rem_euclid(n as i64) as usize
+        };
+        self.index(
+            w(p[0], c[0], self.n[0]),
+            w(p[1], c[1], self.n[1]),
+            w(p[2], c[2], self.n[2]),
+        )
+    }
+    /// Number of fluid (non-solid) cells.
+    #[must_use]
+    pub fn fluid_cells(&self) -> usize {
+        self.flags.iter().filter(|&&f| !is_solid(f)).count()
+    }
+
+    /// An empty box of the given size: every face periodic.
+    #[must_use]
+    pub fn periodic(lattice: Lattice, n: [usize; 3]) -> Domain {
+        let mut d = Domain {
+            lattice,
+            n,
+            flags: vec![0; n[0] * n[1] * n[2]],
+            walls: vec![[0.0; 3]],
+            inlets: Vec::new(),
+            outlets: Vec::new(),
+            obstacles: Vec::new(),
+        };
+        d.mark_near();
+        d
+    }
+
+    /// Voxelise a loaded scene.
+    ///
+    /// # Errors
+    /// Problems with obstacles (unreadable STL) or too many walls.
+    pub fn from_scene(ls: &LoadedScene) -> Result<Domain, SceneError> {
+        let s = &ls.scene;
+        let n = ls.derived.size;
+        let dims = ls.derived.lattice.dims();
+        let mut d = Domain::periodic(ls.derived.lattice, n);
+        d.walls.clear();
+        d.walls.push([0.0; 3]); // id 0: resting
+        let faces = s.boundaries.faces();
+        // Open (non-wall) extent of each axis, for parabolic profiles.
+        let mut open = [(0usize, 0usize); 3];
+        for a in 0..3 {
+            let lo = usize::from(
+                matches!(faces[2 * a].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims,
+            );
+            let hi_wall =
+                matches!(faces[2 * a + 1].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims;
+            open[a] = (lo, n[a] - 1 - usize::from(hi_wall));
+        }
+        // Paint order: inlets/outlets, then moving walls, then resting walls (they win at edges).
+        for pass in 0..3 {
+            for (fi, face) in faces.iter().enumerate() {
+                let axis = fi / 2;
+                if axis >= dims {
+                    continue;
+                }
+                let at_max = fi % 2 == 1;
+                let inward = if at_max { -1 } else { 1 };
+                let flag = match (pass, face.kind) {
+                    (0, FaceKind::Inlet) => {
+                        d.inlets.push(Inlet {
+                            axis,
+                            inward,
+                            velocity: face.velocity.0,
+                            profile: face.profile,
+                            open,
+                        });
+                        make_flag(kind::INLET, d.inlets.len() - 1)
+                    }
+                    (0, FaceKind::Outlet) => {
+                        d.outlets.push(Outlet {
+                            axis,
+                            inward,
+                            density: face.density,
+                        });
+                        make_flag(kind::OUTLET, d.outlets.len() - 1)
+                    }
+                    (1, FaceKind::MovingWall) => {
+                        d.walls.push(face.velocity.0);
+                        make_flag(kind::MOVING, d.walls.len() - 1)
+                    }
+                    (2, FaceKind::Wall) => make_flag(kind::SOLID, 0),
+                    _ => continue,
+                };
+                if d.walls.len() > MAX_IDS + 1
+                    || d.inlets.len() > MAX_IDS
+                    || d.outlets.len() > MAX_IDS
+                {
+                    return Err(SceneError {
+                        file: ls.origin.clone(),
+                        line: None,
+                        key: format!("boundaries.{}", Boundaries::NAMES[fi]),
+                        message: "too many faces of one kind".into(),
+                    });
+                }
+                let layer = if at_max { n[axis] - 1 } else { 0 };
+                for z in 0..n[2] {
+                    for y in 0..n[1] {
+                        for x in 0..n[0] {
+                            if [x, y, z][axis] == layer {
+                                let i = d.index(x, y, z);
+                                d.flags[i] = flag;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (k, o) in s.obstacles.iter().enumerate() {
+            let mask =
+                scene::voxel::voxelise(o, n, dims, &ls.base_dir).map_err(|message| SceneError {
+                    file: ls.origin.clone(),
+                    line: None,
+                    key: format!("obstacles.{k}"),
+                    message,
+                })?;
+            let flag = make_flag(kind::SOLID, k + 1);
+            for (i, m) in mask.iter().enumerate() {
+                if *m {
+                    d.flags[i] = flag;
+                }
+            }
+            d.obstacles.push(o.display_name(k));
+        }
+        d.mark_near();
+        Ok(d)
+    }
+
+    /// Recompute the [`NEAR`] bits after flags changed.
+    pub fn mark_near(&mut self) {
+        let c = self.lattice.velocities();
+        let mut near = vec![false; self.flags.len()];
+        for (i, nb) in near.iter_mut().enumerate() {
+            let f = self.flags[i];
+            if kind_of(f) != kind::FLUID {
+                *nb = true;
+                continue;
+            }
+            let p = self.coords(i);
+            *nb = c
+                .iter()
+                .skip(1)
+                .any(|&ci| is_solid(self.flags[self.neighbour(p, ci)]));
+        }
+        for (f, nb) in self.flags.iter_mut().zip(near) {
+            *f = (*f & !NEAR) | if nb { NEAR } else { 0 };
+        }
+    }
+}
+
+/// Initial density and velocity at a cell of a scene.
+#[must_use]
+pub fn initial_state(ls: &LoadedScene, p: [usize; 3]) -> (f32, [f32; 3]) {
+    let init = &ls.scene.initial;
+    let n = ls.derived.size;
+    match init.kind {
+        InitialKind::Uniform => (init.density, init.velocity.0),
+        InitialKind::TaylorGreen => {
+            // u = U sin(kx x) cos(ky y), v = -U (kx/ky) cos(kx x) sin(ky y); pressure from the
+            // analytic solution: p = rho0 U^2/4 (cos 2kx x + (kx/ky)^2 cos 2ky y).
+            let u0 = init.velocity.0[0];
+            let kx = 2.0 * std::f32::consts::PI / n[0] as f32;
+            let ky = 2.0 * std::f32::consts::PI / n[1] as f32;
+            let (x, y) = (p[0] as f32, p[1] as f32);
+            let ux = u0 * (kx * x).sin() * (ky * y).cos();
+            let uy = -u0 * (kx / ky) * (kx * x).cos() * (ky * y).sin();
+            let pr = init.density * u0 * u0 / 4.0
+                * ((2.0 * kx * x).cos() + (kx / ky) * (kx / ky) * (2.0 * ky * y).cos());
+            (init.density + 3.0 * pr, [ux, uy, 0.0])
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Derived fields computed from density and velocity: vorticity and the Q criterion, by
+//! central differences (periodic wrap at the domain edges, zero velocity inside solids).
+
+use crate::solver::Fields;
+use rayon::prelude::*;
+
+/// A field a user can look at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FieldKind {
+    /// Density.
+    Density,
+    /// Velocity magnitude.
+    Speed,
+    /// x velocity.
+    Ux,
+    /// y velocity.
+    Uy,
+    /// z velocity.
+    Uz,
+    /// Vorticity magnitude.
+    Vorticity,
+    /// Q criterion: (|Omega|^2 - |S|^2) / 2.
+    Q,
+}
+
+impl FieldKind {
+    /// Every field.
+    pub const ALL: [FieldKind; 7] = [
+        FieldKind::Speed,
+        FieldKind::Ux,
+        FieldKind::Uy,
+        FieldKind::Uz,
+        FieldKind::Density,
+        FieldKind::Vorticity,
+        FieldKind::Q,
+    ];
+    /// Short name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldKind::Density => "rho",
+            FieldKind::Speed => "|u|",
+            FieldKind::Ux => "ux",
+            FieldKind::Uy => "uy",
+            FieldKind::Uz => "uz",
+            FieldKind::Vorticity => "|vorticity|",
+            FieldKind::Q => "Q",
+        }
+    }
+}
+
+/// Velocity gradient tensor `g[a][b] = d u_a / d x_b` at every cell.
+fn gradients(f: &Fields) -> Vec<[[f32; 3]; 3]> {
+    let n = f.size;
+    let idx = |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
+    (0..f.u.len())
+        .into_par_iter()
+        .map(|i| {
+            let x = i % n[0];
+            let y = (i / n[0]) % n[1];
+            let z = i / (n[0] * n[1]);
+            let mut g = [[0.0f32; 3]; 3];
+            if f.solid[i] {
+                return g;
+            }
+            let p = [x, y, z];
+            for b in 0..3 {
+                if n[b] < 3 {
+                    continue;
+                }
+                let mut hi = p;
+                let mut lo = p;
+                hi[b] = (p[b] + 1) % n[b];
+                lo[b] = (p[b] + n[b] - 1) % n[b];
+                let uh = f.u[idx(hi[0], hi[1], hi[2])];
+                let ul = f.u[idx(lo[0], lo[1], lo[2])];
+                for a in 0..3 {
+                    g[a][b] = 0.5 * (uh[a] - ul[a]);
+                }
+            }
+            g
+        })
+        .collect()
+}
+
+/// Vorticity vector at every cell.
+#[must_use]
+pub fn vorticity(f: &Fields) -> Vec<[f32; 3]> {
+    gradients(f)
+        .into_iter()
+        .map(|g| [g[2][1] - g[1][2], g[0][2] - g[2][0], g[1][0] - g[0][1]])
+        .collect()
+}
+
+/// Q criterion at every cell.
+#[must_use]
+pub fn q_criterion(f: &Fields) -> Vec<f32> {
+    gradients(f)
+        .into_iter()
+        .map(|g| {
+            let mut s2 = 0.0;
+            let mut o2 = 0.0;
+            for a in 0..3 {
+                for b in 0..3 {
+                    let s = 0.5 * (g[a][b] + g[b][a]);
+                    let o = 0.5 * (g[a][b] - g[b][a]);
+                    s2 += s * s;
+                    o2 += o * o;
+                }
+            }
+            0.5 * (o2 - s2)
+        })
+        .collect()
+}
+
+/// One scalar field for display.
+#[must_use]
+pub fn scalar(f: &Fields, kind: FieldKind) -> Vec<f32> {
+    match kind {
+        FieldKind::Density => f.rho.clone(),
+        FieldKind::Speed => {
+            f.u.iter()
+                .map(|u| (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt())
+                .collect()
+        }
+        FieldKind::Ux => f.u.iter().map(|u| u[0]).collect(),
+        FieldKind::Uy => f.u.iter().map(|u| u[1]).collect(),
+        FieldKind::Uz => f.u.iter().map(|u| u[2]).collect(),
+        FieldKind::Vorticity => vorticity(f)
+            .iter()
+            .map(|w| (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt())
+            .collect(),
+        FieldKind::Q => q_criterion(f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn solid_body_rotation_has_vorticity_two_omega_and_positive_q() {
+        let n = [16, 16, 1];
+        let mut f = Fields {
+            size: n,
+            rho: vec![1.0; 256],
+            u: vec![[0.0; 3]; 256],
+            solid: vec![false; 256],
+        };
+        let w = 0.01;
+        for y in 0..16 {
+            for x in 0..16 {
+                f.u[x + 16 * y] = [-w * (y as f32 - 8.0), w * (x as f32 - 8.0), 0.0];
+            }
+        }
+        let v = vorticity(&f);
+        let q = q_criterion(&f);
+        let c = 8 + 16 * 8;
+        assert!((v[c][2] - 2.0 * w).abs() < 1e-6);
+        assert!((q[c] - w * w).abs() < 1e-7);
+    }
+}

@@ -1,0 +1,17 @@
+//! Esoflow's solver library: lattices, scenes, streaming schemes, collision, boundaries and
+//! backends. Knows nothing of windows or rendering.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod checkpoint;
+pub mod collision;
+pub mod domain;
+pub mod export;
+pub mod fields;
+pub mod lattice;
+pub mod precision;
+pub mod scene;
+pub mod schemes;
+pub mod solver;
+
+pub use solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};

@@ -1,0 +1,293 @@
+//! Every scene key with its type, default and unit. `--set` accepts exactly these keys
+//! (`N` is an obstacle index), and a test checks that scenes/README.md documents each one.
+
+/// Documentation of one scene key.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDoc {
+    /// Dotted key; `N` stands for an array index.
+    pub key: &'static str,
+    /// Value type and allowed values.
+    pub ty: &'static str,
+    /// Default.
+    pub default: &'static str,
+    /// Unit.
+    pub unit: &'static str,
+    /// Meaning.
+    pub doc: &'static str,
+}
+
+macro_rules! k {
+    ($key:expr, $ty:expr, $def:expr, $unit:expr, $doc:expr) => {
+        KeyDoc {
+            key: $key,
+            ty: $ty,
+            default: $def,
+            unit: $unit,
+            doc: $doc,
+        }
+    };
+}
+
+const FACE_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\", or a table with these keys";
+
+macro_rules! face {
+    ($f:literal) => {
+        [
+            k!($f, "face", "\"periodic\"", "", "boundary of this face; a string or a table"),
+            KeyDoc { key: concat!($f, ".type"), ty: FACE_TY, default: "\"periodic\"", unit: "", doc: "boundary kind" },
+            k!(concat!($f, ".velocity"), "[x, y(, z)]", "[0, 0, 0]", "cells/step", "wall velocity (moving_wall, tangential) or inlet velocity (inlet; centre value for parabolic)"),
+            k!(concat!($f, ".density"), "number > 0", "1.0", "lattice density", "outlet density (outlet)"),
+            k!(concat!($f, ".profile"), "\"uniform\" | \"parabolic\"", "\"uniform\"", "", "inlet velocity profile across the open part of the face"),
+        ]
+    };
+}
+
+const fn cat<const A: usize, const B: usize, const C: usize>(
+    a: [KeyDoc; A],
+    b: [KeyDoc; B],
+) -> [KeyDoc; C] {
+    let mut out = [a[0]; C];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < B {
+        out[A + j] = b[j];
+        j += 1;
+    }
+    out
+}
+
+const BASE: [KeyDoc; 31] = [
+    k!("name", "string", "\"\"", "", "display name"),
+    k!("description", "string", "\"\"", "", "what the scene shows"),
+    k!("domain", "table", "", "", "grid"),
+    k!(
+        "domain.size",
+        "[nx, ny] or [nx, ny, nz], each >= 3",
+        "(required)",
+        "cells",
+        "cells per axis, boundary layers included"
+    ),
+    k!(
+        "domain.lattice",
+        "\"D2Q9\" | \"D3Q19\" | \"D3Q27\"",
+        "D2Q9 in 2D, D3Q19 in 3D",
+        "",
+        "velocity set"
+    ),
+    k!("boundaries", "table", "", "", "one entry per face"),
+    k!(
+        "fluid",
+        "table",
+        "",
+        "",
+        "give one of tau, viscosity, reynolds"
+    ),
+    k!(
+        "fluid.tau",
+        "number > 0.5",
+        "0.6 if nothing else is given",
+        "steps",
+        "relaxation time"
+    ),
+    k!(
+        "fluid.viscosity",
+        "number > 0",
+        "",
+        "cells^2/step",
+        "kinematic viscosity; tau = 3 viscosity + 0.5"
+    ),
+    k!(
+        "fluid.reynolds",
+        "number > 0",
+        "",
+        "",
+        "Reynolds number; viscosity = velocity * length / reynolds"
+    ),
+    k!(
+        "fluid.length",
+        "number > 0",
+        "",
+        "cells",
+        "reference length for reynolds"
+    ),
+    k!(
+        "fluid.velocity",
+        "number > 0",
+        "",
+        "cells/step",
+        "reference velocity for reynolds"
+    ),
+    k!(
+        "fluid.force",
+        "[x, y(, z)]",
+        "[0, 0, 0]",
+        "lattice force density",
+        "uniform body force (Guo forcing)"
+    ),
+    k!("initial", "table", "", "", "initial state"),
+    k!(
+        "initial.kind",
+        "\"uniform\" | \"taylor_green\"",
+        "\"uniform\"",
+        "",
+        "initial flow field"
+    ),
+    k!(
+        "initial.velocity",
+        "[x, y(, z)]",
+        "[0, 0, 0]",
+        "cells/step",
+        "uniform velocity, or the Taylor-Green amplitude (x component)"
+    ),
+    k!(
+        "initial.density",
+        "number > 0",
+        "1.0",
+        "lattice density",
+        "initial density"
+    ),
+    k!("solver", "table", "", "", "numerical method"),
+    k!(
+        "solver.scheme",
+        "\"esoteric_pull\" | \"esoteric_push\" | \"aa\" | \"one_step_pull\" | \"swap\" | \"ghost\"",
+        "\"esoteric_pull\"",
+        "",
+        "streaming scheme"
+    ),
+    k!(
+        "solver.precision",
+        "\"fp32\" | \"fp16s\" | \"fp16c\"",
+        "\"fp32\"",
+        "",
+        "DDF storage precision (arithmetic is always FP32)"
+    ),
+    k!(
+        "solver.collision",
+        "\"bgk\" | \"trt\" | \"smagorinsky\"",
+        "\"bgk\"",
+        "",
+        "collision operator"
+    ),
+    k!(
+        "solver.smagorinsky_cs",
+        "number >= 0",
+        "0.1",
+        "",
+        "Smagorinsky constant"
+    ),
+    k!(
+        "solver.ghost_block",
+        "integer >= 2",
+        "16",
+        "cells",
+        "block edge of the LBM-Ghost scheme"
+    ),
+    k!(
+        "solver.steps",
+        "integer",
+        "1000",
+        "steps",
+        "steps of `esoflow run` without --steps"
+    ),
+    k!(
+        "solver.stats_every",
+        "integer >= 1",
+        "100",
+        "steps",
+        "interval of stats.csv rows"
+    ),
+    k!(
+        "obstacles",
+        "array of tables",
+        "[]",
+        "",
+        "solid shapes (at most 15); [[obstacles]] with shape = ..."
+    ),
+    k!(
+        "obstacles.N.shape",
+        "\"box\" | \"sphere\" | \"cylinder\" | \"stl\"",
+        "(required)",
+        "",
+        "kind of shape"
+    ),
+    k!(
+        "obstacles.N.name",
+        "string",
+        "shape and index",
+        "",
+        "name in force reports"
+    ),
+    k!(
+        "obstacles.N.center",
+        "[x, y(, z)]",
+        "(required for sphere, cylinder, stl)",
+        "cells",
+        "centre (cell (x,y,z) has its centre at x,y,z)"
+    ),
+    k!(
+        "obstacles.N.radius",
+        "number > 0",
+        "(required for sphere, cylinder)",
+        "cells",
+        "radius"
+    ),
+    k!(
+        "obstacles.N.axis",
+        "\"x\" | \"y\" | \"z\"",
+        "\"z\"",
+        "",
+        "cylinder axis"
+    ),
+];
+
+const MORE: [KeyDoc; 5] = [
+    k!(
+        "obstacles.N.length",
+        "number > 0",
+        "infinite",
+        "cells",
+        "cylinder length along its axis"
+    ),
+    k!(
+        "obstacles.N.min",
+        "[x, y(, z)]",
+        "(required for box)",
+        "cells",
+        "box lower corner, inclusive"
+    ),
+    k!(
+        "obstacles.N.max",
+        "[x, y(, z)]",
+        "(required for box)",
+        "cells",
+        "box upper corner, inclusive"
+    ),
+    k!(
+        "obstacles.N.file",
+        "path",
+        "(required for stl)",
+        "",
+        "STL file (binary or ASCII), relative to the scene file"
+    ),
+    k!(
+        "obstacles.N.size",
+        "number > 0",
+        "(required for stl)",
+        "cells",
+        "longest bounding-box edge of the mesh after scaling"
+    ),
+];
+
+const FACES: [KeyDoc; 30] = {
+    let a = cat::<5, 5, 10>(face!("boundaries.x_min"), face!("boundaries.x_max"));
+    let b = cat::<5, 5, 10>(face!("boundaries.y_min"), face!("boundaries.y_max"));
+    let c = cat::<5, 5, 10>(face!("boundaries.z_min"), face!("boundaries.z_max"));
+    cat::<20, 10, 30>(cat::<10, 10, 20>(a, b), c)
+};
+
+/// Every key of the scene format.
+pub static KEYS: [KeyDoc; 66] = cat::<36, 30, 66>(cat::<31, 5, 36>(BASE, MORE), FACES);

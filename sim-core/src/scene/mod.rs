@@ -1,0 +1,911 @@
+//! Scene files: a documented TOML format (see `scenes/README.md`), parsed into a typed [`Scene`],
+//! with `--set KEY=VALUE` overrides and errors that name file, line, key and what is valid.
+
+mod keys;
+pub mod voxel;
+
+pub use keys::{KeyDoc, KEYS};
+
+use crate::collision::Collision;
+use crate::lattice::Lattice;
+use crate::precision::Precision;
+use crate::schemes::Scheme;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A point or vector given as two or three numbers in a scene (z = 0 when two are given).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Vec3(pub [f32; 3]);
+
+impl<'de> Deserialize<'de> for Vec3 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<f64>::deserialize(d)?;
+        match v.len() {
+            2 => Ok(Vec3([v[0] as f32, v[1] as f32, 0.0])),
+            3 => Ok(Vec3([v[0] as f32, v[1] as f32, v[2] as f32])),
+            n => Err(serde::de::Error::custom(format!(
+                "expected 2 or 3 numbers, got {n}"
+            ))),
+        }
+    }
+}
+
+/// A whole scene.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scene {
+    /// Display name.
+    #[serde(default)]
+    pub name: String,
+    /// One or two sentences about the scene.
+    #[serde(default)]
+    pub description: String,
+    /// Grid size and lattice.
+    pub domain: DomainSpec,
+    /// Boundary type of each face.
+    #[serde(default)]
+    pub boundaries: Boundaries,
+    /// Fluid parameters.
+    #[serde(default)]
+    pub fluid: Fluid,
+    /// Initial state.
+    #[serde(default)]
+    pub initial: Initial,
+    /// Numerical method.
+    #[serde(default)]
+    pub solver: SolverSpec,
+    /// Solid obstacles.
+    #[serde(default)]
+    pub obstacles: Vec<Obstacle>,
+}
+
+/// `[domain]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainSpec {
+    /// Cells along x, y (and z), boundary layers included.
+    pub size: Vec<usize>,
+    /// Velocity set; D2Q9 for two sizes, D3Q19 for three unless given.
+    #[serde(default)]
+    pub lattice: Option<Lattice>,
+}
+
+/// Boundary kind of one face.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FaceKind {
+    /// Wraps around to the opposite face.
+    #[default]
+    Periodic,
+    /// Resting wall (bounce-back).
+    Wall,
+    /// Wall moving tangentially (lid).
+    MovingWall,
+    /// Prescribed velocity.
+    Inlet,
+    /// Prescribed density (pressure).
+    Outlet,
+}
+
+/// Inlet velocity profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// The same velocity everywhere on the face.
+    #[default]
+    Uniform,
+    /// Parabolic across the open part of the face, `velocity` at its centre.
+    Parabolic,
+}
+
+/// One face: `"wall"` or a table `{ type = "moving_wall", velocity = [0.1, 0, 0] }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Face {
+    /// Boundary kind.
+    #[serde(rename = "type", default)]
+    pub kind: FaceKind,
+    /// Wall or inlet velocity (lattice units).
+    #[serde(default)]
+    pub velocity: Vec3,
+    /// Outlet density (lattice units).
+    #[serde(default = "one")]
+    pub density: f32,
+    /// Inlet profile.
+    #[serde(default)]
+    pub profile: Profile,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// `[boundaries]`: faces in the order x_min, x_max, y_min, y_max, z_min, z_max.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Boundaries {
+    /// Face at x = 0.
+    #[serde(default)]
+    pub x_min: Face,
+    /// Face at x = nx - 1.
+    #[serde(default)]
+    pub x_max: Face,
+    /// Face at y = 0.
+    #[serde(default)]
+    pub y_min: Face,
+    /// Face at y = ny - 1.
+    #[serde(default)]
+    pub y_max: Face,
+    /// Face at z = 0.
+    #[serde(default)]
+    pub z_min: Face,
+    /// Face at z = nz - 1.
+    #[serde(default)]
+    pub z_max: Face,
+}
+
+impl Boundaries {
+    /// Faces as an array indexed by `2 * axis + (max as usize)`.
+    #[must_use]
+    pub fn faces(&self) -> [&Face; 6] {
+        [
+            &self.x_min,
+            &self.x_max,
+            &self.y_min,
+            &self.y_max,
+            &self.z_min,
+            &self.z_max,
+        ]
+    }
+    /// Names of the faces, in the order of [`Boundaries::faces`].
+    pub const NAMES: [&'static str; 6] = ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"];
+}
+
+/// `[fluid]`: give one of `tau`, `viscosity` or `reynolds` (with `length` and `velocity`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fluid {
+    /// Relaxation time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tau: Option<f32>,
+    /// Kinematic viscosity (lattice units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viscosity: Option<f32>,
+    /// Reynolds number `velocity * length / viscosity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reynolds: Option<f32>,
+    /// Reference length for `reynolds` (cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<f32>,
+    /// Reference velocity for `reynolds` (lattice units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub velocity: Option<f32>,
+    /// Body force density (Guo forcing), lattice units.
+    #[serde(default)]
+    pub force: Vec3,
+}
+
+impl Default for Fluid {
+    fn default() -> Self {
+        Fluid {
+            tau: None,
+            viscosity: None,
+            reynolds: None,
+            length: None,
+            velocity: None,
+            force: Vec3::default(),
+        }
+    }
+}
+
+/// Initial flow field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InitialKind {
+    /// Uniform density and velocity.
+    #[default]
+    Uniform,
+    /// Taylor-Green vortex array with one vortex pair per period of the domain.
+    TaylorGreen,
+}
+
+/// `[initial]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Initial {
+    /// Kind of initial field.
+    #[serde(default)]
+    pub kind: InitialKind,
+    /// Uniform velocity, or the amplitude (x component) of the Taylor-Green vortex.
+    #[serde(default)]
+    pub velocity: Vec3,
+    /// Density.
+    #[serde(default = "one")]
+    pub density: f32,
+}
+
+impl Default for Initial {
+    fn default() -> Self {
+        Initial {
+            kind: InitialKind::Uniform,
+            velocity: Vec3::default(),
+            density: 1.0,
+        }
+    }
+}
+
+/// `[solver]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolverSpec {
+    /// Streaming scheme.
+    #[serde(default)]
+    pub scheme: Scheme,
+    /// DDF storage precision.
+    #[serde(default = "default_precision")]
+    pub precision: Precision,
+    /// Collision operator.
+    #[serde(default = "default_collision")]
+    pub collision: Collision,
+    /// Smagorinsky constant.
+    #[serde(default = "default_cs")]
+    pub smagorinsky_cs: f32,
+    /// Edge of the LBM-Ghost blocks (cells).
+    #[serde(default = "default_ghost_block")]
+    pub ghost_block: usize,
+    /// Steps that `esoflow run` makes unless `--steps` is given.
+    #[serde(default = "default_steps")]
+    pub steps: u64,
+    /// Interval of rows in stats.csv (steps).
+    #[serde(default = "default_stats_every")]
+    pub stats_every: u64,
+}
+
+fn default_precision() -> Precision {
+    Precision::Fp32
+}
+fn default_collision() -> Collision {
+    Collision::Bgk
+}
+fn default_cs() -> f32 {
+    0.1
+}
+fn default_ghost_block() -> usize {
+    16
+}
+fn default_steps() -> u64 {
+    1000
+}
+fn default_stats_every() -> u64 {
+    100
+}
+
+impl Default for SolverSpec {
+    fn default() -> Self {
+        SolverSpec {
+            scheme: Scheme::default(),
+            precision: default_precision(),
+            collision: default_collision(),
+            smagorinsky_cs: default_cs(),
+            ghost_block: default_ghost_block(),
+            steps: default_steps(),
+            stats_every: default_stats_every(),
+        }
+    }
+}
+
+/// Axis name in scenes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Axis {
+    /// x.
+    X,
+    /// y.
+    Y,
+    /// z.
+    #[default]
+    Z,
+}
+
+impl Axis {
+    /// Axis index.
+    #[must_use]
+    pub fn index(self) -> usize {
+        match self {
+            Axis::X => 0,
+            Axis::Y => 1,
+            Axis::Z => 2,
+        }
+    }
+}
+
+/// `[[obstacles]]`: a solid shape. Cell (x, y, z) has its centre at (x, y, z).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "shape", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Obstacle {
+    /// Axis-aligned box with corners `min` and `max` (inclusive, cells).
+    Box {
+        /// Name in force reports.
+        #[serde(default)]
+        name: Option<String>,
+        /// Lower corner.
+        min: Vec3,
+        /// Upper corner.
+        max: Vec3,
+    },
+    /// Sphere (a disc in 2D).
+    Sphere {
+        /// Name in force reports.
+        #[serde(default)]
+        name: Option<String>,
+        /// Centre.
+        center: Vec3,
+        /// Radius (cells).
+        radius: f32,
+    },
+    /// Cylinder along `axis` through `center`, infinite unless `length` is given.
+    Cylinder {
+        /// Name in force reports.
+        #[serde(default)]
+        name: Option<String>,
+        /// A point on the axis.
+        center: Vec3,
+        /// Radius (cells).
+        radius: f32,
+        /// Axis direction.
+        #[serde(default)]
+        axis: Axis,
+        /// Length along the axis (cells), centred on `center`.
+        #[serde(default)]
+        length: Option<f32>,
+    },
+    /// Triangle mesh from an STL file (binary or ASCII), voxelised.
+    Stl {
+        /// Name in force reports.
+        #[serde(default)]
+        name: Option<String>,
+        /// Path, relative to the scene file.
+        file: PathBuf,
+        /// Where the centre of the mesh's bounding box goes.
+        center: Vec3,
+        /// Longest edge of the mesh's bounding box after scaling (cells).
+        size: f32,
+    },
+}
+
+impl Obstacle {
+    /// The name used in force reports.
+    #[must_use]
+    pub fn display_name(&self, index: usize) -> String {
+        let (n, s) = match self {
+            Obstacle::Box { name, .. } => (name, "box"),
+            Obstacle::Sphere { name, .. } => (name, "sphere"),
+            Obstacle::Cylinder { name, .. } => (name, "cylinder"),
+            Obstacle::Stl { name, .. } => (name, "stl"),
+        };
+        n.clone().unwrap_or_else(|| format!("{s}{index}"))
+    }
+}
+
+/// A scene error: file, line (where known), key and what is valid.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}{}: {key}: {message}", .file, .line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct SceneError {
+    /// File name, or `--set` for a command-line override.
+    pub file: String,
+    /// 1-based line.
+    pub line: Option<usize>,
+    /// Dotted key, e.g. `fluid.tau`.
+    pub key: String,
+    /// What is wrong and what would be valid.
+    pub message: String,
+}
+
+/// Parameters derived from a validated scene.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Derived {
+    /// Velocity set.
+    pub lattice: Lattice,
+    /// Cells along x, y, z (z = 1 in 2D).
+    pub size: [usize; 3],
+    /// Relaxation time.
+    pub tau: f32,
+    /// Largest velocity the scene prescribes (lattice units).
+    pub max_velocity: f32,
+    /// Warnings a user should read (e.g. high Mach number).
+    pub warnings: Vec<String>,
+}
+
+impl Derived {
+    /// Kinematic viscosity.
+    #[must_use]
+    pub fn viscosity(&self) -> f32 {
+        (self.tau - 0.5) / 3.0
+    }
+}
+
+/// A scene loaded from disk, with where it came from.
+#[derive(Clone, Debug)]
+pub struct LoadedScene {
+    /// The scene after overrides.
+    pub scene: Scene,
+    /// Derived parameters.
+    pub derived: Derived,
+    /// Directory that relative paths in the scene are resolved against.
+    pub base_dir: PathBuf,
+    /// File name used in messages.
+    pub origin: String,
+}
+
+/// Read, override, parse and validate a scene file.
+///
+/// # Errors
+/// A [`SceneError`] naming the file, line and key.
+pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<LoadedScene, SceneError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SceneError {
+        file: origin.clone(),
+        line: None,
+        key: "(file)".into(),
+        message: format!("cannot read the scene file: {e}"),
+    })?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    from_str(&text, &origin, base_dir, overrides)
+}
+
+/// Parse a scene from text. `origin` names it in errors.
+///
+/// # Errors
+/// A [`SceneError`] naming the origin, line and key.
+pub fn from_str(
+    text: &str,
+    origin: &str,
+    base_dir: PathBuf,
+    overrides: &[(String, String)],
+) -> Result<LoadedScene, SceneError> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| SceneError {
+        file: origin.to_string(),
+        line: e.span().map(|s| line_of_offset(text, s.start)),
+        key: "(syntax)".into(),
+        message: e.message().trim().to_string(),
+    })?;
+    normalise_faces(&mut table);
+    let mut overridden = Vec::new();
+    for (k, v) in overrides {
+        apply_override(&mut table, k, v)?;
+        overridden.push(k.clone());
+    }
+    normalise_faces(&mut table);
+    let locate = |key: &str| -> (String, Option<usize>) {
+        if overridden
+            .iter()
+            .any(|o| key == o || key.starts_with(&format!("{o}.")))
+        {
+            ("--set".to_string(), None)
+        } else {
+            (origin.to_string(), line_of_key(text, key))
+        }
+    };
+    let de = toml::Value::Table(table);
+    let scene: Scene = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let key = if key == "." { String::new() } else { key };
+        let (file, line) = locate(&key);
+        SceneError {
+            file,
+            line,
+            key,
+            message: explain(&e.inner().to_string()),
+        }
+    })?;
+    let derived = validate(&scene).map_err(|(key, message)| {
+        let (file, line) = locate(&key);
+        SceneError {
+            file,
+            line,
+            key,
+            message,
+        }
+    })?;
+    Ok(LoadedScene {
+        scene,
+        derived,
+        base_dir,
+        origin: origin.to_string(),
+    })
+}
+
+/// Make serde's messages say what is valid in scene terms.
+fn explain(msg: &str) -> String {
+    let msg = msg.trim().to_string();
+    if msg.starts_with("unknown variant") || msg.starts_with("unknown field") {
+        return msg.replace('`', "\"");
+    }
+    msg
+}
+
+/// Faces may be written as a bare string: `x_min = "wall"`. Turn those into tables.
+fn normalise_faces(table: &mut toml::Table) {
+    if let Some(toml::Value::Table(b)) = table.get_mut("boundaries") {
+        for (_, v) in b.iter_mut() {
+            if let toml::Value::String(s) = v {
+                let mut t = toml::Table::new();
+                t.insert("type".into(), toml::Value::String(s.clone()));
+                *v = toml::Value::Table(t);
+            }
+        }
+    }
+}
+
+/// Apply one `--set KEY=VALUE`.
+///
+/// # Errors
+/// Unknown keys list the valid ones; out-of-range array indices say how many there are.
+pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result<(), SceneError> {
+    let err = |message: String| SceneError {
+        file: "--set".into(),
+        line: None,
+        key: key.into(),
+        message,
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    let pattern: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            if p.parse::<usize>().is_ok() {
+                "N".to_string()
+            } else {
+                (*p).to_string()
+            }
+        })
+        .collect();
+    let pattern = pattern.join(".");
+    if !KEYS.iter().any(|k| k.key == pattern) {
+        let valid: Vec<&str> = KEYS.iter().map(|k| k.key).collect();
+        return Err(err(format!(
+            "unknown key; valid keys are: {} (N = obstacle index from 0)",
+            valid.join(", ")
+        )));
+    }
+    let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(value.into())),
+        Err(_) => toml::Value::String(value.to_string()),
+    };
+    let mut cur = table;
+    for (depth, p) in parts.iter().enumerate() {
+        let last = depth + 1 == parts.len();
+        if let Ok(idx) = p.parse::<usize>() {
+            // Only obstacles are arrays of tables: walk into element idx.
+            return Err(err(format!("internal: unexpected index {idx}")));
+        }
+        if last {
+            cur.insert((*p).to_string(), parsed);
+            return Ok(());
+        }
+        // Next part an index? Then this is the obstacles array.
+        if let Some(next) = parts.get(depth + 1) {
+            if let Ok(idx) = next.parse::<usize>() {
+                let Some(toml::Value::Array(arr)) = cur.get_mut(*p) else {
+                    return Err(err(format!("the scene has no \"{p}\" entries to index")));
+                };
+                let len = arr.len();
+                let Some(toml::Value::Table(elem)) = arr.get_mut(idx) else {
+                    return Err(err(format!(
+                        "index {idx} is out of range: the scene has {len} {p}"
+                    )));
+                };
+                let rest = parts[depth + 2..].join(".");
+                if rest.is_empty() {
+                    return Err(err(
+                        "give a field of the element, e.g. obstacles.0.radius".into()
+                    ));
+                }
+                return set_in(elem, &rest, parsed).map_err(err);
+            }
+        }
+        let entry = cur
+            .entry((*p).to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::String(s) = entry {
+            // A face written as a bare string gets its fields.
+            let mut t = toml::Table::new();
+            t.insert("type".into(), toml::Value::String(s.clone()));
+            *entry = toml::Value::Table(t);
+        }
+        let toml::Value::Table(t) = entry else {
+            return Err(err(format!("\"{p}\" is not a table")));
+        };
+        cur = t;
+    }
+    Ok(())
+}
+
+fn set_in(t: &mut toml::Table, dotted: &str, v: toml::Value) -> Result<(), String> {
+    let mut cur = t;
+    let parts: Vec<&str> = dotted.split('.').collect();
+    for (i, p) in parts.iter().enumerate() {
+        if i + 1 == parts.len() {
+            cur.insert((*p).to_string(), v);
+            return Ok(());
+        }
+        let e = cur
+            .entry((*p).to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(n) = e else {
+            return Err(format!("\"{p}\" is not a table"));
+        };
+        cur = n;
+    }
+    Ok(())
+}
+
+fn line_of_offset(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// 1-based line of a dotted key in a TOML text (array elements by index), if present.
+/// Falls back to the deepest part of the key that exists.
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    use toml_edit::{Item, Value};
+    let doc = toml_edit::Document::parse(text).ok()?;
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
+    let mut best = None;
+    let parts: Vec<&str> = key.split('.').filter(|p| !p.is_empty()).collect();
+    let mut i = 0;
+    while i < parts.len() {
+        let Some((k, v)) = table.get_key_value(parts[i]) else {
+            break;
+        };
+        best = k.span().or_else(|| v.span()).or(best);
+        i += 1;
+        match v {
+            Item::Table(t) => table = t,
+            Item::Value(Value::InlineTable(t)) => table = t,
+            Item::ArrayOfTables(a) => {
+                let Some(idx) = parts.get(i).and_then(|p| p.parse::<usize>().ok()) else {
+                    break;
+                };
+                let Some(t) = a.get(idx) else { break };
+                best = t.span().or(best);
+                table = t;
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    best.map(|s| line_of_offset(text, s.start))
+}
+
+/// Check a deserialised scene and derive its parameters. Errors are (key, message).
+///
+/// # Errors
+/// The first problem found.
+pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
+    let e = |k: &str, m: String| Err((k.to_string(), m));
+    let size = &s.domain.size;
+    if size.len() != 2 && size.len() != 3 {
+        return e(
+            "domain.size",
+            format!("give 2 (2D) or 3 (3D) cell counts, got {}", size.len()),
+        );
+    }
+    let lattice = s.domain.lattice.unwrap_or(if size.len() == 2 {
+        Lattice::D2Q9
+    } else {
+        Lattice::D3Q19
+    });
+    if lattice.dims() != size.len() {
+        return e(
+            "domain.lattice",
+            format!(
+                "{lattice} is {}D but domain.size has {} entries; use {}",
+                lattice.dims(),
+                size.len(),
+                if size.len() == 2 {
+                    "D2Q9"
+                } else {
+                    "D3Q19 or D3Q27"
+                }
+            ),
+        );
+    }
+    for (a, &n) in size.iter().enumerate() {
+        if n < 3 {
+            return e(
+                "domain.size",
+                format!("axis {a} has {n} cells; each axis needs at least 3"),
+            );
+        }
+    }
+    let cells: usize = size.iter().product();
+    if cells > (1usize << 33) {
+        return e(
+            "domain.size",
+            format!("{cells} cells is more than Esoflow addresses (2^33)"),
+        );
+    }
+    let mut dims = [1usize; 3];
+    dims[..size.len()].copy_from_slice(size);
+
+    let faces = s.boundaries.faces();
+    let mut maxv: f32 = 0.0;
+    for (f, face) in faces.iter().enumerate() {
+        let name = Boundaries::NAMES[f];
+        let axis = f / 2;
+        if axis >= size.len() && face.kind != FaceKind::Periodic {
+            return e(
+                &format!("boundaries.{name}"),
+                "a 2D scene has no z faces; remove this key".into(),
+            );
+        }
+        let other = faces[f ^ 1];
+        if (face.kind == FaceKind::Periodic) != (other.kind == FaceKind::Periodic) {
+            return e(
+                &format!("boundaries.{name}"),
+                format!(
+                    "periodic faces come in pairs: {} is {:?} but {} is {:?}",
+                    name,
+                    face.kind,
+                    Boundaries::NAMES[f ^ 1],
+                    other.kind
+                ),
+            );
+        }
+        let v = face.velocity.0;
+        let speed = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+        match face.kind {
+            FaceKind::MovingWall => {
+                if v[axis] != 0.0 {
+                    return e(&format!("boundaries.{name}.velocity"), "a moving wall moves along itself: the velocity component normal to the face must be 0".into());
+                }
+                maxv = maxv.max(speed);
+            }
+            FaceKind::Inlet => maxv = maxv.max(speed),
+            FaceKind::Outlet => {
+                if !(face.density > 0.0) {
+                    return e(
+                        &format!("boundaries.{name}.density"),
+                        format!("must be > 0, got {}", face.density),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let iv = s.initial.velocity.0;
+    maxv = maxv.max((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt());
+    if !(s.initial.density > 0.0) {
+        return e(
+            "initial.density",
+            format!("must be > 0, got {}", s.initial.density),
+        );
+    }
+
+    let fl = &s.fluid;
+    let given = [
+        fl.tau.is_some(),
+        fl.viscosity.is_some(),
+        fl.reynolds.is_some(),
+    ]
+    .iter()
+    .filter(|&&b| b)
+    .count();
+    if given > 1 {
+        return e(
+            "fluid",
+            "give only one of tau, viscosity or reynolds".into(),
+        );
+    }
+    let tau = if let Some(t) = fl.tau {
+        t
+    } else if let Some(nu) = fl.viscosity {
+        if !(nu > 0.0) {
+            return e("fluid.viscosity", format!("must be > 0, got {nu}"));
+        }
+        3.0 * nu + 0.5
+    } else if let Some(re) = fl.reynolds {
+        if !(re > 0.0) {
+            return e("fluid.reynolds", format!("must be > 0, got {re}"));
+        }
+        let Some(l) = fl.length else {
+            return e(
+                "fluid.length",
+                "reynolds needs a reference length (cells)".into(),
+            );
+        };
+        let Some(u) = fl.velocity else {
+            return e(
+                "fluid.velocity",
+                "reynolds needs a reference velocity (lattice units)".into(),
+            );
+        };
+        if !(l > 0.0 && u > 0.0) {
+            return e(
+                "fluid.length",
+                "reference length and velocity must be > 0".into(),
+            );
+        }
+        maxv = maxv.max(u);
+        3.0 * (u * l / re) + 0.5
+    } else {
+        0.6
+    };
+    let tau_key = if fl.tau.is_some() {
+        "fluid.tau"
+    } else if fl.viscosity.is_some() {
+        "fluid.viscosity"
+    } else {
+        "fluid.reynolds"
+    };
+    if !(tau > 0.5) {
+        return e(tau_key, format!("gives tau = {tau}; tau must be > 0.5 (viscosity > 0): lower the Reynolds number, raise the resolution or the viscosity"));
+    }
+    if !(tau < 50.0) {
+        return e(
+            tau_key,
+            format!("gives tau = {tau}; keep tau below 50 (viscosity below 16.5)"),
+        );
+    }
+    let mut warnings = Vec::new();
+    let mach = maxv * 3.0f32.sqrt();
+    if mach > 0.6 {
+        return e("fluid", format!("the largest prescribed velocity {maxv} is Mach {mach:.2}; LBM needs Mach < 0.3 (velocity < 0.17): lower the velocities"));
+    }
+    if mach > 0.3 {
+        warnings.push(format!("Mach number {mach:.2} > 0.3 (velocity {maxv}): compressibility errors are large and the run may blow up"));
+    }
+    if tau < 0.51 && s.solver.collision == Collision::Bgk {
+        warnings.push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"trt\" or \"smagorinsky\""));
+    }
+    if s.solver.ghost_block < 2 {
+        return e(
+            "solver.ghost_block",
+            format!("must be at least 2, got {}", s.solver.ghost_block),
+        );
+    }
+    if s.solver.stats_every == 0 {
+        return e("solver.stats_every", "must be at least 1".into());
+    }
+    if !(s.solver.smagorinsky_cs >= 0.0) {
+        return e("solver.smagorinsky_cs", "must be >= 0".into());
+    }
+    for (i, o) in s.obstacles.iter().enumerate() {
+        let key = |f: &str| format!("obstacles.{i}.{f}");
+        match o {
+            Obstacle::Sphere { radius, .. } | Obstacle::Cylinder { radius, .. }
+                if !(*radius > 0.0) =>
+            {
+                return e(&key("radius"), format!("must be > 0, got {radius}"));
+            }
+            Obstacle::Stl { size, .. } if !(*size > 0.0) => {
+                return e(&key("size"), format!("must be > 0, got {size}"))
+            }
+            _ => {}
+        }
+    }
+    if s.obstacles.len() > crate::domain::MAX_IDS {
+        return e(
+            "obstacles",
+            format!(
+                "at most {} obstacles, got {}",
+                crate::domain::MAX_IDS,
+                s.obstacles.len()
+            ),
+        );
+    }
+    let f = fl.force.0;
+    if f.iter().any(|x| !x.is_finite()) {
+        return e("fluid.force", "must be finite numbers".into());
+    }
+    Ok(Derived {
+        lattice,
+        size: dims,
+        tau,
+        max_velocity: maxv,
+        warnings,
+    })
+}

@@ -1,0 +1,313 @@
+//! Obstacle shapes to cell masks. A cell is solid when its centre lies inside the shape.
+
+use super::{Obstacle, Vec3};
+use std::path::Path;
+
+/// Mask of the cells inside an obstacle (index `x + nx * (y + ny * z)`).
+///
+/// # Errors
+/// A message for an unreadable or empty STL file.
+pub fn voxelise(
+    o: &Obstacle,
+    n: [usize; 3],
+    dims: usize,
+    base: &Path,
+) -> Result<Vec<bool>, String> {
+    let mut m = vec![false; n[0] * n[1] * n[2]];
+    let idx = |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
+    match o {
+        Obstacle::Box { min, max, .. } => {
+            let (lo, hi) = (min.0, max.0);
+            for z in 0..n[2] {
+                for y in 0..n[1] {
+                    for x in 0..n[0] {
+                        let p = [x as f32, y as f32, z as f32];
+                        if (0..dims).all(|a| p[a] >= lo[a] && p[a] <= hi[a]) {
+                            m[idx(x, y, z)] = true;
+                        }
+                    }
+                }
+            }
+        }
+        Obstacle::Sphere { center, radius, .. } => {
+            let c = center.0;
+            for z in 0..n[2] {
+                for y in 0..n[1] {
+                    for x in 0..n[0] {
+                        let p = [x as f32, y as f32, z as f32];
+                        let d2: f32 = (0..dims).map(|a| (p[a] - c[a]).powi(2)).sum();
+                        if d2 <= radius * radius {
+                            m[idx(x, y, z)] = true;
+                        }
+                    }
+                }
+            }
+        }
+        Obstacle::Cylinder {
+            center,
+            radius,
+            axis,
+            length,
+            ..
+        } => {
+            let c = center.0;
+            let ax = if dims == 2 { 2 } else { axis.index() };
+            for z in 0..n[2] {
+                for y in 0..n[1] {
+                    for x in 0..n[0] {
+                        let p = [x as f32, y as f32, z as f32];
+                        let d2: f32 = (0..dims)
+                            .filter(|&a| a != ax)
+                            .map(|a| (p[a] - c[a]).powi(2))
+                            .sum();
+                        let along = if ax < dims {
+                            (p[ax] - c[ax]).abs()
+                        } else {
+                            0.0
+                        };
+                        let inside_len = length.is_none_or(|l| along <= 0.5 * l);
+                        if d2 <= radius * radius && inside_len {
+                            m[idx(x, y, z)] = true;
+                        }
+                    }
+                }
+            }
+        }
+        Obstacle::Stl {
+            file, center, size, ..
+        } => {
+            let path = base.join(file);
+            let tris = read_stl(&path)?;
+            voxelise_mesh(&tris, *center, *size, n, dims, &mut m)?;
+        }
+    }
+    Ok(m)
+}
+
+/// Read an STL file (binary or ASCII) into triangles.
+///
+/// # Errors
+/// A message naming the file.
+pub fn read_stl(path: &Path) -> Result<Vec<[[f32; 3]; 3]>, String> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| format!("cannot open STL file {}: {e}", path.display()))?;
+    let mesh = stl_io::read_stl(&mut f).map_err(|e| {
+        format!(
+            "{} is not a readable STL file (binary or ASCII): {e}",
+            path.display()
+        )
+    })?;
+    let tris: Vec<[[f32; 3]; 3]> = mesh
+        .faces
+        .iter()
+        .map(|t| {
+            let v = |k: usize| {
+                let p = mesh.vertices[t.vertices[k]];
+                [p[0], p[1], p[2]]
+            };
+            [v(0), v(1), v(2)]
+        })
+        .collect();
+    if tris.is_empty() {
+        return Err(format!("{} has no triangles", path.display()));
+    }
+    Ok(tris)
+}
+
+/// Voxelise a closed triangle mesh by ray parity along x, after scaling its bounding box so its
+/// longest edge is `size` cells and centring it on `center`.
+fn voxelise_mesh(
+    tris: &[[[f32; 3]; 3]],
+    center: Vec3,
+    size: f32,
+    n: [usize; 3],
+    dims: usize,
+    m: &mut [bool],
+) -> Result<(), String> {
+    let mut lo = [f32::MAX; 3];
+    let mut hi = [f32::MIN; 3];
+    for t in tris {
+        for v in t {
+            for a in 0..3 {
+                lo[a] = lo[a].min(v[a]);
+                hi[a] = hi[a].max(v[a]);
+            }
+        }
+    }
+    let ext = (0..3).map(|a| hi[a] - lo[a]).fold(0.0f32, f32::max);
+    if !(ext > 0.0) {
+        return Err("the STL mesh has zero extent".into());
+    }
+    let s = size / ext;
+    let mid = [
+        (lo[0] + hi[0]) * 0.5,
+        (lo[1] + hi[1]) * 0.5,
+        (lo[2] + hi[2]) * 0.5,
+    ];
+    let map = |v: [f32; 3]| -> [f64; 3] {
+        let mut o = [0.0f64; 3];
+        for a in 0..3 {
+            o[a] = f64::from((v[a] - mid[a]) * s + center.0[a]);
+        }
+        o
+    };
+    // In 2D the mesh is sliced at z = center.z: use the 3D parity test on the plane z = centre.
+    let zs: Vec<usize> = if dims == 2 {
+        vec![0]
+    } else {
+        (0..n[2]).collect()
+    };
+    let mut hits: Vec<Vec<f64>> = vec![Vec::new(); n[1] * zs.len()];
+    for t in tris {
+        let p = [map(t[0]), map(t[1]), map(t[2])];
+        let (ymin, ymax) = (
+            p.iter().map(|v| v[1]).fold(f64::MAX, f64::min),
+            p.iter().map(|v| v[1]).fold(f64::MIN, f64::max),
+        );
+        let (zmin, zmax) = (
+            p.iter().map(|v| v[2]).fold(f64::MAX, f64::min),
+            p.iter().map(|v| v[2]).fold(f64::MIN, f64::max),
+        );
+        let y0 = ymin.ceil().max(0.0) as usize;
+        let y1 = (ymax.floor().min(n[1] as f64 - 1.0)).max(-1.0);
+        if y1 < 0.0 {
+            continue;
+        }
+        for y in y0..=(y1 as usize) {
+            for (zi, &z) in zs.iter().enumerate() {
+                let zc = if dims == 2 {
+                    f64::from(center.0[2])
+                } else {
+                    z as f64
+                };
+                if zc < zmin || zc > zmax {
+                    continue;
+                }
+                if let Some(x) = ray_x(&p, y as f64, zc) {
+                    hits[y + n[1] * zi].push(x);
+                }
+            }
+        }
+    }
+    for (zi, &z) in zs.iter().enumerate() {
+        for y in 0..n[1] {
+            let h = &mut hits[y + n[1] * zi];
+            h.sort_by(f64::total_cmp);
+            for pair in h.chunks_exact(2) {
+                let x0 = pair[0].ceil().max(0.0) as usize;
+                let x1 = pair[1].floor().min(n[0] as f64 - 1.0);
+                if x1 < 0.0 {
+                    continue;
+                }
+                for x in x0..=(x1 as usize) {
+                    m[x + n[0] * (y + n[1] * z)] = true;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// x where the line {(x, y, z)} crosses triangle p, if it does. Half-open edge rules keep a
+/// ray through a shared edge or vertex from counting twice.
+fn ray_x(p: &[[f64; 3]; 3], y: f64, z: f64) -> Option<f64> {
+    // 2D edge functions in the (y, z) plane.
+    let e = |a: [f64; 3], b: [f64; 3]| (b[1] - a[1]) * (z - a[2]) - (b[2] - a[2]) * (y - a[1]);
+    let w0 = e(p[1], p[2]);
+    let w1 = e(p[2], p[0]);
+    let w2 = e(p[0], p[1]);
+    let top_left = |a: [f64; 3], b: [f64; 3]| {
+        let (dy, dz) = (b[1] - a[1], b[2] - a[2]);
+        dz > 0.0 || (dz == 0.0 && dy < 0.0)
+    };
+    let inside = |w: f64, a, b| w > 0.0 || (w == 0.0 && top_left(a, b));
+    let inside_neg = |w: f64, a, b| w < 0.0 || (w == 0.0 && !top_left(a, b));
+    let pos = inside(w0, p[1], p[2]) && inside(w1, p[2], p[0]) && inside(w2, p[0], p[1]);
+    let neg =
+        inside_neg(w0, p[1], p[2]) && inside_neg(w1, p[2], p[0]) && inside_neg(w2, p[0], p[1]);
+    if !(pos || neg) {
+        return None;
+    }
+    let sum = w0 + w1 + w2;
+    if sum == 0.0 {
+        return None;
+    }
+    Some((w0 * p[0][0] + w1 * p[1][0] + w2 * p[2][0]) / sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A closed cube mesh from -1 to 1, 12 triangles.
+    fn cube() -> Vec<[[f32; 3]; 3]> {
+        let v = |i: usize| -> [f32; 3] {
+            [
+                if i & 1 != 0 { 1.0 } else { -1.0 },
+                if i & 2 != 0 { 1.0 } else { -1.0 },
+                if i & 4 != 0 { 1.0 } else { -1.0 },
+            ]
+        };
+        let quads = [
+            [0, 1, 3, 2],
+            [4, 6, 7, 5],
+            [0, 4, 5, 1],
+            [2, 3, 7, 6],
+            [0, 2, 6, 4],
+            [1, 5, 7, 3],
+        ];
+        let mut t = Vec::new();
+        for q in quads {
+            t.push([v(q[0]), v(q[1]), v(q[2])]);
+            t.push([v(q[0]), v(q[2]), v(q[3])]);
+        }
+        t
+    }
+
+    #[test]
+    fn cube_mesh_voxelises_to_the_expected_cell_count() {
+        let n = [20, 20, 20];
+        let mut m = vec![false; 8000];
+        voxelise_mesh(&cube(), Vec3([10.0, 10.0, 10.0]), 9.0, n, 3, &mut m).unwrap();
+        // Cube from 5.5 to 14.5 -> cells 6..=14 on each axis: 9^3.
+        assert_eq!(m.iter().filter(|&&b| b).count(), 729);
+    }
+
+    #[test]
+    fn ascii_and_binary_stl_read_the_same() {
+        let dir = std::env::temp_dir().join(format!("esoflow-stl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tris = cube();
+        let mut ascii = String::from("solid c\n");
+        for t in &tris {
+            ascii.push_str("facet normal 0 0 0\nouter loop\n");
+            for v in t {
+                ascii.push_str(&format!("vertex {} {} {}\n", v[0], v[1], v[2]));
+            }
+            ascii.push_str("endloop\nendfacet\n");
+        }
+        ascii.push_str("endsolid c\n");
+        std::fs::write(dir.join("a.stl"), ascii).unwrap();
+        let mesh: Vec<stl_io::Triangle> = tris
+            .iter()
+            .map(|t| stl_io::Triangle {
+                normal: stl_io::Normal::new([0.0, 0.0, 0.0]),
+                vertices: [
+                    stl_io::Vertex::new(t[0]),
+                    stl_io::Vertex::new(t[1]),
+                    stl_io::Vertex::new(t[2]),
+                ],
+            })
+            .collect();
+        let mut f = std::fs::File::create(dir.join("b.stl")).unwrap();
+        stl_io::write_stl(&mut f, mesh.iter()).unwrap();
+        drop(f);
+        let a = read_stl(&dir.join("a.stl")).unwrap();
+        let b = read_stl(&dir.join("b.stl")).unwrap();
+        assert_eq!(a.len(), 12);
+        assert_eq!(b.len(), 12);
+        assert!(read_stl(&dir.join("missing.stl"))
+            .unwrap_err()
+            .contains("missing.stl"));
+    }
+}

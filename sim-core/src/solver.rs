@@ -1,0 +1,176 @@
+//! The seam between a solver backend and everything else (CLI, viewer, tests, later CUDA,
+//! subgrids and blocks): build from a scene, step, read fields and stats, change parameters,
+//! checkpoint and restore.
+
+use crate::checkpoint::Checkpoint;
+use crate::collision::{CollideParams, Collision};
+use crate::domain::Domain;
+use crate::lattice::Lattice;
+use crate::precision::Precision;
+use crate::schemes::Scheme;
+
+/// What a solver is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SolverInfo {
+    /// Backend name ("cpu", "cuda").
+    pub backend: &'static str,
+    /// Device description.
+    pub device: String,
+    /// Velocity set.
+    pub lattice: Lattice,
+    /// Streaming scheme.
+    pub scheme: Scheme,
+    /// Storage precision.
+    pub precision: Precision,
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// Bytes per cell in memory (DDFs and flags).
+    pub bytes_per_cell: f64,
+    /// Bytes moved per cell and step (ideal model).
+    pub bytes_moved_per_cell: f64,
+    /// Memory the solver holds (bytes).
+    pub memory_bytes: u64,
+}
+
+/// Parameters that may change between steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// Collision operator, tau, Smagorinsky constant, body force.
+    pub collide: CollideParams,
+    /// Moving-wall velocities by wall id (id 0 is resting).
+    pub walls: Vec<[f32; 3]>,
+    /// Inlet velocities by inlet id (centre value for parabolic profiles).
+    pub inlets: Vec<[f32; 3]>,
+    /// Outlet densities by outlet id.
+    pub outlets: Vec<f32>,
+}
+
+impl Params {
+    /// Check a parameter set; the message says what is valid.
+    ///
+    /// # Errors
+    /// tau <= 0.5, non-finite values or supersonic velocities.
+    pub fn validate(&self) -> Result<(), String> {
+        let c = &self.collide;
+        if !(c.tau > 0.5) || !c.tau.is_finite() {
+            return Err(format!("tau = {} must be > 0.5", c.tau));
+        }
+        if !c.force.iter().all(|x| x.is_finite()) {
+            return Err("force must be finite".into());
+        }
+        if !(c.cs >= 0.0) {
+            return Err("Smagorinsky constant must be >= 0".into());
+        }
+        for v in self.walls.iter().chain(self.inlets.iter()) {
+            let s = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+            if !(s < 0.35) {
+                return Err(format!(
+                    "velocity {s} is too large: keep boundary velocities below 0.35 (Mach 0.6)"
+                ));
+            }
+        }
+        if self.outlets.iter().any(|&d| !(d > 0.0)) {
+            return Err("outlet density must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// Statistics after the last step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Steps done.
+    pub step: u64,
+    /// Total mass (sum of density over non-solid cells).
+    pub mass: f64,
+    /// Largest velocity magnitude.
+    pub max_u: f64,
+    /// Force on each obstacle during the last step (momentum exchange), lattice units.
+    pub forces: Vec<[f64; 3]>,
+}
+
+impl Stats {
+    /// Sum of the forces on all obstacles.
+    #[must_use]
+    pub fn total_force(&self) -> [f64; 3] {
+        let mut t = [0.0; 3];
+        for f in &self.forces {
+            for a in 0..3 {
+                t[a] += f[a];
+            }
+        }
+        t
+    }
+    /// Whether the state has blown up (non-finite numbers).
+    #[must_use]
+    pub fn blown_up(&self) -> bool {
+        !self.mass.is_finite() || !self.max_u.is_finite()
+    }
+}
+
+/// Density and velocity of every cell (solid cells: density 1, velocity 0).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fields {
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// Density.
+    pub rho: Vec<f32>,
+    /// Velocity, three components per cell.
+    pub u: Vec<[f32; 3]>,
+    /// Whether the cell is solid.
+    pub solid: Vec<bool>,
+}
+
+/// Errors a solver reports.
+#[derive(Debug, thiserror::Error)]
+pub enum SolverError {
+    /// A parameter was refused.
+    #[error("invalid parameter: {0}")]
+    Param(String),
+    /// A checkpoint was refused.
+    #[error("checkpoint refused: {0}")]
+    Checkpoint(String),
+    /// The backend cannot run (no device, out of memory, compile error).
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// A solver backend.
+pub trait Solver: Send {
+    /// What it is.
+    fn info(&self) -> SolverInfo;
+    /// The voxelised domain.
+    fn domain(&self) -> &Domain;
+    /// Steps done so far.
+    fn time_step(&self) -> u64;
+    /// Advance `steps` time steps.
+    ///
+    /// # Errors
+    /// Backend failures (a CPU solver never fails here).
+    fn step(&mut self, steps: u64) -> Result<(), SolverError>;
+    /// Density and velocity of every cell.
+    fn fields(&self) -> Fields;
+    /// Mass, largest velocity and obstacle forces of the current state.
+    fn stats(&self) -> Stats;
+    /// Current parameters.
+    fn params(&self) -> Params;
+    /// Change parameters for the following steps.
+    ///
+    /// # Errors
+    /// Invalid values (message says what is valid).
+    fn set_params(&mut self, p: Params) -> Result<(), SolverError>;
+    /// Save the state.
+    fn checkpoint(&self) -> Checkpoint;
+    /// Restore a state saved by [`Solver::checkpoint`] (any scheme, same lattice, precision
+    /// and domain).
+    ///
+    /// # Errors
+    /// A checkpoint of another lattice, precision or domain.
+    fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError>;
+}
+
+/// The collision kind of a parameter set, for display.
+#[must_use]
+pub fn collision_of(p: &Params) -> Collision {
+    p.collide.kind
+}

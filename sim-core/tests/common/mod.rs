@@ -1,0 +1,43 @@
+#![allow(dead_code)]
+use sim_core::backend::cpu;
+use sim_core::scene::{self, LoadedScene};
+use sim_core::Solver;
+
+pub fn scene(text: &str, overrides: &[(&str, &str)]) -> LoadedScene {
+    let ov: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &ov)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
+    cpu::from_scene(&scene(text, overrides)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn shipped(name: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenes")
+        .join(name);
+    let ov: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+    let ls = scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"));
+    cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Largest difference of density and velocity between two solvers' fields.
+pub fn max_field_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
+    let (fa, fb) = (a.fields(), b.fields());
+    let mut dr = 0.0f64;
+    let mut du = 0.0f64;
+    for i in 0..fa.rho.len() {
+        dr = dr.max(f64::from((fa.rho[i] - fb.rho[i]).abs()));
+        for c in 0..3 {
+            du = du.max(f64::from((fa.u[i][c] - fb.u[i][c]).abs()));
+        }
+    }
+    (dr, du)
+}

@@ -1,0 +1,107 @@
+//! Every in-place scheme equals One-Step Pull after 1,000 steps, with resting walls, a moving
+//! wall, an obstacle, an inlet and an outlet, for each lattice and each storage precision.
+
+mod common;
+use common::*;
+use sim_core::schemes::Scheme;
+
+const SCENE_2D: &str = r#"
+[domain]
+size = [28, 20]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.04, 0.0], profile = "parabolic" }
+x_max = { type = "outlet", density = 1.0 }
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.05, 0.0] }
+[fluid]
+tau = 0.62
+[[obstacles]]
+shape = "cylinder"
+center = [10, 9]
+radius = 3.5
+[[obstacles]]
+shape = "box"
+min = [18, 3]
+max = [20, 6]
+"#;
+
+const SCENE_3D: &str = r#"
+[domain]
+size = [14, 10, 9]
+lattice = "D3Q19"
+[boundaries]
+x_min = { type = "inlet", velocity = [0.03, 0.0, 0.0] }
+x_max = { type = "outlet" }
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.04, 0.0, 0.01] }
+z_min = "periodic"
+z_max = "periodic"
+[fluid]
+tau = 0.65
+[[obstacles]]
+shape = "sphere"
+center = [6, 5, 4]
+radius = 2.2
+"#;
+
+fn check(scene: &str, lattice: &str, precision: &str, steps: u64, tol: f64) {
+    let base = [("domain.lattice", lattice), ("solver.precision", precision)];
+    let mut reference = solver(
+        scene,
+        &[base[0], base[1], ("solver.scheme", "one_step_pull")],
+    );
+    reference.step(steps).unwrap();
+    let st = reference.stats();
+    assert!(
+        st.max_u > 0.01 && st.max_u < 0.2,
+        "reference flow is not moving sensibly: {st:?}"
+    );
+    for s in Scheme::ALL
+        .into_iter()
+        .filter(|&s| s != Scheme::OneStepPull)
+    {
+        let mut other = solver(
+            scene,
+            &[
+                base[0],
+                base[1],
+                ("solver.scheme", s.name()),
+                ("solver.ghost_block", "4"),
+            ],
+        );
+        other.step(steps).unwrap();
+        let (dr, du) = max_field_diff(reference.as_ref(), other.as_ref());
+        assert!(
+            dr <= tol && du <= tol,
+            "{lattice} {precision} {s}: differs from one_step_pull by rho {dr:e}, u {du:e}"
+        );
+        let f = (reference.stats().total_force(), other.stats().total_force());
+        for a in 0..3 {
+            assert!(
+                (f.0[a] - f.1[a]).abs() <= 1e-6 + 1e-4 * f.0[a].abs(),
+                "{lattice} {s}: force {:?} vs {:?}",
+                f.0,
+                f.1
+            );
+        }
+    }
+}
+
+#[test]
+fn in_place_schemes_equal_one_step_pull_d2q9() {
+    for p in ["fp32", "fp16s", "fp16c"] {
+        check(SCENE_2D, "D2Q9", p, 1000, 1e-6);
+    }
+}
+
+#[test]
+fn in_place_schemes_equal_one_step_pull_d3q19() {
+    check(SCENE_3D, "D3Q19", "fp32", 1000, 1e-6);
+    check(SCENE_3D, "D3Q19", "fp16s", 300, 1e-6);
+}
+
+#[test]
+fn in_place_schemes_equal_one_step_pull_d3q27() {
+    check(SCENE_3D, "D3Q27", "fp32", 1000, 1e-6);
+    check(SCENE_3D, "D3Q27", "fp16c", 300, 1e-6);
+}
