@@ -1,0 +1,260 @@
+//! `esoflow bench`: the machine's copy bandwidth, then MLUPS, bytes and bandwidth of every
+//! lattice x scheme x precision on an empty periodic box with BGK.
+
+use crate::BackendChoice;
+use anyhow::{bail, Context};
+use clap::Args;
+use rayon::prelude::*;
+use sim_core::backend::cpu;
+use sim_core::collision::{CollideParams, Collision};
+use sim_core::domain::Domain;
+use sim_core::lattice::Lattice;
+use sim_core::precision::Precision;
+use sim_core::schemes::Scheme;
+use sim_core::Params;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Backend to measure.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: BackendChoice,
+    /// Edge of the 3D box (2D boxes get the same cell count).
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Only these lattices (comma separated: D2Q9,D3Q19,D3Q27).
+    #[arg(long, value_delimiter = ',')]
+    pub lattice: Vec<String>,
+    /// Only these schemes (comma separated, scene names: esoteric_pull,one_step_pull,...).
+    #[arg(long, value_delimiter = ',')]
+    pub scheme: Vec<String>,
+    /// Only these precisions (comma separated: fp32,fp16s,fp16c).
+    #[arg(long, value_delimiter = ',')]
+    pub precision: Vec<String>,
+    /// Seconds to time each case (at least 3 steps).
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Also write the table as CSV.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+/// Measured copy bandwidth in GB/s, counting bytes read plus bytes written.
+#[must_use]
+pub fn copy_bandwidth_gbs() -> f64 {
+    let n = 64usize << 20; // 64 Mi f32 = 256 MiB per buffer
+    let src: Vec<f32> = (0..n).into_par_iter().map(|i| i as f32).collect();
+    let mut dst = vec![0.0f32; n];
+    let chunk = 1 << 16;
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    2.0 * (n * 4) as f64 / best / 1e9
+}
+
+fn pick<T: Copy>(
+    all: &[T],
+    names: &[String],
+    name: impl Fn(T) -> String,
+    what: &str,
+) -> anyhow::Result<Vec<T>> {
+    if names.is_empty() {
+        return Ok(all.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            all.iter()
+                .copied()
+                .find(|&x| name(x).eq_ignore_ascii_case(n))
+                .with_context(|| {
+                    format!(
+                        "unknown {what} {n}; valid: {}",
+                        all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// One measured case.
+struct Row {
+    lattice: Lattice,
+    scheme: Scheme,
+    precision: Precision,
+    size: [usize; 3],
+    steps: u64,
+    mlups: f64,
+    stored: f64,
+    moved: f64,
+}
+
+pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if a.backend != BackendChoice::Cpu && a.backend != BackendChoice::Auto {
+        bail!("--backend cuda: the CUDA backend is not available in this build yet; use --backend cpu");
+    }
+    let lattices = pick(
+        &Lattice::ALL,
+        &a.lattice,
+        |l| l.name().to_string(),
+        "lattice",
+    )?;
+    let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
+    let precisions = pick(
+        &Precision::ALL,
+        &a.precision,
+        |p| p.name().to_string(),
+        "precision",
+    )?;
+    let device = format!(
+        "{} ({} threads)",
+        crate::cpu_name(),
+        rayon::current_num_threads()
+    );
+    eprintln!("measuring copy bandwidth ...");
+    let copy = copy_bandwidth_gbs();
+    println!("device: {device}");
+    println!("copy bandwidth: {copy:.2} GB/s (read + write, 256 MiB buffers, best of 5)");
+    println!(
+        "box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D",
+        a.size
+    );
+    println!();
+    println!(
+        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7}",
+        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy"
+    );
+    let mut rows = Vec::new();
+    for &l in &lattices {
+        let size = if l.dims() == 2 {
+            let e = ((a.size * a.size * a.size) as f64).sqrt() as usize;
+            [e, e, 1]
+        } else {
+            [a.size, a.size, a.size]
+        };
+        for &s in &schemes {
+            for &p in &precisions {
+                let dom = Domain::periodic(l, size);
+                let params = Params {
+                    collide: CollideParams {
+                        kind: Collision::Bgk,
+                        tau: 0.6,
+                        cs: 0.1,
+                        force: [0.0; 3],
+                    },
+                    walls: vec![[0.0; 3]],
+                    inlets: vec![],
+                    outlets: vec![],
+                };
+                let (nx, ny) = (size[0] as f32, size[1] as f32);
+                let mut solver = cpu::build(dom, s, p, params, 16, |q| {
+                    let (x, y) = (q[0] as f32 / nx, q[1] as f32 / ny);
+                    let k = 2.0 * std::f32::consts::PI;
+                    (
+                        1.0,
+                        [
+                            0.05 * (k * x).sin() * (k * y).cos(),
+                            -0.05 * (k * x).cos() * (k * y).sin(),
+                            0.0,
+                        ],
+                    )
+                });
+                solver.step(2)?; // warm up (page faults, caches)
+                let t = Instant::now();
+                let mut steps = 0u64;
+                while steps < 3 || t.elapsed().as_secs_f64() < a.seconds {
+                    solver.step(1)?;
+                    steps += 1;
+                }
+                let secs = t.elapsed().as_secs_f64();
+                let cells = (size[0] * size[1] * size[2]) as f64;
+                let info = solver.info();
+                let mlups = cells * steps as f64 / secs / 1e6;
+                let gbs = mlups * info.bytes_moved_per_cell / 1e3;
+                println!(
+                    "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}%",
+                    l.name(),
+                    s.name(),
+                    p.name(),
+                    mlups,
+                    info.bytes_per_cell,
+                    info.bytes_moved_per_cell,
+                    gbs,
+                    100.0 * gbs / copy
+                );
+                rows.push(Row {
+                    lattice: l,
+                    scheme: s,
+                    precision: p,
+                    size,
+                    steps,
+                    mlups,
+                    stored: info.bytes_per_cell,
+                    moved: info.bytes_moved_per_cell,
+                });
+            }
+        }
+    }
+    if let Some(path) = &a.csv {
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        let date = date_utc();
+        let cmd: Vec<String> = std::env::args().collect();
+        writeln!(f, "# device: {device}")?;
+        writeln!(f, "# date: {date}")?;
+        writeln!(f, "# command: {}", cmd.join(" "))?;
+        writeln!(f, "# copy_gbs: {copy:.3}")?;
+        writeln!(f, "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs")?;
+        for r in &rows {
+            let gbs = r.mlups * r.moved / 1e3;
+            writeln!(
+                f,
+                "cpu,\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
+                r.lattice.name(),
+                r.scheme.name(),
+                r.precision.name(),
+                r.size[0],
+                r.size[1],
+                r.size[2],
+                r.steps,
+                r.mlups,
+                r.stored,
+                r.moved,
+                gbs,
+                100.0 * gbs / copy,
+                copy
+            )?;
+        }
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+#[must_use]
+pub fn date_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
+}

@@ -1,0 +1,254 @@
+//! `esoflow run`: run a scene headless.
+
+use crate::{BackendChoice, DEFAULT_SCENE, DEFAULT_SCENE_NAME};
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use sim_core::backend::cpu;
+use sim_core::checkpoint::Checkpoint;
+use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
+use sim_core::scene::{self, LoadedScene};
+use sim_core::Solver;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Exit code of a run stopped by a blow-up.
+pub const EXIT_BLOWUP: u8 = 3;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Scene file (TOML). Default: the built-in cylinder_2d scene.
+    pub scene: Option<PathBuf>,
+    /// Solver backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// Steps to run (default: the scene's solver.steps).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Override a scene key, e.g. --set solver.scheme=aa --set fluid.reynolds=200.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Write fields.csv, fields.vti and stats.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<PathBuf>,
+    /// Also export the fields every K steps (fields_STEP.csv / .vti).
+    #[arg(long, value_name = "K")]
+    pub every: Option<u64>,
+    /// Save a checkpoint to this file at the end (and every K steps with --every).
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// Resume from a checkpoint made on the same scene.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+}
+
+fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    sets.iter()
+        .map(|s| {
+            let Some((k, v)) = s.split_once('=') else {
+                bail!("--set {s}: expected KEY=VALUE, e.g. --set solver.scheme=aa");
+            };
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Load the scene a run names (or the built-in default).
+pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<LoadedScene> {
+    let ov = parse_sets(sets)?;
+    let ls = match path {
+        Some(p) => scene::load(p, &ov)?,
+        None => scene::from_str(
+            DEFAULT_SCENE,
+            DEFAULT_SCENE_NAME,
+            PathBuf::from("scenes"),
+            &ov,
+        )?,
+    };
+    Ok(ls)
+}
+
+/// Build a solver on the chosen backend.
+pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
+    match backend {
+        BackendChoice::Cuda => bail!(
+            "--backend cuda: the CUDA backend is not available in this build yet; use --backend cpu (or auto)"
+        ),
+        BackendChoice::Auto => {
+            eprintln!("note: no CUDA backend in this build; running on the CPU reference backend");
+        }
+        BackendChoice::Cpu => {}
+    }
+    Ok(cpu::from_scene(ls)?)
+}
+
+fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let f = solver.fields();
+    let csv = dir.join(format!("fields{suffix}.csv"));
+    let vti = dir.join(format!("fields{suffix}.vti"));
+    write_fields_csv(&csv, &f).with_context(|| format!("writing {}", csv.display()))?;
+    write_fields_vti(&vti, &f).map_err(anyhow::Error::msg)?;
+    Ok(vec![csv, vti])
+}
+
+pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
+    let ls = load_scene(a.scene.as_deref(), &a.set)?;
+    for w in &ls.derived.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut solver = build_solver(&ls, a.backend)?;
+    if let Some(r) = &a.resume {
+        let c = Checkpoint::load(r).map_err(anyhow::Error::msg)?;
+        solver
+            .restore(&c)
+            .with_context(|| format!("resuming from {}", r.display()))?;
+    }
+    let info = solver.info();
+    let steps = a.steps.unwrap_or(ls.scene.solver.steps);
+    let start_step = solver.time_step();
+    let end_step = start_step + steps;
+    let cells = (info.size[0] * info.size[1] * info.size[2]) as f64;
+    eprintln!(
+        "{}: {} {}x{}x{}, {} {} {}, tau {:.4}, {} steps on {} ({})",
+        ls.origin,
+        info.lattice,
+        info.size[0],
+        info.size[1],
+        info.size[2],
+        info.scheme,
+        info.precision,
+        ls.scene.solver.collision,
+        ls.derived.tau,
+        steps,
+        info.backend,
+        info.device
+    );
+    if let Some(d) = &a.export {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let mut stats_w = match &a.export {
+        Some(d) => Some(
+            StatsWriter::create(&d.join("stats.csv"))
+                .with_context(|| format!("writing {}", d.join("stats.csv").display()))?,
+        ),
+        None => None,
+    };
+    let stats_every = ls.scene.solver.stats_every;
+    let every = a.every.filter(|&k| k > 0);
+    let bar = ProgressBar::new(steps);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut last_good = solver.checkpoint();
+    let mut written: Vec<PathBuf> = Vec::new();
+    let t0 = Instant::now();
+    let mut mlups = 0.0;
+    if let Some(w) = stats_w.as_mut() {
+        w.row(&solver.stats(), 0.0)?;
+    }
+    while solver.time_step() < end_step {
+        let now = solver.time_step();
+        let mut next = (now / stats_every + 1) * stats_every;
+        if let Some(k) = every {
+            next = next.min((now / k + 1) * k);
+        }
+        let next = next.min(end_step);
+        let chunk_t = Instant::now();
+        solver.step(next - now)?;
+        let dt = chunk_t.elapsed().as_secs_f64();
+        mlups = cells * (next - now) as f64 / dt.max(1e-9) / 1e6;
+        bar.set_position(next - start_step);
+        bar.set_message(format!("{mlups:.1} MLUPS"));
+        let st = solver.stats();
+        if st.blown_up() {
+            bar.abandon();
+            let good = last_good.step;
+            solver.restore(&last_good)?;
+            eprintln!(
+                "error: the simulation blew up (non-finite density or velocity) between step {good} and step {next}; \
+                 the last good state is step {good}. Lower the velocities or the Reynolds number, raise the resolution, \
+                 or try --set solver.collision=trt / smagorinsky."
+            );
+            if let Some(d) = &a.export {
+                let p = d.join("last_good.ckpt");
+                last_good
+                    .save(&p)
+                    .with_context(|| format!("writing {}", p.display()))?;
+                written.extend(export_fields(d, solver.as_ref(), "")?);
+                eprintln!(
+                    "wrote the last good state to {} and {}",
+                    p.display(),
+                    d.join("fields.vti").display()
+                );
+            }
+            return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
+        }
+        if next % stats_every == 0 || next == end_step {
+            if let Some(w) = stats_w.as_mut() {
+                w.row(&st, mlups)?;
+            }
+            last_good = solver.checkpoint();
+        }
+        if let Some(k) = every {
+            if next % k == 0 && next != end_step {
+                if let Some(d) = &a.export {
+                    written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"))?);
+                }
+                if let Some(c) = &a.checkpoint {
+                    solver
+                        .checkpoint()
+                        .save(c)
+                        .with_context(|| format!("writing {}", c.display()))?;
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    let st = solver.stats();
+    let avg = cells * steps as f64 / secs.max(1e-9) / 1e6;
+    eprintln!(
+        "done: step {}, {:.2} s, {:.1} MLUPS (last chunk {:.1}), mass {:.6e}, max |u| {:.4e}",
+        st.step, secs, avg, mlups, st.mass, st.max_u
+    );
+    for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {
+        eprintln!(
+            "force on {name}: ({:.4e}, {:.4e}, {:.4e})",
+            f[0], f[1], f[2]
+        );
+    }
+    if let Some(d) = &a.export {
+        written.extend(export_fields(d, solver.as_ref(), "")?);
+        written.push(d.join("stats.csv"));
+    }
+    if let Some(c) = &a.checkpoint {
+        solver
+            .checkpoint()
+            .save(c)
+            .with_context(|| format!("writing {}", c.display()))?;
+        written.push(c.clone());
+    }
+    if written.is_empty() {
+        eprintln!(
+            "no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)"
+        );
+    } else {
+        eprintln!("output:");
+        for w in written
+            .iter()
+            .filter(|p| !p.to_string_lossy().contains("fields_"))
+        {
+            eprintln!("  {}", w.display());
+        }
+        let n = written
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("fields_"))
+            .count();
+        if n > 0 {
+            eprintln!("  and {n} intermediate field files (fields_STEP.csv/.vti)");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
