@@ -79,12 +79,57 @@ impl Store for Fp16s {
     const KIND: Precision = Precision::Fp16s;
     #[inline(always)]
     fn enc(fs: f32) -> Self {
-        Fp16s(half::f16::from_f32(fs * FP16S_SCALE).to_bits())
+        Fp16s(f32_to_f16_bits(fs * FP16S_SCALE))
     }
     #[inline(always)]
     fn dec(self) -> f32 {
-        half::f16::from_bits(self.0).to_f32() * (1.0 / FP16S_SCALE)
+        f16_bits_to_f32(self.0) * (1.0 / FP16S_SCALE)
     }
+}
+
+/// IEEE half bits to f32, written without branches so that loops over many values vectorise
+/// (the `half` crate decides per call). Exact for every half, infinities and NaN included.
+#[inline(always)]
+#[must_use]
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let mag = (h & 0x7FFF) << 13;
+    // Scaling by 2^112 re-biases the exponent and normalises subnormals exactly.
+    let v = f32::from_bits(mag) * f32::from_bits(0x7780_0000); // 2^112
+    let special = (h & 0x7C00) == 0x7C00;
+    let bits = if special {
+        0x7F80_0000 | mag
+    } else {
+        v.to_bits()
+    };
+    f32::from_bits(bits | sign)
+}
+
+/// f32 to IEEE half bits with round-to-nearest-even, without branches (see
+/// [`f16_bits_to_f32`]). Overflow gives infinity, NaN stays NaN.
+#[inline(always)]
+#[must_use]
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let a = b & 0x7FFF_FFFF;
+    // Normal range: re-bias the exponent, round to nearest even at bit 13.
+    let odd = (a >> 13) & 1;
+    let normal = (a.wrapping_sub(112 << 23).wrapping_add(0xFFF + odd)) >> 13;
+    // Below 2^-14: adding 0.5 lets the FPU round at the half-subnormal step 2^-24.
+    let sub = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3F00_0000);
+    let inf_nan = if a > 0x7F80_0000 { 0x7E00 } else { 0x7C00 };
+    let o = if a >= 0x4780_0000 {
+        inf_nan
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        normal
+    };
+    (o | sign) as u16
 }
 
 /// FP16C storage: 1 sign bit, 4 exponent bits (bias 15), 11 mantissa bits, no infinities.
@@ -100,44 +145,33 @@ impl Store for Fp16c {
     const KIND: Precision = Precision::Fp16c;
     #[inline(always)]
     fn enc(fs: f32) -> Self {
+        // Branch-free so that loops over many values vectorise.
         let bits = fs.to_bits();
         let sign = ((bits >> 16) & 0x8000) as u16;
-        let a = fs.abs();
-        if a.is_nan() {
-            return Fp16c(sign | FP16C_MAX);
-        }
-        let abits = a.to_bits();
-        let e = (abits >> 23) as i32 - 127 + 15;
-        let mag = if e >= 1 {
-            let m = abits & 0x7F_FFFF;
-            let mut base = ((e as u32) << 11) | (m >> 12);
-            let rem = m & 0xFFF;
-            if rem > 0x800 || (rem == 0x800 && base & 1 == 1) {
-                base += 1;
-            }
-            base.min(u32::from(FP16C_MAX)) as u16
-        } else {
-            // Subnormal: the value in units of 2^-25, rounded to nearest even. Exact scaling.
-            let v = a * 33_554_432.0; // 2^25
-            v.round_ties_even() as u16
-        };
-        Fp16c(sign | mag)
+        let a = bits & 0x7FFF_FFFF;
+        let m = a & 0x7F_FFFF;
+        let e = (a >> 23) as i32 - (127 - 15);
+        // Normal: 4-bit exponent, 11 mantissa bits, round to nearest even; saturate (NaN too).
+        let base = ((e.max(0) as u32) << 11) | (m >> 12);
+        let rem = m & 0xFFF;
+        let up = u32::from(rem > 0x800 || (rem == 0x800 && base & 1 == 1));
+        let normal = (base + up).min(u32::from(FP16C_MAX));
+        // Subnormal (|x| < 2^-14): adding 0.25 rounds at the step 2^-25 (nearest even).
+        let sub = (f32::from_bits(a) + 0.25)
+            .to_bits()
+            .wrapping_sub(0x3E80_0000);
+        let mag = if e >= 1 { normal } else { sub };
+        Fp16c(sign | mag as u16)
     }
     #[inline(always)]
     fn dec(self) -> f32 {
         let h = u32::from(self.0);
         let e = (h >> 11) & 0xF;
         let m = h & 0x7FF;
-        let mag = if e == 0 {
-            m as f32 * (1.0 / 33_554_432.0)
-        } else {
-            f32::from_bits(((e + 127 - 15) << 23) | (m << 12))
-        };
-        if h & 0x8000 != 0 {
-            -mag
-        } else {
-            mag
-        }
+        let sub = m as f32 * (1.0 / 33_554_432.0);
+        let normal = f32::from_bits(((e + 127 - 15) << 23) | (m << 12));
+        let mag = if e == 0 { sub } else { normal };
+        f32::from_bits(mag.to_bits() | ((h & 0x8000) << 16))
     }
 }
 
@@ -145,6 +179,38 @@ impl Store for Fp16c {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn fast_half_decode_is_exact_for_every_half() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_bits_to_f32(h);
+            if want.is_nan() {
+                assert!(got.is_nan());
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#x}");
+            }
+        }
+    }
+
+    /// Straightforward FP16C encoder, the reference for the branch-free one.
+    fn fp16c_reference(fs: f32) -> u16 {
+        let sign = ((fs.to_bits() >> 16) & 0x8000) as u16;
+        let a = f64::from(fs.abs());
+        if a.is_nan() || a >= 2.0 {
+            return sign | FP16C_MAX;
+        }
+        let mag = if a < 2f64.powi(-14) {
+            (a * 2f64.powi(25)).round_ties_even() as u16
+        } else {
+            let e = a.log2().floor() as i32;
+            let mant = a / 2f64.powi(e) - 1.0; // [0, 1)
+            let m = (mant * 2048.0).round_ties_even() as u32;
+            let v = (((e + 15) as u32) << 11) + m;
+            v.min(u32::from(FP16C_MAX)) as u16
+        };
+        sign | mag
+    }
 
     #[test]
     fn fp16c_known_values() {
@@ -177,6 +243,24 @@ mod tests {
             let y = Fp16s::enc(x).dec();
             let tol = (x.abs() * 2.0f32.powi(-11)).max(2.0f32.powi(-40));
             prop_assert!((y - x).abs() <= tol, "{} -> {}", x, y);
+        }
+
+        #[test]
+        fn fast_half_conversion_matches_the_half_crate(bits in any::<u32>()) {
+            let x = f32::from_bits(bits);
+            let want = half::f16::from_f32(x);
+            let got = f32_to_f16_bits(x);
+            if want.is_nan() {
+                prop_assert!(half::f16::from_bits(got).is_nan());
+            } else {
+                prop_assert_eq!(got, want.to_bits(), "{}", x);
+            }
+        }
+
+        #[test]
+        fn fp16c_matches_the_reference_encoder(x in -3.0f32..3.0, tiny in -1e-4f32..1e-4) {
+            prop_assert_eq!(Fp16c::enc(x).0, fp16c_reference(x), "{}", x);
+            prop_assert_eq!(Fp16c::enc(tiny).0, fp16c_reference(tiny), "{}", tiny);
         }
 
         #[test]

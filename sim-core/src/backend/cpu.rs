@@ -7,7 +7,7 @@
 
 use super::ghost::GhostLayout;
 use crate::checkpoint::Checkpoint;
-use crate::collision::{collide, equilibrium, moments, CollideParams};
+use crate::collision::{collide, collide_w, equilibrium, moments, CollideParams};
 use crate::domain::{id_of, is_solid, kind, kind_of, Domain, Inlet, Outlet, NEAR};
 use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
@@ -290,6 +290,119 @@ fn add_forces(mut a: Forces, b: Forces) -> Forces {
     a
 }
 
+/// Cells processed side by side in the bulk (two AVX2 registers of f32).
+const LANES: usize = 16;
+
+/// Whether the CPU runs the AVX2 + FMA row kernel (checked once).
+fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static SIMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *SIMD.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One row of cells for the stepping loop.
+struct RowJob<'a, S> {
+    row: usize,
+    n3: [usize; 3],
+    nn: usize,
+    odd: bool,
+    rd: Ptr<S>,
+    wr: Ptr<S>,
+    flags: &'a [u8],
+    ctx: &'a Ctx<'a>,
+}
+
+/// Row kernel compiled for AVX2 + FMA (same code as [`row_kernel`]; FP results are identical
+/// because Rust never contracts or reassociates floating-point operations).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx2<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut Forces) {
+    // SAFETY: forwarded from the caller.
+    unsafe { row_kernel::<L, S, P>(job, acc) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn row_avx2<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut Forces) {
+    unsafe { row_kernel::<L, S, P>(job, acc) }
+}
+
+/// Stream and collide one row. Runs of `LANES` plain fluid cells away from the row's ends go
+/// through the lane-parallel path (their slots are consecutive); all other cells through the
+/// scalar path with boundaries.
+///
+/// # Safety
+/// `rd`/`wr` point to the scheme's buffers and no other thread touches this row's slots.
+#[inline(always)]
+unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut Forces) {
+    let RowJob {
+        row,
+        n3,
+        nn,
+        odd,
+        rd,
+        wr,
+        flags,
+        ctx,
+    } = *job;
+    let (y, z) = (row % n3[1], row / n3[1]);
+    let rb = row_bases::<L>(y, z, n3);
+    let nx = n3[0];
+    let mut x = 0;
+    while x < nx {
+        let n = rb[0] + x;
+        if x >= 1 && x + LANES < nx && flags[n..n + LANES].iter().all(|&f| f == 0) {
+            let nbr = neighbours::<L>(x, nx, &rb);
+            let mut f = [[0.0f32; LANES]; MAX_Q];
+            for i in 0..L::Q {
+                let s = load_slot::<P>(i, n, &nbr, odd, nn);
+                for l in 0..LANES {
+                    // SAFETY: consecutive cells of a run have consecutive slots.
+                    f[i][l] = unsafe { *rd.at(s + l) }.dec();
+                }
+            }
+            collide_w::<L, LANES>(&mut f, &ctx.p);
+            for i in 0..L::Q {
+                let s = store_slot::<P>(i, n, &nbr, odd, nn);
+                for l in 0..LANES {
+                    // SAFETY: as above.
+                    unsafe { *wr.at(s + l) = S::enc(f[i][l]) };
+                }
+            }
+            x += LANES;
+            continue;
+        }
+        let flag = flags[n];
+        if !is_solid(flag) {
+            let nbr = neighbours::<L>(x, nx, &rb);
+            let mut f = [0.0f32; MAX_Q];
+            // SAFETY: slots inside the buffers, owned by this cell in this step.
+            unsafe {
+                for i in 0..L::Q {
+                    f[i] = (*rd.at(load_slot::<P>(i, n, &nbr, odd, nn))).dec();
+                }
+                if !implicit_bb(P) && flag & NEAR != 0 {
+                    for i in 1..L::Q {
+                        if is_solid(flags[nbr[opposite(i)]]) {
+                            f[i] = (*rd.at(bb_slot::<P>(i, n, &nbr, odd, nn))).dec();
+                        }
+                    }
+                }
+                update_cell::<L>(&mut f, flag, [x, y, z], |i| flags[nbr[i]], ctx, acc);
+                for i in 0..L::Q {
+                    *wr.at(store_slot::<P>(i, n, &nbr, odd, nn)) = S::enc(f[i]);
+                }
+            }
+        }
+        x += 1;
+    }
+}
+
 /// The CPU solver for one velocity set and storage format.
 pub struct CpuSolver<L: Lat, S: Store> {
     dom: Domain,
@@ -457,45 +570,29 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         let ctx = self.ctx();
         let flags = &self.dom.flags;
         let rows = n3[1] * n3[2];
+        let simd = simd_available();
         let forces = (0..rows)
             .into_par_iter()
             .fold(
                 || [[0.0f64; 3]; 16],
                 |mut acc, row| {
-                    let (y, z) = (row % n3[1], row / n3[1]);
-                    let rb = row_bases::<L>(y, z, n3);
-                    for x in 0..n3[0] {
-                        let n = rb[0] + x;
-                        let flag = flags[n];
-                        if is_solid(flag) {
-                            continue;
-                        }
-                        let nbr = neighbours::<L>(x, n3[0], &rb);
-                        let mut f = [0.0f32; MAX_Q];
-                        // SAFETY: the scheme maps concurrent cells to disjoint slots, all
-                        // inside the buffers (indices < q * cells).
-                        unsafe {
-                            for i in 0..L::Q {
-                                f[i] = (*rd.at(load_slot::<P>(i, n, &nbr, odd, nn))).dec();
-                            }
-                            if !implicit_bb(P) && flag & NEAR != 0 {
-                                for i in 1..L::Q {
-                                    if is_solid(flags[nbr[opposite(i)]]) {
-                                        f[i] = (*rd.at(bb_slot::<P>(i, n, &nbr, odd, nn))).dec();
-                                    }
-                                }
-                            }
-                            update_cell::<L>(
-                                &mut f,
-                                flag,
-                                [x, y, z],
-                                |i| flags[nbr[i]],
-                                &ctx,
-                                &mut acc,
-                            );
-                            for i in 0..L::Q {
-                                *wr.at(store_slot::<P>(i, n, &nbr, odd, nn)) = S::enc(f[i]);
-                            }
+                    let job = RowJob {
+                        row,
+                        n3,
+                        nn,
+                        odd,
+                        rd,
+                        wr,
+                        flags,
+                        ctx: &ctx,
+                    };
+                    // SAFETY: the scheme maps concurrent cells to disjoint slots inside the
+                    // buffers; the AVX2 path is only taken where the CPU has AVX2 and FMA.
+                    unsafe {
+                        if simd {
+                            row_avx2::<L, S, P>(&job, &mut acc);
+                        } else {
+                            row_kernel::<L, S, P>(&job, &mut acc);
                         }
                     }
                     acc
