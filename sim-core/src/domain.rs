@@ -322,5 +322,31 @@ pub fn initial_state(ls: &LoadedScene, p: [usize; 3]) -> (f32, [f32; 3]) {
                 * ((2.0 * kx * x).cos() + (kx / ky) * (kx / ky) * (2.0 * ky * y).cos());
             (init.density + 3.0 * pr, [ux, uy, 0.0])
         }
+        InitialKind::TaylorGreen3d => {
+            // u = U sin(kx x) cos(ky y) cos(kz z), v = -U (kx/ky) cos(kx x) sin(ky y) cos(kz z),
+            // w = 0 (divergence free). The pressure solves the Poisson equation
+            // lap p = -rho0 div(u . grad u):
+            // p = rho0 U^2 kx^2 / 8 [cos 2kx x / kx^2 + cos 2ky y / ky^2
+            //     + cos 2kx x cos 2kz z / (kx^2 + kz^2) + cos 2ky y cos 2kz z / (ky^2 + kz^2)],
+            // which for a cube is the classic rho0 U^2/16 (cos 2x + cos 2y)(cos 2z + 2).
+            let u0 = init.velocity.0[0];
+            let tau = 2.0 * std::f32::consts::PI;
+            let (kx, ky, kz) = (tau / n[0] as f32, tau / n[1] as f32, tau / n[2] as f32);
+            let (x, y, z) = (p[0] as f32, p[1] as f32, p[2] as f32);
+            let (sx, cx) = (kx * x).sin_cos();
+            let (sy, cy) = (ky * y).sin_cos();
+            let cz = (kz * z).cos();
+            let ux = u0 * sx * cy * cz;
+            let uy = -u0 * (kx / ky) * cx * sy * cz;
+            let (c2x, c2y, c2z) = (
+                (2.0 * kx * x).cos(),
+                (2.0 * ky * y).cos(),
+                (2.0 * kz * z).cos(),
+            );
+            let (kx2, ky2, kz2) = (kx * kx, ky * ky, kz * kz);
+            let pr = init.density * u0 * u0 * kx2 / 8.0
+                * (c2x / kx2 + c2y / ky2 + c2x * c2z / (kx2 + kz2) + c2y * c2z / (ky2 + kz2));
+            (init.density + 3.0 * pr, [ux, uy, 0.0])
+        }
     }
 }

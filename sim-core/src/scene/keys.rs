@@ -28,13 +28,15 @@ macro_rules! k {
     };
 }
 
-const FACE_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\", or a table with these keys";
+const FACE_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\", or a table { type = ..., velocity = ..., density = ..., profile = ... }";
+
+const KIND_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\"";
 
 macro_rules! face {
     ($f:literal) => {
         [
-            k!($f, "face", "\"periodic\"", "", "boundary of this face; a string or a table"),
-            KeyDoc { key: concat!($f, ".type"), ty: FACE_TY, default: "\"periodic\"", unit: "", doc: "boundary kind" },
+            KeyDoc { key: $f, ty: FACE_TY, default: "\"periodic\"", unit: "", doc: "boundary of this face: a kind, or a table with the kind and its settings" },
+            KeyDoc { key: concat!($f, ".type"), ty: KIND_TY, default: "\"periodic\"", unit: "", doc: "boundary kind" },
             k!(concat!($f, ".velocity"), "[x, y(, z)]", "[0, 0, 0]", "cells/step", "wall velocity (moving_wall, tangential) or inlet velocity (inlet; centre value for parabolic)"),
             k!(concat!($f, ".density"), "number > 0", "1.0", "lattice density", "outlet density (outlet)"),
             k!(concat!($f, ".profile"), "\"uniform\" | \"parabolic\"", "\"uniform\"", "", "inlet velocity profile across the open part of the face"),
@@ -110,14 +112,14 @@ const BASE: [KeyDoc; 31] = [
     k!(
         "fluid.length",
         "number > 0",
-        "",
+        "(required with reynolds)",
         "cells",
         "reference length for reynolds"
     ),
     k!(
         "fluid.velocity",
         "number > 0",
-        "",
+        "(required with reynolds)",
         "cells/step",
         "reference velocity for reynolds"
     ),
@@ -131,17 +133,17 @@ const BASE: [KeyDoc; 31] = [
     k!("initial", "table", "", "", "initial state"),
     k!(
         "initial.kind",
-        "\"uniform\" | \"taylor_green\"",
+        "\"uniform\" | \"taylor_green\" | \"taylor_green_3d\"",
         "\"uniform\"",
         "",
-        "initial flow field"
+        "initial flow field: uniform; 2D Taylor-Green vortices (every z plane alike); 3D Taylor-Green vortex (3D only)"
     ),
     k!(
         "initial.velocity",
         "[x, y(, z)]",
         "[0, 0, 0]",
         "cells/step",
-        "uniform velocity, or the Taylor-Green amplitude (x component)"
+        "uniform velocity, or the Taylor-Green amplitude U (x component; the other components are ignored)"
     ),
     k!(
         "initial.density",
@@ -188,7 +190,7 @@ const BASE: [KeyDoc; 31] = [
     ),
     k!(
         "solver.steps",
-        "integer",
+        "integer >= 0",
         "1000",
         "steps",
         "steps of `esoflow run` without --steps"
@@ -226,7 +228,7 @@ const BASE: [KeyDoc; 31] = [
         "[x, y(, z)]",
         "(required for sphere, cylinder, stl)",
         "cells",
-        "centre (cell (x,y,z) has its centre at x,y,z)"
+        "centre of the sphere or cylinder axis, or where the STL's bounding-box centre goes (cell (x, y, z) has its centre at x, y, z)"
     ),
     k!(
         "obstacles.N.radius",
@@ -240,7 +242,7 @@ const BASE: [KeyDoc; 31] = [
         "\"x\" | \"y\" | \"z\"",
         "\"z\"",
         "",
-        "cylinder axis"
+        "cylinder axis (3D; in 2D a cylinder is a disc in the x-y plane)"
     ),
 ];
 
@@ -250,21 +252,21 @@ const MORE: [KeyDoc; 5] = [
         "number > 0",
         "infinite",
         "cells",
-        "cylinder length along its axis"
+        "cylinder length along its axis, centred on center"
     ),
     k!(
         "obstacles.N.min",
         "[x, y(, z)]",
         "(required for box)",
         "cells",
-        "box lower corner, inclusive"
+        "box lower corner: cells whose centre is >= min on every axis (and <= max) are solid"
     ),
     k!(
         "obstacles.N.max",
         "[x, y(, z)]",
         "(required for box)",
         "cells",
-        "box upper corner, inclusive"
+        "box upper corner, inclusive (see min)"
     ),
     k!(
         "obstacles.N.file",

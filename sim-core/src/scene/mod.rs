@@ -99,7 +99,7 @@ pub enum Profile {
 }
 
 /// One face: `"wall"` or a table `{ type = "moving_wall", velocity = [0.1, 0, 0] }`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Face {
     /// Boundary kind.
@@ -118,6 +118,18 @@ pub struct Face {
 
 fn one() -> f32 {
     1.0
+}
+
+impl Default for Face {
+    /// A periodic face; the other fields take their documented defaults (density 1).
+    fn default() -> Self {
+        Face {
+            kind: FaceKind::default(),
+            velocity: Vec3::default(),
+            density: one(),
+            profile: Profile::default(),
+        }
+    }
 }
 
 /// `[boundaries]`: faces in the order x_min, x_max, y_min, y_max, z_min, z_max.
@@ -205,8 +217,13 @@ pub enum InitialKind {
     /// Uniform density and velocity.
     #[default]
     Uniform,
-    /// Taylor-Green vortex array with one vortex pair per period of the domain.
+    /// Taylor-Green vortex array with one vortex pair per period of the domain (2D field, the
+    /// same in every z plane).
     TaylorGreen,
+    /// The 3D Taylor-Green vortex (Brachet et al. 1983), one period per domain length:
+    /// `u = U sin(x) cos(y) cos(z)`, `v = -U cos(x) sin(y) cos(z)`, `w = 0`; needs a 3D domain.
+    #[serde(rename = "taylor_green_3d")]
+    TaylorGreen3d,
 }
 
 /// `[initial]`.
@@ -486,19 +503,7 @@ pub fn from_str(
             (origin.to_string(), line_of_key(text, key))
         }
     };
-    let de = toml::Value::Table(table);
-    let scene: Scene = serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        let key = if key == "." { String::new() } else { key };
-        let (file, line) = locate(&key);
-        SceneError {
-            file,
-            line,
-            key,
-            message: explain(&e.inner().to_string()),
-        }
-    })?;
-    let derived = validate(&scene).map_err(|(key, message)| {
+    let fail = |(key, message): (String, String)| {
         let (file, line) = locate(&key);
         SceneError {
             file,
@@ -506,7 +511,20 @@ pub fn from_str(
             key,
             message,
         }
+    };
+    // Obstacles are an internally tagged enum, through which serde cannot say which field is
+    // wrong: check their fields first so that errors name e.g. obstacles.0.radius.
+    check_obstacles(&table).map_err(fail)?;
+    let de = toml::Value::Table(table.clone());
+    let scene: Scene = serde_path_to_error::deserialize(de).map_err(|e| {
+        fail(serde_error(
+            &table,
+            &e.path().to_string(),
+            &e.inner().to_string(),
+        ))
     })?;
+    let derived = validate(&scene).map_err(fail)?;
+    check_files(&scene, &base_dir).map_err(fail)?;
     Ok(LoadedScene {
         scene,
         derived,
@@ -515,13 +533,213 @@ pub fn from_str(
     })
 }
 
-/// Make serde's messages say what is valid in scene terms.
-fn explain(msg: &str) -> String {
-    let msg = msg.trim().to_string();
-    if msg.starts_with("unknown variant") || msg.starts_with("unknown field") {
-        return msg.replace('`', "\"");
+/// Key and message of a serde error at `path` (serde_path_to_error's `a.b[0].c` form), in the
+/// scene `table` that was deserialised.
+fn serde_error(table: &toml::Table, path: &str, msg: &str) -> (String, String) {
+    let mut key = if path == "." {
+        String::new()
+    } else {
+        path.replace('[', ".").replace(']', "")
+    };
+    let message = explain(msg);
+    // "missing field "x"": name the missing key itself.
+    if let Some(rest) = message.strip_prefix("missing field \"") {
+        if let Some(field) = rest.split('"').next() {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(field);
+            let message = match key_doc(&key) {
+                Some(d) if d.ty == "table" => format!("missing: add a [{key}] table"),
+                Some(d) => format!("missing: give {} ({})", d.ty, d.doc),
+                None => "missing: this key is required".into(),
+            };
+            return (key, message);
+        }
     }
-    msg
+    let message = type_error(&key, message, value_at(table, &key));
+    (key, message)
+}
+
+/// The documentation of a dotted key (array indices match `N`).
+#[must_use]
+pub fn key_doc(key: &str) -> Option<&'static KeyDoc> {
+    let pattern: Vec<&str> = key
+        .split('.')
+        .map(|p| if p.parse::<usize>().is_ok() { "N" } else { p })
+        .collect();
+    let pattern = pattern.join(".");
+    KEYS.iter().find(|k| k.key == pattern)
+}
+
+/// The value at a dotted key of a scene table, if present.
+fn value_at<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    let mut parts = key.split('.');
+    let mut cur = table.get(parts.next()?)?;
+    for p in parts {
+        cur = match cur {
+            toml::Value::Table(t) => t.get(p)?,
+            toml::Value::Array(a) => a.get(p.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Restate serde's "invalid type/value" messages in scene terms: what the key takes (from
+/// [`KEYS`]) and what was given.
+fn type_error(key: &str, message: String, value: Option<&toml::Value>) -> String {
+    if !(message.starts_with("invalid type") || message.starts_with("invalid value")) {
+        return message;
+    }
+    let Some(doc) = key_doc(key) else {
+        return message;
+    };
+    let ty = doc.ty;
+    match value {
+        Some(v) => format!("expected {ty}, got {v}"),
+        None => format!("{message}; expected {ty}"),
+    }
+}
+
+/// Make serde's messages say what is valid in scene terms: one line, no Rust type names.
+fn explain(msg: &str) -> String {
+    // toml appends the path ("\nin `fluid.tau`"); the error names the key already.
+    let first: Vec<&str> = msg
+        .trim()
+        .lines()
+        .take_while(|l| !l.starts_with("in `") && !l.starts_with("in \""))
+        .collect();
+    let mut m = first.join(" ").replace('`', "\"");
+    for (rust, scene) in [
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected u64", "expected a whole number >= 0"),
+        ("expected usize", "expected a whole number >= 0"),
+        ("expected a sequence", "expected an array such as [1, 2]"),
+        ("expected struct ", "expected a table "),
+    ] {
+        m = m.replace(rust, scene);
+    }
+    m
+}
+
+/// Fields of each obstacle shape: (shape, required, optional).
+const SHAPE_FIELDS: [(&str, &[&str], &[&str]); 4] = [
+    ("box", &["min", "max"], &["name"]),
+    ("sphere", &["center", "radius"], &["name"]),
+    (
+        "cylinder",
+        &["center", "radius"],
+        &["name", "axis", "length"],
+    ),
+    ("stl", &["file", "center", "size"], &["name"]),
+];
+
+/// Check the fields of every `[[obstacles]]` entry. Errors are (key, message).
+fn check_obstacles(table: &toml::Table) -> Result<(), (String, String)> {
+    let Some(obs) = table.get("obstacles") else {
+        return Ok(());
+    };
+    let toml::Value::Array(arr) = obs else {
+        return Err((
+            "obstacles".into(),
+            "must be an array of tables: start each obstacle with a [[obstacles]] line".into(),
+        ));
+    };
+    let shapes: Vec<String> = SHAPE_FIELDS
+        .iter()
+        .map(|(s, _, _)| format!("\"{s}\""))
+        .collect();
+    let shapes = shapes.join(", ");
+    for (i, o) in arr.iter().enumerate() {
+        let key = |f: &str| format!("obstacles.{i}.{f}");
+        let toml::Value::Table(t) = o else {
+            return Err((
+                format!("obstacles.{i}"),
+                "each obstacle is a table: start it with a [[obstacles]] line".into(),
+            ));
+        };
+        let shape = match t.get("shape") {
+            None => {
+                return Err((
+                    key("shape"),
+                    format!("missing: every obstacle needs shape = one of {shapes}"),
+                ))
+            }
+            Some(toml::Value::String(s)) => s.as_str(),
+            Some(v) => return Err((key("shape"), format!("expected one of {shapes}, got {v}"))),
+        };
+        let Some((_, required, optional)) = SHAPE_FIELDS.iter().find(|(s, _, _)| *s == shape)
+        else {
+            return Err((
+                key("shape"),
+                format!("unknown shape \"{shape}\", expected one of {shapes}"),
+            ));
+        };
+        for (k, v) in t {
+            if k == "shape" {
+                continue;
+            }
+            if !required.contains(&k.as_str()) && !optional.contains(&k.as_str()) {
+                let mut valid = vec!["shape"];
+                valid.extend_from_slice(required);
+                valid.extend_from_slice(optional);
+                let mut msg = format!(
+                    "unknown field \"{k}\" for a {shape}; a {shape} has: {}",
+                    valid.join(", ")
+                );
+                let owners: Vec<&str> = SHAPE_FIELDS
+                    .iter()
+                    .filter(|(_, r, o)| r.contains(&k.as_str()) || o.contains(&k.as_str()))
+                    .map(|(s, _, _)| *s)
+                    .collect();
+                if !owners.is_empty() {
+                    msg.push_str(&format!(" (\"{k}\" belongs to: {})", owners.join(", ")));
+                }
+                return Err((key(k), msg));
+            }
+            let v = v.clone();
+            let checked = match k.as_str() {
+                "name" => v.try_into::<String>().map(|_| ()),
+                "file" => v.try_into::<PathBuf>().map(|_| ()),
+                "center" | "min" | "max" => v.try_into::<Vec3>().map(|_| ()),
+                "axis" => v.try_into::<Axis>().map(|_| ()),
+                _ => v.try_into::<f32>().map(|_| ()),
+            };
+            checked.map_err(|e| {
+                (
+                    key(k),
+                    type_error(&key(k), explain(&e.to_string()), t.get(k)),
+                )
+            })?;
+        }
+        for r in *required {
+            if !t.contains_key(*r) {
+                return Err((
+                    key(r),
+                    format!("missing: a {shape} needs {}", required.join(", ")),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Files the scene refers to must exist. Errors are (key, message).
+fn check_files(s: &Scene, base_dir: &Path) -> Result<(), (String, String)> {
+    for (i, o) in s.obstacles.iter().enumerate() {
+        if let Obstacle::Stl { file, .. } = o {
+            let path = base_dir.join(file);
+            if let Err(e) = std::fs::metadata(&path) {
+                return Err((
+                    format!("obstacles.{i}.file"),
+                    format!("cannot open STL file {} ({e}); a relative path is taken from the scene file's folder", path.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Faces may be written as a bare string: `x_min = "wall"`. Turn those into tables.
@@ -562,8 +780,15 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
     let pattern = pattern.join(".");
     if !KEYS.iter().any(|k| k.key == pattern) {
         let valid: Vec<&str> = KEYS.iter().map(|k| k.key).collect();
+        let hint = KEYS
+            .iter()
+            .map(|k| (edit_distance(k.key, &pattern), k.key))
+            .min()
+            .filter(|(d, _)| *d <= 3)
+            .map(|(_, k)| format!("did you mean {k}? "))
+            .unwrap_or_default();
         return Err(err(format!(
-            "unknown key; valid keys are: {} (N = obstacle index from 0)",
+            "unknown key; {hint}valid keys are: {} (N = obstacle index from 0)",
             valid.join(", ")
         )));
     }
@@ -590,9 +815,12 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
                 };
                 let len = arr.len();
                 let Some(toml::Value::Table(elem)) = arr.get_mut(idx) else {
-                    return Err(err(format!(
-                        "index {idx} is out of range: the scene has {len} {p}"
-                    )));
+                    let one = p.strip_suffix('s').unwrap_or(p);
+                    return Err(err(match len {
+                        0 => format!("index {idx} is out of range: the scene has no {p}"),
+                        1 => format!("index {idx} is out of range: the scene has one {one} (index 0)"),
+                        _ => format!("index {idx} is out of range: the scene has {len} {p} (indices 0 to {})", len - 1),
+                    }));
                 };
                 let rest = parts[depth + 2..].join(".");
                 if rest.is_empty() {
@@ -618,6 +846,22 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
         cur = t;
     }
     Ok(())
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 fn set_in(t: &mut toml::Table, dotted: &str, v: toml::Value) -> Result<(), String> {
@@ -732,7 +976,16 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     dims[..size.len()].copy_from_slice(size);
 
     let faces = s.boundaries.faces();
+    let mut warnings = Vec::new();
+    // Largest prescribed speed and the key that prescribes it.
     let mut maxv: f32 = 0.0;
+    let mut fastest = String::from("fluid");
+    let mut faster = |v: f32, key: String| {
+        if v > maxv {
+            maxv = v;
+            fastest = key;
+        }
+    };
     for (f, face) in faces.iter().enumerate() {
         let name = Boundaries::NAMES[f];
         let axis = f / 2;
@@ -760,11 +1013,14 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         match face.kind {
             FaceKind::MovingWall => {
                 if v[axis] != 0.0 {
-                    return e(&format!("boundaries.{name}.velocity"), "a moving wall moves along itself: the velocity component normal to the face must be 0".into());
+                    return e(
+                        &format!("boundaries.{name}.velocity"),
+                        "a moving wall moves along itself: the velocity component normal to the face must be 0".into(),
+                    );
                 }
-                maxv = maxv.max(speed);
+                faster(speed, format!("boundaries.{name}.velocity"));
             }
-            FaceKind::Inlet => maxv = maxv.max(speed),
+            FaceKind::Inlet => faster(speed, format!("boundaries.{name}.velocity")),
             FaceKind::Outlet => {
                 if !(face.density > 0.0) {
                     return e(
@@ -775,9 +1031,30 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
             }
             _ => {}
         }
+        let kind = format!("{:?}", face.kind);
+        if speed != 0.0 && !matches!(face.kind, FaceKind::MovingWall | FaceKind::Inlet) {
+            warnings.push(format!(
+                "boundaries.{name}.velocity is ignored: only moving_wall and inlet faces use a velocity (this face is {kind})"
+            ));
+        }
+        if face.density != 1.0 && face.kind != FaceKind::Outlet {
+            warnings.push(format!("boundaries.{name}.density is ignored: only outlet faces use a density (this face is {kind})"));
+        }
+        if face.profile != Profile::Uniform && face.kind != FaceKind::Inlet {
+            warnings.push(format!("boundaries.{name}.profile is ignored: only inlet faces use a profile (this face is {kind})"));
+        }
+    }
+    if s.initial.kind == InitialKind::TaylorGreen3d && size.len() != 3 {
+        return e(
+            "initial.kind",
+            "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into(),
+        );
     }
     let iv = s.initial.velocity.0;
-    maxv = maxv.max((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt());
+    faster(
+        (iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(),
+        "initial.velocity".into(),
+    );
     if !(s.initial.density > 0.0) {
         return e(
             "initial.density",
@@ -829,7 +1106,7 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
                 "reference length and velocity must be > 0".into(),
             );
         }
-        maxv = maxv.max(u);
+        faster(u, "fluid.velocity".into());
         3.0 * (u * l / re) + 0.5
     } else {
         0.6
@@ -841,22 +1118,30 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     } else {
         "fluid.reynolds"
     };
+    let gives = if fl.tau.is_some() {
+        format!("tau = {tau}")
+    } else if fl.viscosity.is_some() {
+        format!("gives tau = 3 viscosity + 0.5 = {tau}")
+    } else {
+        format!("gives viscosity = velocity * length / reynolds = {} and tau = 3 viscosity + 0.5 = {tau}", (tau - 0.5) / 3.0)
+    };
     if !(tau > 0.5) {
-        return e(tau_key, format!("gives tau = {tau}; tau must be > 0.5 (viscosity > 0): lower the Reynolds number, raise the resolution or the viscosity"));
+        return e(tau_key, format!("{gives}, but tau must be > 0.5 (viscosity = (tau - 0.5) / 3 > 0): raise tau or the viscosity, or lower the Reynolds number"));
     }
     if !(tau < 50.0) {
         return e(
             tau_key,
-            format!("gives tau = {tau}; keep tau below 50 (viscosity below 16.5)"),
+            format!("{gives}; keep tau below 50 (viscosity below 16.5)"),
         );
     }
-    let mut warnings = Vec::new();
     let mach = maxv * 3.0f32.sqrt();
     if mach > 0.6 {
-        return e("fluid", format!("the largest prescribed velocity {maxv} is Mach {mach:.2}; LBM needs Mach < 0.3 (velocity < 0.17): lower the velocities"));
+        return e(&fastest, format!("speed {maxv} is Mach {mach:.2} (Mach = speed * sqrt(3)); LBM needs Mach < 0.3 (speed < 0.17 cells/step) and refuses Mach > 0.6: lower the velocity"));
     }
     if mach > 0.3 {
-        warnings.push(format!("Mach number {mach:.2} > 0.3 (velocity {maxv}): compressibility errors are large and the run may blow up"));
+        warnings.push(format!(
+            "{fastest}: Mach number {mach:.2} > 0.3 (speed {maxv}): compressibility errors are large and the run may blow up"
+        ));
     }
     if tau < 0.51 && s.solver.collision == Collision::Bgk {
         warnings.push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"trt\" or \"smagorinsky\""));
