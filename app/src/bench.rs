@@ -11,7 +11,7 @@ use sim_core::domain::Domain;
 use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
 use sim_core::schemes::Scheme;
-use sim_core::Params;
+use sim_core::{Params, Solver};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,21 +52,14 @@ pub fn copy_bandwidth_gbs() -> f64 {
     let mut best = f64::MAX;
     for _ in 0..5 {
         let t = Instant::now();
-        dst.par_chunks_mut(chunk)
-            .zip(src.par_chunks(chunk))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
         best = best.min(t.elapsed().as_secs_f64());
     }
     std::hint::black_box(&dst);
     2.0 * (n * 4) as f64 / best / 1e9
 }
 
-fn pick<T: Copy>(
-    all: &[T],
-    names: &[String],
-    name: impl Fn(T) -> String,
-    what: &str,
-) -> anyhow::Result<Vec<T>> {
+fn pick<T: Copy>(all: &[T], names: &[String], name: impl Fn(T) -> String, what: &str) -> anyhow::Result<Vec<T>> {
     if names.is_empty() {
         return Ok(all.to_vec());
     }
@@ -76,12 +69,7 @@ fn pick<T: Copy>(
             all.iter()
                 .copied()
                 .find(|&x| name(x).eq_ignore_ascii_case(n))
-                .with_context(|| {
-                    format!(
-                        "unknown {what} {n}; valid: {}",
-                        all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")
-                    )
-                })
+                .with_context(|| format!("unknown {what} {n}; valid: {}", all.iter().map(|&x| name(x)).collect::<Vec<_>>().join(", ")))
         })
         .collect()
 }
@@ -99,35 +87,32 @@ struct Row {
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
-    if a.backend != BackendChoice::Cpu && a.backend != BackendChoice::Auto {
-        bail!("--backend cuda: the CUDA backend is not available in this build yet; use --backend cpu");
-    }
-    let lattices = pick(
-        &Lattice::ALL,
-        &a.lattice,
-        |l| l.name().to_string(),
-        "lattice",
-    )?;
+    let cuda = match a.backend {
+        BackendChoice::Cpu => false,
+        BackendChoice::Cuda => {
+            if let Err(why) = sim_core::backend::cuda::probe() {
+                bail!("--backend cuda: {why}");
+            }
+            true
+        }
+        BackendChoice::Auto => sim_core::backend::cuda::probe().is_ok(),
+    };
+    let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
     let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
-    let precisions = pick(
-        &Precision::ALL,
-        &a.precision,
-        |p| p.name().to_string(),
-        "precision",
-    )?;
-    let device = format!(
-        "{} ({} threads)",
-        crate::cpu_name(),
-        rayon::current_num_threads()
-    );
-    eprintln!("measuring copy bandwidth ...");
-    let copy = copy_bandwidth_gbs();
+    let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;
+    let (device, copy) = if cuda {
+        let d = sim_core::backend::cuda::probe().map_err(anyhow::Error::msg)?;
+        eprintln!("measuring device-to-device copy bandwidth ...");
+        (format!("{} (sm_{}{})", d.name, d.cc.0, d.cc.1), sim_core::backend::cuda::copy_bandwidth_gbs().map_err(anyhow::Error::msg)?)
+    } else {
+        eprintln!("measuring copy bandwidth ...");
+        (format!("{} ({} threads)", crate::cpu_name(), rayon::current_num_threads()), copy_bandwidth_gbs())
+    };
+    let schemes: Vec<Scheme> = schemes.into_iter().filter(|&s| !(cuda && s == Scheme::Ghost)).collect();
+    let backend = if cuda { "cuda" } else { "cpu" };
     println!("device: {device}");
-    println!("copy bandwidth: {copy:.2} GB/s (read + write, 256 MiB buffers, best of 5)");
-    println!(
-        "box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D",
-        a.size
-    );
+    println!("copy bandwidth: {copy:.2} GB/s (read + write, best of several large copies)");
+    println!("box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D", a.size);
     println!();
     println!(
         "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7}",
@@ -145,35 +130,31 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             for &p in &precisions {
                 let dom = Domain::periodic(l, size);
                 let params = Params {
-                    collide: CollideParams {
-                        kind: Collision::Bgk,
-                        tau: 0.6,
-                        cs: 0.1,
-                        force: [0.0; 3],
-                    },
+                    collide: CollideParams { kind: Collision::Bgk, tau: 0.6, cs: 0.1, force: [0.0; 3] },
                     walls: vec![[0.0; 3]],
                     inlets: vec![],
                     outlets: vec![],
                 };
                 let (nx, ny) = (size[0] as f32, size[1] as f32);
-                let mut solver = cpu::build(dom, s, p, params, 16, |q| {
+                let init = |q: [usize; 3]| {
                     let (x, y) = (q[0] as f32 / nx, q[1] as f32 / ny);
                     let k = 2.0 * std::f32::consts::PI;
-                    (
-                        1.0,
-                        [
-                            0.05 * (k * x).sin() * (k * y).cos(),
-                            -0.05 * (k * x).cos() * (k * y).sin(),
-                            0.0,
-                        ],
-                    )
-                });
-                solver.step(2)?; // warm up (page faults, caches)
+                    (1.0, [0.05 * (k * x).sin() * (k * y).cos(), -0.05 * (k * x).cos() * (k * y).sin(), 0.0])
+                };
+                let mut solver: Box<dyn sim_core::Solver> = if cuda {
+                    Box::new(sim_core::backend::cuda::CudaSolver::new(dom, s, p, params, init)?)
+                } else {
+                    cpu::build(dom, s, p, params, 16, init)
+                };
+                solver.step(if cuda { 20 } else { 2 })?; // warm up (page faults, caches, module load)
+                solver.synchronize()?;
+                let batch = if cuda { 50 } else { 1 };
                 let t = Instant::now();
                 let mut steps = 0u64;
                 while steps < 3 || t.elapsed().as_secs_f64() < a.seconds {
-                    solver.step(1)?;
-                    steps += 1;
+                    solver.step(batch)?;
+                    solver.synchronize()?;
+                    steps += batch;
                 }
                 let secs = t.elapsed().as_secs_f64();
                 let cells = (size[0] * size[1] * size[2]) as f64;
@@ -204,21 +185,26 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if cuda {
+        disaggregation_gain(a)?;
+    }
     if let Some(path) = &a.csv {
-        let mut f =
-            std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
         let date = date_utc();
         let cmd: Vec<String> = std::env::args().collect();
         writeln!(f, "# device: {device}")?;
         writeln!(f, "# date: {date}")?;
         writeln!(f, "# command: {}", cmd.join(" "))?;
         writeln!(f, "# copy_gbs: {copy:.3}")?;
-        writeln!(f, "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs")?;
+        writeln!(
+            f,
+            "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs"
+        )?;
         for r in &rows {
             let gbs = r.mlups * r.moved / 1e3;
             writeln!(
                 f,
-                "cpu,\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
+                "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
                 r.lattice.name(),
                 r.scheme.name(),
                 r.precision.name(),
@@ -242,9 +228,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 /// Today's date (UTC) as YYYY-MM-DD, from the system clock.
 #[must_use]
 pub fn date_utc() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let days = (secs / 86_400) as i64;
     // Civil-from-days (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -257,4 +241,44 @@ pub fn date_utc() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The disaggregated design on a scene with an obstacle, an inlet and an outlet: plain-fluid
+/// bricks through the lean kernel and the rest through the boundary kernel, against every
+/// brick through the boundary kernel.
+fn disaggregation_gain(a: &BenchArgs) -> anyhow::Result<()> {
+    let n = a.size;
+    let text = format!(
+        "[domain]\nsize = [{n}, {h}, {h}]\n[boundaries]\nx_min = {{ type = \"inlet\", velocity = [0.05, 0, 0] }}\nx_max = \"outlet\"\ny_min = \"wall\"\ny_max = \"wall\"\nz_min = \"wall\"\nz_max = \"wall\"\n[fluid]\nreynolds = 200\nlength = {d}\nvelocity = 0.05\n[[obstacles]]\nshape = \"sphere\"\ncenter = [{cx}, {c}, {c}]\nradius = {r}\n",
+        h = n / 2,
+        d = n / 8,
+        cx = n / 4,
+        c = n / 4,
+        r = n / 16
+    );
+    let ls = sim_core::scene::from_str(&text, "bench channel", PathBuf::from("."), &[])?;
+    let mut s = sim_core::backend::cuda::CudaSolver::from_scene(&ls)?;
+    let (regs_lean, regs_boundary) = s.registers();
+    let (bl, bb) = s.brick_counts();
+    println!();
+    println!("disaggregation: D3Q19 esoteric_pull fp32, channel {}x{}x{} with a sphere, inlet, outlet, walls", n, n / 2, n / 2);
+    println!("  bricks: {bl} plain fluid (lean kernel, {regs_lean} registers), {bb} with boundaries (boundary kernel, {regs_boundary} registers)");
+    let cells = (n * (n / 2) * (n / 2)) as f64;
+    let mut time = |on: bool| -> anyhow::Result<f64> {
+        s.set_disaggregated(on);
+        s.step(20)?;
+        s.synchronize()?;
+        let t = Instant::now();
+        let mut steps = 0u64;
+        while steps < 50 || t.elapsed().as_secs_f64() < a.seconds {
+            s.step(50)?;
+            s.synchronize()?;
+            steps += 50;
+        }
+        Ok(cells * steps as f64 / t.elapsed().as_secs_f64() / 1e6)
+    };
+    let split = time(true)?;
+    let single = time(false)?;
+    println!("  MLUPS: {split:.0} split (lean + boundary) vs {single:.0} all through the boundary kernel: {:.2}x", split / single);
+    Ok(())
 }

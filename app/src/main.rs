@@ -13,11 +13,7 @@ pub const DEFAULT_SCENE: &str = include_str!("../../scenes/cylinder_2d.toml");
 pub const DEFAULT_SCENE_NAME: &str = "scenes/cylinder_2d.toml (built in)";
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "esoflow",
-    version,
-    about = "Esoflow: a lattice Boltzmann fluid simulator you watch and steer while it runs"
-)]
+#[command(name = "esoflow", version, about = "Esoflow: a lattice Boltzmann fluid simulator you watch and steer while it runs")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -46,10 +42,7 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ESOFLOW_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ESOFLOW_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -98,12 +91,7 @@ pub fn host_memory() -> Option<(u64, u64)> {
 pub fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
@@ -114,18 +102,22 @@ fn info() -> anyhow::Result<ExitCode> {
     println!("  device:  {}", cpu_name());
     println!("  threads: {}", rayon::current_num_threads());
     if let Some((total, avail)) = host_memory() {
-        println!(
-            "  memory:  {:.1} GiB total, {:.1} GiB available",
-            gib(total),
-            gib(avail)
-        );
+        println!("  memory:  {:.1} GiB total, {:.1} GiB available", gib(total), gib(avail));
         let cells = avail as f64 * 0.8 / 77.0;
-        println!(
-            "  largest D3Q19 Esoteric-Pull FP32 grid that fits (77 B/cell): about {:.0}^3 cells",
-            cells.cbrt()
-        );
+        println!("  largest D3Q19 Esoteric-Pull FP32 grid that fits (77 B/cell): about {:.0}^3 cells", cells.cbrt());
     }
-    println!("backend cuda: not available in this build (the CUDA backend is not built yet; --backend auto uses the CPU)");
+    match sim_core::backend::cuda::probe() {
+        Ok(d) => {
+            println!("backend cuda: available");
+            println!("  device:  {} (compute capability {}.{})", d.name, d.cc.0, d.cc.1);
+            println!("  memory:  {:.1} GiB total, {:.1} GiB free", gib(d.mem.1 as u64), gib(d.mem.0 as u64));
+            println!(
+                "  largest D3Q19 Esoteric-Pull FP32 grid that fits (77 B/cell + 16 B/cell field planes): about {:.0}^3 cells",
+                (d.mem.0 as f64 * 0.95 / 93.0).cbrt()
+            );
+        }
+        Err(why) => println!("backend cuda: not available: {why} (--backend auto uses the CPU)"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

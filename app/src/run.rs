@@ -59,28 +59,34 @@ pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<Loaded
     let ov = parse_sets(sets)?;
     let ls = match path {
         Some(p) => scene::load(p, &ov)?,
-        None => scene::from_str(
-            DEFAULT_SCENE,
-            DEFAULT_SCENE_NAME,
-            PathBuf::from("scenes"),
-            &ov,
-        )?,
+        None => scene::from_str(DEFAULT_SCENE, DEFAULT_SCENE_NAME, PathBuf::from("scenes"), &ov)?,
     };
     Ok(ls)
 }
 
 /// Build a solver on the chosen backend.
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
+    use sim_core::backend::cuda;
     match backend {
-        BackendChoice::Cuda => bail!(
-            "--backend cuda: the CUDA backend is not available in this build yet; use --backend cpu (or auto)"
-        ),
-        BackendChoice::Auto => {
-            eprintln!("note: no CUDA backend in this build; running on the CPU reference backend");
-        }
-        BackendChoice::Cpu => {}
+        BackendChoice::Cpu => Ok(cpu::from_scene(ls)?),
+        BackendChoice::Cuda => match cuda::CudaSolver::from_scene(ls) {
+            Ok(s) => Ok(Box::new(s)),
+            Err(e) => bail!("--backend cuda: {e}"),
+        },
+        BackendChoice::Auto => match cuda::probe() {
+            Err(why) => {
+                eprintln!("note: {why}; running on the CPU backend");
+                Ok(cpu::from_scene(ls)?)
+            }
+            Ok(_) => match cuda::CudaSolver::from_scene(ls) {
+                Ok(s) => Ok(Box::new(s)),
+                Err(e) => {
+                    eprintln!("note: the CUDA backend could not start ({e}); running on the CPU backend");
+                    Ok(cpu::from_scene(ls)?)
+                }
+            },
+        },
     }
-    Ok(cpu::from_scene(ls)?)
 }
 
 fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
@@ -100,9 +106,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     let mut solver = build_solver(&ls, a.backend)?;
     if let Some(r) = &a.resume {
         let c = Checkpoint::load(r).map_err(anyhow::Error::msg)?;
-        solver
-            .restore(&c)
-            .with_context(|| format!("resuming from {}", r.display()))?;
+        solver.restore(&c).with_context(|| format!("resuming from {}", r.display()))?;
     }
     let info = solver.info();
     let steps = a.steps.unwrap_or(ls.scene.solver.steps);
@@ -128,18 +132,14 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let mut stats_w = match &a.export {
-        Some(d) => Some(
-            StatsWriter::create(&d.join("stats.csv"))
-                .with_context(|| format!("writing {}", d.join("stats.csv").display()))?,
-        ),
+        Some(d) => Some(StatsWriter::create(&d.join("stats.csv")).with_context(|| format!("writing {}", d.join("stats.csv").display()))?),
         None => None,
     };
     let stats_every = ls.scene.solver.stats_every;
     let every = a.every.filter(|&k| k > 0);
     let bar = ProgressBar::new(steps);
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}  ETA {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}  ETA {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut last_good = solver.checkpoint();
     let mut written: Vec<PathBuf> = Vec::new();
@@ -165,23 +165,19 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         if st.blown_up() {
             bar.abandon();
             let good = last_good.step;
+            let cell =
+                st.first_bad_cell.map(|c| format!(" (first non-finite cell at x={}, y={}, z={})", c[0], c[1], c[2])).unwrap_or_default();
             solver.restore(&last_good)?;
             eprintln!(
-                "error: the simulation blew up (non-finite density or velocity) between step {good} and step {next}; \
+                "error: the simulation blew up{cell} between step {good} and step {next}; \
                  the last good state is step {good}. Lower the velocities or the Reynolds number, raise the resolution, \
                  or try --set solver.collision=trt / smagorinsky."
             );
             if let Some(d) = &a.export {
                 let p = d.join("last_good.ckpt");
-                last_good
-                    .save(&p)
-                    .with_context(|| format!("writing {}", p.display()))?;
+                last_good.save(&p).with_context(|| format!("writing {}", p.display()))?;
                 written.extend(export_fields(d, solver.as_ref(), "")?);
-                eprintln!(
-                    "wrote the last good state to {} and {}",
-                    p.display(),
-                    d.join("fields.vti").display()
-                );
+                eprintln!("wrote the last good state to {} and {}", p.display(), d.join("fields.vti").display());
             }
             return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
         }
@@ -197,10 +193,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
                     written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"))?);
                 }
                 if let Some(c) = &a.checkpoint {
-                    solver
-                        .checkpoint()
-                        .save(c)
-                        .with_context(|| format!("writing {}", c.display()))?;
+                    solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
                 }
             }
         }
@@ -214,38 +207,24 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         st.step, secs, avg, mlups, st.mass, st.max_u
     );
     for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {
-        eprintln!(
-            "force on {name}: ({:.4e}, {:.4e}, {:.4e})",
-            f[0], f[1], f[2]
-        );
+        eprintln!("force on {name}: ({:.4e}, {:.4e}, {:.4e})", f[0], f[1], f[2]);
     }
     if let Some(d) = &a.export {
         written.extend(export_fields(d, solver.as_ref(), "")?);
         written.push(d.join("stats.csv"));
     }
     if let Some(c) = &a.checkpoint {
-        solver
-            .checkpoint()
-            .save(c)
-            .with_context(|| format!("writing {}", c.display()))?;
+        solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
         written.push(c.clone());
     }
     if written.is_empty() {
-        eprintln!(
-            "no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)"
-        );
+        eprintln!("no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)");
     } else {
         eprintln!("output:");
-        for w in written
-            .iter()
-            .filter(|p| !p.to_string_lossy().contains("fields_"))
-        {
+        for w in written.iter().filter(|p| !p.to_string_lossy().contains("fields_")) {
             eprintln!("  {}", w.display());
         }
-        let n = written
-            .iter()
-            .filter(|p| p.to_string_lossy().contains("fields_"))
-            .count();
+        let n = written.iter().filter(|p| p.to_string_lossy().contains("fields_")).count();
         if n > 0 {
             eprintln!("  and {n} intermediate field files (fields_STEP.csv/.vti)");
         }

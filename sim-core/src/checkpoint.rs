@@ -38,10 +38,7 @@ fn kind_name(k: Collision) -> &'static str {
 }
 
 fn vecs(v: &[[f32; 3]]) -> String {
-    v.iter()
-        .map(|a| format!("{}:{}:{}", a[0], a[1], a[2]))
-        .collect::<Vec<_>>()
-        .join(",")
+    v.iter().map(|a| format!("{}:{}:{}", a[0], a[1], a[2])).collect::<Vec<_>>().join(",")
 }
 
 fn parse_vecs(s: &str) -> Result<Vec<[f32; 3]>, String> {
@@ -50,11 +47,7 @@ fn parse_vecs(s: &str) -> Result<Vec<[f32; 3]>, String> {
     }
     s.split(',')
         .map(|t| {
-            let p: Vec<f32> = t
-                .split(':')
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("bad vector {t}: {e}"))?;
+            let p: Vec<f32> = t.split(':').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("bad vector {t}: {e}"))?;
             if p.len() != 3 {
                 return Err(format!("bad vector {t}"));
             }
@@ -116,8 +109,7 @@ impl Checkpoint {
             Ok(u64::from_le_bytes(s.try_into().map_err(|_| "truncated")?))
         };
         let hl = take_u64(&mut pos)? as usize;
-        let header = std::str::from_utf8(body.get(pos..pos + hl).ok_or("truncated header")?)
-            .map_err(|_| "header is not text")?;
+        let header = std::str::from_utf8(body.get(pos..pos + hl).ok_or("truncated header")?).map_err(|_| "header is not text")?;
         pos += hl;
         let dl = take_u64(&mut pos)? as usize;
         let data = body.get(pos..pos + dl).ok_or("truncated data")?.to_vec();
@@ -126,16 +118,10 @@ impl Checkpoint {
         }
         let mut kv = std::collections::HashMap::new();
         for line in header.lines() {
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| format!("bad header line {line}"))?;
+            let (k, v) = line.split_once('=').ok_or_else(|| format!("bad header line {line}"))?;
             kv.insert(k, v);
         }
-        let get = |k: &str| {
-            kv.get(k)
-                .copied()
-                .ok_or_else(|| format!("header lacks {k}"))
-        };
+        let get = |k: &str| kv.get(k).copied().ok_or_else(|| format!("header lacks {k}"));
         let lattice = match get("lattice")? {
             "D2Q9" => Lattice::D2Q9,
             "D3Q19" => Lattice::D3Q19,
@@ -148,11 +134,7 @@ impl Checkpoint {
             "fp16c" => Precision::Fp16c,
             o => return Err(format!("unknown precision {o}")),
         };
-        let size: Vec<usize> = get("size")?
-            .split('x')
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("bad size: {e}"))?;
+        let size: Vec<usize> = get("size")?.split('x').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("bad size: {e}"))?;
         if size.len() != 3 {
             return Err("bad size".into());
         }
@@ -162,39 +144,24 @@ impl Checkpoint {
             "smagorinsky" => Collision::Smagorinsky,
             o => return Err(format!("unknown collision {o}")),
         };
-        let num = |k: &str| -> Result<f32, String> {
-            get(k)?.parse().map_err(|e| format!("bad {k}: {e}"))
-        };
-        let force = parse_vecs(get("force")?)?
-            .first()
-            .copied()
-            .unwrap_or([0.0; 3]);
+        let num = |k: &str| -> Result<f32, String> { get(k)?.parse().map_err(|e| format!("bad {k}: {e}")) };
+        let force = parse_vecs(get("force")?)?.first().copied().unwrap_or([0.0; 3]);
         let outlets = {
             let s = get("outlets")?;
             if s.is_empty() {
                 Vec::new()
             } else {
-                s.split(',')
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("bad outlets: {e}"))?
+                s.split(',').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("bad outlets: {e}"))?
             }
         };
         Ok(Checkpoint {
             lattice,
             precision,
             size: [size[0], size[1], size[2]],
-            flags_crc: get("flags_crc")?
-                .parse()
-                .map_err(|e| format!("bad flags_crc: {e}"))?,
+            flags_crc: get("flags_crc")?.parse().map_err(|e| format!("bad flags_crc: {e}"))?,
             step: get("step")?.parse().map_err(|e| format!("bad step: {e}"))?,
             params: Params {
-                collide: CollideParams {
-                    kind,
-                    tau: num("tau")?,
-                    cs: num("cs")?,
-                    force,
-                },
+                collide: CollideParams { kind, tau: num("tau")?, cs: num("cs")?, force },
                 walls: parse_vecs(get("walls")?)?,
                 inlets: parse_vecs(get("inlets")?)?,
                 outlets,
@@ -239,12 +206,7 @@ mod tests {
             flags_crc: 77,
             step: 1234,
             params: Params {
-                collide: CollideParams {
-                    kind: Collision::Trt,
-                    tau: 0.7,
-                    cs: 0.1,
-                    force: [1e-5, 0.0, 0.0],
-                },
+                collide: CollideParams { kind: Collision::Trt, tau: 0.7, cs: 0.1, force: [1e-5, 0.0, 0.0] },
                 walls: vec![[0.0; 3], [0.1, 0.0, 0.0]],
                 inlets: vec![],
                 outlets: vec![1.0],

@@ -69,10 +69,7 @@ pub type Lanes<const W: usize> = [[f32; W]; MAX_Q];
 /// Density minus one and velocity (with the Guo half-force shift) of `W` cells.
 #[inline(always)]
 #[must_use]
-pub fn moments_w<L: Lat, const W: usize>(
-    f: &Lanes<W>,
-    force: [f32; 3],
-) -> ([f32; W], [[f32; W]; 3]) {
+pub fn moments_w<L: Lat, const W: usize>(f: &Lanes<W>, force: [f32; 3]) -> ([f32; W], [[f32; W]; 3]) {
     let mut rho_m1 = [0.0f32; W];
     let mut j = [[0.0f32; W]; 3];
     for i in 0..L::Q {
@@ -104,11 +101,7 @@ pub fn moments_w<L: Lat, const W: usize>(
 
 /// Shifted equilibrium `feq_i - w_i` of `W` cells.
 #[inline(always)]
-pub fn equilibrium_w<L: Lat, const W: usize>(
-    rho_m1: &[f32; W],
-    u: &[[f32; W]; 3],
-    feq: &mut Lanes<W>,
-) {
+pub fn equilibrium_w<L: Lat, const W: usize>(rho_m1: &[f32; W], u: &[[f32; W]; 3], feq: &mut Lanes<W>) {
     let mut usq = [0.0f32; W];
     for l in 0..W {
         usq[l] = 1.5 * (u[0][l] * u[0][l] + u[1][l] * u[1][l] + u[2][l] * u[2][l]);
@@ -190,10 +183,7 @@ pub fn collide_w<L: Lat, const W: usize>(f: &mut Lanes<W>, p: &CollideParams) {
                     f[i + 1][l] = b - wp * sp + wm * sm;
                 }
                 if forced {
-                    let (si, sj) = (
-                        guo_source_w::<L, W>(i, &u, p.force),
-                        guo_source_w::<L, W>(i + 1, &u, p.force),
-                    );
+                    let (si, sj) = (guo_source_w::<L, W>(i, &u, p.force), guo_source_w::<L, W>(i + 1, &u, p.force));
                     for l in 0..W {
                         let (gp, gm) = (0.5 * (si[l] + sj[l]), 0.5 * (si[l] - sj[l]));
                         f[i][l] += (1.0 - 0.5 * wp) * gp + (1.0 - 0.5 * wm) * gm;
@@ -208,13 +198,7 @@ pub fn collide_w<L: Lat, const W: usize>(f: &mut Lanes<W>, p: &CollideParams) {
 
 /// Local relaxation rate of the Smagorinsky model from the non-equilibrium stress.
 #[inline(always)]
-fn smagorinsky_omega_w<L: Lat, const W: usize>(
-    f: &Lanes<W>,
-    feq: &Lanes<W>,
-    rho_m1: &[f32; W],
-    tau0: f32,
-    cs: f32,
-) -> [f32; W] {
+fn smagorinsky_omega_w<L: Lat, const W: usize>(f: &Lanes<W>, feq: &Lanes<W>, rho_m1: &[f32; W], tau0: f32, cs: f32) -> [f32; W] {
     let mut pi = [[0.0f32; W]; 6]; // xx yy zz xy xz yz
     for i in 0..L::Q {
         let c = L::C[i];
@@ -237,8 +221,7 @@ fn smagorinsky_omega_w<L: Lat, const W: usize>(
             + 2.0 * (pi[3][l] * pi[3][l] + pi[4][l] * pi[4][l] + pi[5][l] * pi[5][l]))
             .sqrt();
         let rho = rho_m1[l] + 1.0;
-        let tau = 0.5
-            * (tau0 + (tau0 * tau0 + 18.0 * std::f32::consts::SQRT_2 * cs * cs * q / rho).sqrt());
+        let tau = 0.5 * (tau0 + (tau0 * tau0 + 18.0 * std::f32::consts::SQRT_2 * cs * cs * q / rho).sqrt());
         out[l] = 1.0 / tau;
     }
     out
@@ -292,15 +275,8 @@ mod tests {
             f[i] = 0.01 * ((i * 7 % 5) as f32 - 2.0) * L::W[i];
         }
         let (r0, _) = moments::<L>(&f, [0.0; 3]);
-        let j0: Vec<f32> = (0..3)
-            .map(|a| (0..L::Q).map(|i| L::C[i][a] as f32 * f[i]).sum())
-            .collect();
-        let p = CollideParams {
-            kind,
-            tau: 0.7,
-            cs: 0.1,
-            force: [0.0; 3],
-        };
+        let j0: Vec<f32> = (0..3).map(|a| (0..L::Q).map(|i| L::C[i][a] as f32 * f[i]).sum()).collect();
+        let p = CollideParams { kind, tau: 0.7, cs: 0.1, force: [0.0; 3] };
         collide::<L>(&mut f, &p);
         let (r1, _) = moments::<L>(&f, [0.0; 3]);
         assert!((r0 - r1).abs() < 1e-7, "{kind}: mass");

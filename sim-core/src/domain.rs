@@ -83,11 +83,7 @@ impl Inlet {
                     let t = (p[a] as f32 - lo as f32 + 0.5) / len;
                     s *= (4.0 * t * (1.0 - t)).max(0.0);
                 }
-                [
-                    self.velocity[0] * s,
-                    self.velocity[1] * s,
-                    self.velocity[2] * s,
-                ]
+                [self.velocity[0] * s, self.velocity[1] * s, self.velocity[2] * s]
             }
         }
     }
@@ -151,11 +147,7 @@ impl Domain {
             let s = v as i64 + i64::from(d);
             s.rem_euclid(n as i64) as usize
         };
-        self.index(
-            w(p[0], c[0], self.n[0]),
-            w(p[1], c[1], self.n[1]),
-            w(p[2], c[2], self.n[2]),
-        )
+        self.index(w(p[0], c[0], self.n[0]), w(p[1], c[1], self.n[1]), w(p[2], c[2], self.n[2]))
     }
     /// Number of fluid (non-solid) cells.
     #[must_use]
@@ -194,11 +186,8 @@ impl Domain {
         // Open (non-wall) extent of each axis, for parabolic profiles.
         let mut open = [(0usize, 0usize); 3];
         for a in 0..3 {
-            let lo = usize::from(
-                matches!(faces[2 * a].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims,
-            );
-            let hi_wall =
-                matches!(faces[2 * a + 1].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims;
+            let lo = usize::from(matches!(faces[2 * a].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims);
+            let hi_wall = matches!(faces[2 * a + 1].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims;
             open[a] = (lo, n[a] - 1 - usize::from(hi_wall));
         }
         // Paint order: inlets/outlets, then moving walls, then resting walls (they win at edges).
@@ -212,21 +201,11 @@ impl Domain {
                 let inward = if at_max { -1 } else { 1 };
                 let flag = match (pass, face.kind) {
                     (0, FaceKind::Inlet) => {
-                        d.inlets.push(Inlet {
-                            axis,
-                            inward,
-                            velocity: face.velocity.0,
-                            profile: face.profile,
-                            open,
-                        });
+                        d.inlets.push(Inlet { axis, inward, velocity: face.velocity.0, profile: face.profile, open });
                         make_flag(kind::INLET, d.inlets.len() - 1)
                     }
                     (0, FaceKind::Outlet) => {
-                        d.outlets.push(Outlet {
-                            axis,
-                            inward,
-                            density: face.density,
-                        });
+                        d.outlets.push(Outlet { axis, inward, density: face.density });
                         make_flag(kind::OUTLET, d.outlets.len() - 1)
                     }
                     (1, FaceKind::MovingWall) => {
@@ -236,10 +215,7 @@ impl Domain {
                     (2, FaceKind::Wall) => make_flag(kind::SOLID, 0),
                     _ => continue,
                 };
-                if d.walls.len() > MAX_IDS + 1
-                    || d.inlets.len() > MAX_IDS
-                    || d.outlets.len() > MAX_IDS
-                {
+                if d.walls.len() > MAX_IDS + 1 || d.inlets.len() > MAX_IDS || d.outlets.len() > MAX_IDS {
                     return Err(SceneError {
                         file: ls.origin.clone(),
                         line: None,
@@ -261,13 +237,12 @@ impl Domain {
             }
         }
         for (k, o) in s.obstacles.iter().enumerate() {
-            let mask =
-                scene::voxel::voxelise(o, n, dims, &ls.base_dir).map_err(|message| SceneError {
-                    file: ls.origin.clone(),
-                    line: None,
-                    key: format!("obstacles.{k}"),
-                    message,
-                })?;
+            let mask = scene::voxel::voxelise(o, n, dims, &ls.base_dir).map_err(|message| SceneError {
+                file: ls.origin.clone(),
+                line: None,
+                key: format!("obstacles.{k}"),
+                message,
+            })?;
             let flag = make_flag(kind::SOLID, k + 1);
             for (i, m) in mask.iter().enumerate() {
                 if *m {
@@ -291,10 +266,7 @@ impl Domain {
                 continue;
             }
             let p = self.coords(i);
-            *nb = c
-                .iter()
-                .skip(1)
-                .any(|&ci| is_solid(self.flags[self.neighbour(p, ci)]));
+            *nb = c.iter().skip(1).any(|&ci| is_solid(self.flags[self.neighbour(p, ci)]));
         }
         for (f, nb) in self.flags.iter_mut().zip(near) {
             *f = (*f & !NEAR) | if nb { NEAR } else { 0 };
@@ -318,8 +290,7 @@ pub fn initial_state(ls: &LoadedScene, p: [usize; 3]) -> (f32, [f32; 3]) {
             let (x, y) = (p[0] as f32, p[1] as f32);
             let ux = u0 * (kx * x).sin() * (ky * y).cos();
             let uy = -u0 * (kx / ky) * (kx * x).cos() * (ky * y).sin();
-            let pr = init.density * u0 * u0 / 4.0
-                * ((2.0 * kx * x).cos() + (kx / ky) * (kx / ky) * (2.0 * ky * y).cos());
+            let pr = init.density * u0 * u0 / 4.0 * ((2.0 * kx * x).cos() + (kx / ky) * (kx / ky) * (2.0 * ky * y).cos());
             (init.density + 3.0 * pr, [ux, uy, 0.0])
         }
         InitialKind::TaylorGreen3d => {
@@ -338,14 +309,9 @@ pub fn initial_state(ls: &LoadedScene, p: [usize; 3]) -> (f32, [f32; 3]) {
             let cz = (kz * z).cos();
             let ux = u0 * sx * cy * cz;
             let uy = -u0 * (kx / ky) * cx * sy * cz;
-            let (c2x, c2y, c2z) = (
-                (2.0 * kx * x).cos(),
-                (2.0 * ky * y).cos(),
-                (2.0 * kz * z).cos(),
-            );
+            let (c2x, c2y, c2z) = ((2.0 * kx * x).cos(), (2.0 * ky * y).cos(), (2.0 * kz * z).cos());
             let (kx2, ky2, kz2) = (kx * kx, ky * ky, kz * kz);
-            let pr = init.density * u0 * u0 * kx2 / 8.0
-                * (c2x / kx2 + c2y / ky2 + c2x * c2z / (kx2 + kz2) + c2y * c2z / (ky2 + kz2));
+            let pr = init.density * u0 * u0 * kx2 / 8.0 * (c2x / kx2 + c2y / ky2 + c2x * c2z / (kx2 + kz2) + c2y * c2z / (ky2 + kz2));
             (init.density + 3.0 * pr, [ux, uy, 0.0])
         }
     }

@@ -40,37 +40,21 @@ pub fn write_fields_csv(path: &Path, f: &Fields) -> std::io::Result<()> {
 /// I/O or encoding errors.
 pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
     use vtkio::model::{
-        Attribute, Attributes, ByteOrder, DataArray, DataSet, ElementType, Extent, IOBuffer,
-        ImageDataPiece, Piece, Version, Vtk,
+        Attribute, Attributes, ByteOrder, DataArray, DataSet, ElementType, Extent, IOBuffer, ImageDataPiece, Piece, Version, Vtk,
     };
     let n = f.size;
-    let flat3 = |v: &[[f32; 3]]| {
-        v.iter()
-            .flat_map(|a| a.iter().copied())
-            .collect::<Vec<f32>>()
-    };
+    let flat3 = |v: &[[f32; 3]]| v.iter().flat_map(|a| a.iter().copied()).collect::<Vec<f32>>();
     let arr = |name: &str, comps: u32, data: Vec<f32>| {
         Attribute::DataArray(DataArray {
             name: name.into(),
-            elem: if comps == 1 {
-                ElementType::Scalars {
-                    num_comp: 1,
-                    lookup_table: None,
-                }
-            } else {
-                ElementType::Vectors
-            },
+            elem: if comps == 1 { ElementType::Scalars { num_comp: 1, lookup_table: None } } else { ElementType::Vectors },
             data: IOBuffer::F32(data),
         })
     };
     let vort = fields::vorticity(f);
     let q = fields::q_criterion(f);
     let solid: Vec<f32> = f.solid.iter().map(|&s| if s { 1.0 } else { 0.0 }).collect();
-    let ext = Extent::Ranges([
-        0..=(n[0] as i32 - 1),
-        0..=(n[1] as i32 - 1),
-        0..=(n[2] as i32 - 1),
-    ]);
+    let ext = Extent::Ranges([0..=(n[0] as i32 - 1), 0..=(n[1] as i32 - 1), 0..=(n[2] as i32 - 1)]);
     let vtk = Vtk {
         version: Version::new((1, 0)),
         byte_order: ByteOrder::LittleEndian,
@@ -96,8 +80,7 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
             }))],
         },
     };
-    vtk.export(path)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    vtk.export(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Appends rows to stats.csv.
@@ -121,11 +104,7 @@ impl StatsWriter {
     /// I/O errors.
     pub fn row(&mut self, s: &Stats, mlups: f64) -> std::io::Result<()> {
         let f = s.total_force();
-        writeln!(
-            self.w,
-            "{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}",
-            s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups
-        )?;
+        writeln!(self.w, "{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}", s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups)?;
         self.w.flush()
     }
 }

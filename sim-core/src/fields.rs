@@ -25,15 +25,8 @@ pub enum FieldKind {
 
 impl FieldKind {
     /// Every field.
-    pub const ALL: [FieldKind; 7] = [
-        FieldKind::Speed,
-        FieldKind::Ux,
-        FieldKind::Uy,
-        FieldKind::Uz,
-        FieldKind::Density,
-        FieldKind::Vorticity,
-        FieldKind::Q,
-    ];
+    pub const ALL: [FieldKind; 7] =
+        [FieldKind::Speed, FieldKind::Ux, FieldKind::Uy, FieldKind::Uz, FieldKind::Density, FieldKind::Vorticity, FieldKind::Q];
     /// Short name.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -86,10 +79,7 @@ fn gradients(f: &Fields) -> Vec<[[f32; 3]; 3]> {
 /// Vorticity vector at every cell.
 #[must_use]
 pub fn vorticity(f: &Fields) -> Vec<[f32; 3]> {
-    gradients(f)
-        .into_iter()
-        .map(|g| [g[2][1] - g[1][2], g[0][2] - g[2][0], g[1][0] - g[0][1]])
-        .collect()
+    gradients(f).into_iter().map(|g| [g[2][1] - g[1][2], g[0][2] - g[2][0], g[1][0] - g[0][1]]).collect()
 }
 
 /// Q criterion at every cell.
@@ -118,18 +108,11 @@ pub fn q_criterion(f: &Fields) -> Vec<f32> {
 pub fn scalar(f: &Fields, kind: FieldKind) -> Vec<f32> {
     match kind {
         FieldKind::Density => f.rho.clone(),
-        FieldKind::Speed => {
-            f.u.iter()
-                .map(|u| (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt())
-                .collect()
-        }
+        FieldKind::Speed => f.u.iter().map(|u| (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt()).collect(),
         FieldKind::Ux => f.u.iter().map(|u| u[0]).collect(),
         FieldKind::Uy => f.u.iter().map(|u| u[1]).collect(),
         FieldKind::Uz => f.u.iter().map(|u| u[2]).collect(),
-        FieldKind::Vorticity => vorticity(f)
-            .iter()
-            .map(|w| (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt())
-            .collect(),
+        FieldKind::Vorticity => vorticity(f).iter().map(|w| (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt()).collect(),
         FieldKind::Q => q_criterion(f),
     }
 }
@@ -141,12 +124,7 @@ mod tests {
     #[test]
     fn solid_body_rotation_has_vorticity_two_omega_and_positive_q() {
         let n = [16, 16, 1];
-        let mut f = Fields {
-            size: n,
-            rho: vec![1.0; 256],
-            u: vec![[0.0; 3]; 256],
-            solid: vec![false; 256],
-        };
+        let mut f = Fields { size: n, rho: vec![1.0; 256], u: vec![[0.0; 3]; 256], solid: vec![false; 256] };
         let w = 0.01;
         for y in 0..16 {
             for x in 0..16 {

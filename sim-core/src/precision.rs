@@ -98,11 +98,7 @@ pub fn f16_bits_to_f32(h: u16) -> f32 {
     // Scaling by 2^112 re-biases the exponent and normalises subnormals exactly.
     let v = f32::from_bits(mag) * f32::from_bits(0x7780_0000); // 2^112
     let special = (h & 0x7C00) == 0x7C00;
-    let bits = if special {
-        0x7F80_0000 | mag
-    } else {
-        v.to_bits()
-    };
+    let bits = if special { 0x7F80_0000 | mag } else { v.to_bits() };
     f32::from_bits(bits | sign)
 }
 
@@ -118,9 +114,7 @@ pub fn f32_to_f16_bits(x: f32) -> u16 {
     let odd = (a >> 13) & 1;
     let normal = (a.wrapping_sub(112 << 23).wrapping_add(0xFFF + odd)) >> 13;
     // Below 2^-14: adding 0.5 lets the FPU round at the half-subnormal step 2^-24.
-    let sub = (f32::from_bits(a) + 0.5)
-        .to_bits()
-        .wrapping_sub(0x3F00_0000);
+    let sub = (f32::from_bits(a) + 0.5).to_bits().wrapping_sub(0x3F00_0000);
     let inf_nan = if a > 0x7F80_0000 { 0x7E00 } else { 0x7C00 };
     let o = if a >= 0x4780_0000 {
         inf_nan
@@ -157,9 +151,7 @@ impl Store for Fp16c {
         let up = u32::from(rem > 0x800 || (rem == 0x800 && base & 1 == 1));
         let normal = (base + up).min(u32::from(FP16C_MAX));
         // Subnormal (|x| < 2^-14): adding 0.25 rounds at the step 2^-25 (nearest even).
-        let sub = (f32::from_bits(a) + 0.25)
-            .to_bits()
-            .wrapping_sub(0x3E80_0000);
+        let sub = (f32::from_bits(a) + 0.25).to_bits().wrapping_sub(0x3E80_0000);
         let mag = if e >= 1 { normal } else { sub };
         Fp16c(sign | mag as u16)
     }
@@ -214,16 +206,7 @@ mod tests {
 
     #[test]
     fn fp16c_known_values() {
-        for x in [
-            0.0f32,
-            1.0,
-            -1.0,
-            0.5,
-            1.5,
-            2.0f32.powi(-14),
-            2.0f32.powi(-25),
-            -0.75,
-        ] {
+        for x in [0.0f32, 1.0, -1.0, 0.5, 1.5, 2.0f32.powi(-14), 2.0f32.powi(-25), -0.75] {
             assert_eq!(Fp16c::enc(x).dec(), x, "{x}");
         }
         assert_eq!(Fp16c::enc(10.0).dec(), Fp16c(FP16C_MAX).dec());

@@ -64,9 +64,7 @@ impl Params {
         for v in self.walls.iter().chain(self.inlets.iter()) {
             let s = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
             if !(s < 0.35) {
-                return Err(format!(
-                    "velocity {s} is too large: keep boundary velocities below 0.35 (Mach 0.6)"
-                ));
+                return Err(format!("velocity {s} is too large: keep boundary velocities below 0.35 (Mach 0.6)"));
             }
         }
         if self.outlets.iter().any(|&d| !(d > 0.0)) {
@@ -87,6 +85,8 @@ pub struct Stats {
     pub max_u: f64,
     /// Force on each obstacle during the last step (momentum exchange), lattice units.
     pub forces: Vec<[f64; 3]>,
+    /// The first cell (lowest index) with a non-finite density or velocity, after a blow-up.
+    pub first_bad_cell: Option<[usize; 3]>,
 }
 
 impl Stats {
@@ -150,6 +150,18 @@ pub trait Solver: Send {
     fn step(&mut self, steps: u64) -> Result<(), SolverError>;
     /// Density and velocity of every cell.
     fn fields(&self) -> Fields;
+    /// One scalar field of every cell (for display). Backends with their own kernels for the
+    /// derived fields override this.
+    fn scalar_field(&self, kind: crate::fields::FieldKind) -> Vec<f32> {
+        crate::fields::scalar(&self.fields(), kind)
+    }
+    /// Wait until queued steps have finished (device backends queue work asynchronously).
+    ///
+    /// # Errors
+    /// Device errors surfacing at the wait.
+    fn synchronize(&self) -> Result<(), SolverError> {
+        Ok(())
+    }
     /// Mass, largest velocity and obstacle forces of the current state.
     fn stats(&self) -> Stats;
     /// Current parameters.

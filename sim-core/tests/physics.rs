@@ -17,11 +17,7 @@ use sim_core::Solver;
 use std::time::Instant;
 
 /// Build a solver from scene text with a custom initial field (density, velocity per cell).
-fn solver_with_init(
-    text: &str,
-    overrides: &[(&str, &str)],
-    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
-) -> Box<dyn Solver> {
+fn solver_with_init(text: &str, overrides: &[(&str, &str)], init: impl Fn([usize; 3]) -> (f32, [f32; 3])) -> Box<dyn Solver> {
     let ls = scene(text, overrides);
     let dom = Domain::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
     let params = cpu::params_of(&ls, &dom);
@@ -31,10 +27,7 @@ fn solver_with_init(
 
 /// Largest change of any velocity component between two velocity fields.
 fn max_change(a: &[[f32; 3]], b: &[[f32; 3]]) -> f64 {
-    a.iter()
-        .zip(b)
-        .flat_map(|(p, q)| (0..3).map(move |c| f64::from((p[c] - q[c]).abs())))
-        .fold(0.0, f64::max)
+    a.iter().zip(b).flat_map(|(p, q)| (0..3).map(move |c| f64::from((p[c] - q[c]).abs()))).fold(0.0, f64::max)
 }
 
 /// Step until the largest velocity change over `chunk` steps is below `tol`, or `max_steps`.
@@ -85,11 +78,7 @@ fn check_mass(label: &str, mut s: Box<dyn Solver>) {
         t.elapsed().as_secs_f64()
     );
     // The flow must still be moving at the end, or the test would prove little.
-    assert!(
-        st1.max_u > 5e-3,
-        "{label}: flow died out (max|u| = {})",
-        st1.max_u
-    );
+    assert!(st1.max_u > 5e-3, "{label}: flow died out (max|u| = {})", st1.max_u);
     assert!(rel < 1e-6, "{label}: mass changed by {rel:e} (relative)");
 }
 
@@ -160,11 +149,7 @@ force = [2e-5, 0.0, 0.0]
         let s = (PI * (y - 0.5) / 16.0).sin();
         (
             1.0,
-            [
-                0.04 * s + 0.02 * (2.0 * PI * z / 12.0).sin(),
-                0.02 * (2.0 * PI * x / 16.0).sin() * s,
-                0.02 * (2.0 * PI * x / 16.0).cos() * s,
-            ],
+            [0.04 * s + 0.02 * (2.0 * PI * z / 12.0).sin(), 0.02 * (2.0 * PI * x / 16.0).sin() * s, 0.02 * (2.0 * PI * x / 16.0).cos() * s],
         )
     })
 }
@@ -232,10 +217,7 @@ collision = "{collision}"
     // The slowest mode decays like exp(-nu pi^2 t / h^2): allow 30 e-folds.
     let max_steps = (30.0 * (h * h) as f64 / (nu * 9.87)) as u64;
     let (steps, change) = run_to_steady(s.as_mut(), 100, 2e-7 * uc, max_steps);
-    assert!(
-        change < 2e-7 * uc,
-        "{collision} h={h}: not steady after {steps} steps (change {change:e})"
-    );
+    assert!(change < 2e-7 * uc, "{collision} h={h}: not steady after {steps} steps (change {change:e})");
     let fl = s.fields();
     let scale = f / (2.0 * nu);
     let (mut e2, mut a2) = (0.0, 0.0);
@@ -255,15 +237,7 @@ collision = "{collision}"
     }
     let slip = devs.iter().sum::<f64>() / devs.len() as f64;
     let spread = devs.iter().map(|d| (d - slip).abs()).fold(0.0, f64::max);
-    Channel {
-        h,
-        err: (e2 / a2).sqrt(),
-        slip,
-        spread,
-        profile,
-        steps,
-        secs: t.elapsed().as_secs_f64(),
-    }
+    Channel { h, err: (e2 / a2).sqrt(), slip, spread, profile, steps, secs: t.elapsed().as_secs_f64() }
 }
 
 /// Run the widths, print the table and return the runs with the observed orders between
@@ -277,10 +251,7 @@ fn poiseuille_series(collision: &str, widths: &[usize]) -> (Vec<Channel>, Vec<f6
             c.h, c.steps, c.err, c.slip, c.spread, c.secs
         );
     }
-    let orders: Vec<f64> = runs
-        .windows(2)
-        .map(|w| (w[0].err / w[1].err).ln() / (w[1].h as f64 / w[0].h as f64).ln())
-        .collect();
+    let orders: Vec<f64> = runs.windows(2).map(|w| (w[0].err / w[1].err).ln() / (w[1].h as f64 / w[0].h as f64).ln()).collect();
     println!("poiseuille {collision}: observed orders of convergence {orders:.3?}");
     (runs, orders)
 }
@@ -288,29 +259,18 @@ fn poiseuille_series(collision: &str, widths: &[usize]) -> (Vec<Channel>, Vec<f6
 /// Check the orders and the slip against the prediction for halfway bounce-back.
 fn check_poiseuille(collision: &str, runs: &[Channel], orders: &[f64], lambda: f64) {
     for o in orders {
-        assert!(
-            (1.8..=2.2).contains(o),
-            "{collision}: order of convergence {o:.3} outside [1.8, 2.2]"
-        );
+        assert!((1.8..=2.2).contains(o), "{collision}: order of convergence {o:.3} outside [1.8, 2.2]");
     }
     let predicted = (16.0 * lambda - 3.0) / 12.0;
     for c in runs {
-        println!(
-            "  h={:2}: slip {:+.5} vs predicted (16 Lambda - 3)/12 = {predicted:+.5}",
-            c.h, c.slip
-        );
+        println!("  h={:2}: slip {:+.5} vs predicted (16 Lambda - 3)/12 = {predicted:+.5}", c.h, c.slip);
         assert!(
             (c.slip - predicted).abs() < 0.03 * predicted.abs(),
             "{collision} h={}: slip {} F/(2nu), predicted {predicted}",
             c.h,
             c.slip
         );
-        assert!(
-            c.spread < 0.03 * predicted.abs(),
-            "{collision} h={}: profile is not a shifted parabola (spread {})",
-            c.h,
-            c.spread
-        );
+        assert!(c.spread < 0.03 * predicted.abs(), "{collision} h={}: profile is not a shifted parabola (spread {})", c.h, c.spread);
     }
 }
 
@@ -348,29 +308,14 @@ fn poiseuille_smagorinsky_close_to_bgk() {
     let (runs, orders) = poiseuille_series("smagorinsky", &widths);
     let bgk: Vec<Channel> = widths.iter().map(|&h| poiseuille("bgk", h)).collect();
     for (s, b) in runs.iter().zip(&bgk) {
-        let d2: f64 = s
-            .profile
-            .iter()
-            .zip(&b.profile)
-            .map(|(x, y)| (x - y).powi(2))
-            .sum();
+        let d2: f64 = s.profile.iter().zip(&b.profile).map(|(x, y)| (x - y).powi(2)).sum();
         let b2: f64 = b.profile.iter().map(|y| y * y).sum();
         let rel = (d2 / b2).sqrt();
-        println!(
-            "  h={:2}: Smagorinsky vs BGK profile, relative L2 difference {rel:.3e}",
-            s.h
-        );
-        assert!(
-            rel < 1e-2,
-            "h={}: Smagorinsky differs from BGK by {rel}",
-            s.h
-        );
+        println!("  h={:2}: Smagorinsky vs BGK profile, relative L2 difference {rel:.3e}", s.h);
+        assert!(rel < 1e-2, "h={}: Smagorinsky differs from BGK by {rel}", s.h);
     }
     for o in &orders {
-        assert!(
-            (1.8..=2.2).contains(o),
-            "smagorinsky: order of convergence {o:.3} outside [1.8, 2.2]"
-        );
+        assert!((1.8..=2.2).contains(o), "smagorinsky: order of convergence {o:.3} outside [1.8, 2.2]");
     }
 }
 
@@ -403,13 +348,7 @@ collision = "{collision}"
     let kx = 2.0 * std::f64::consts::PI / n[0] as f64;
     let ky = 2.0 * std::f64::consts::PI / n[1] as f64;
     let analytic = 2.0 * nu * (kx * kx + ky * ky);
-    let energy = |s: &dyn Solver| -> f64 {
-        s.fields()
-            .u
-            .iter()
-            .map(|u| f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]))
-            .sum::<f64>()
-    };
+    let energy = |s: &dyn Solver| -> f64 { s.fields().u.iter().map(|u| f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2])).sum::<f64>() };
     // Skip the short start-up transient (the initial DDFs carry no non-equilibrium part).
     let t0 = (0.1 / analytic).ceil() as u64;
     let t1 = t0 + (2.0 / analytic).ceil() as u64;
@@ -506,8 +445,7 @@ fn sample(u: &[[f32; 3]], n: usize, l: usize, c: usize, px: f64, py: f64) -> f64
     let (x0, y0) = (x.floor() as usize, y.floor() as usize);
     let (fx, fy) = (x - x0 as f64, y - y0 as f64);
     let at = |i: usize, j: usize| f64::from(u[i + n * j][c]);
-    (1.0 - fy) * ((1.0 - fx) * at(x0, y0) + fx * at(x0 + 1, y0))
-        + fy * ((1.0 - fx) * at(x0, y0 + 1) + fx * at(x0 + 1, y0 + 1))
+    (1.0 - fy) * ((1.0 - fx) * at(x0, y0) + fx * at(x0 + 1, y0)) + fy * ((1.0 - fx) * at(x0, y0 + 1) + fx * at(x0 + 1, y0 + 1))
 }
 
 /// Lid-driven cavity of `l` x `l` fluid cells (walls at 0.5 and l + 0.5), lid velocity `ulid`
@@ -566,15 +504,8 @@ fn lid_driven_cavity_re100_matches_ghia() {
         println!("  {y:.4} {ug:+.5} {um:+.5}   |  {x:.4} {vg:+.5} {vm:+.5}");
         worst = worst.max((um - ug).abs()).max((vm - vg).abs());
     }
-    println!(
-        "cavity Re=100: largest deviation from Ghia {:.2}% of the lid velocity ({:.1}s)",
-        100.0 * worst,
-        t.elapsed().as_secs_f64()
-    );
-    assert!(
-        worst < 0.02,
-        "deviation {worst:.4} of the lid velocity exceeds 0.02"
-    );
+    println!("cavity Re=100: largest deviation from Ghia {:.2}% of the lid velocity ({:.1}s)", 100.0 * worst, t.elapsed().as_secs_f64());
+    assert!(worst < 0.02, "deviation {worst:.4} of the lid velocity exceeds 0.02");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -629,10 +560,7 @@ radius = 4.5
         let expect: Vec<f64> = force.iter().map(|&f| f64::from(f) * fluid).collect();
         let got = st.forces[0];
         let big = expect.iter().map(|e| e.abs()).fold(0.0, f64::max);
-        let err = (0..3)
-            .map(|a| (got[a] - expect[a]).abs())
-            .fold(0.0, f64::max)
-            / big;
+        let err = (0..3).map(|a| (got[a] - expect[a]).abs()).fold(0.0, f64::max) / big;
         println!(
             "force balance {label}: obstacle force [{:.5e}, {:.5e}, {:.5e}], body force \
              on the fluid [{:.5e}, {:.5e}, {:.5e}], relative error {err:.2e}; max|u| {:.4}, \
@@ -686,10 +614,7 @@ radius = {r}
     let hh = h as f64;
     let mut s = solver_with_init(&text, &[], |p| {
         let t = (p[1] as f64 - 0.5) / hh;
-        (
-            1.0,
-            [(umax * 4.0 * t * (1.0 - t)).max(0.0) as f32, 0.0, 0.0],
-        )
+        (1.0, [(umax * 4.0 * t * (1.0 - t)).max(0.0) as f32, 0.0, 0.0])
     });
     // C = 2 F / (rho U_mean^2 D), rho = 1.
     let q = 0.5 * umean * umean * d as f64;
@@ -744,10 +669,7 @@ fn cylinder_schaefer_turek_2d1() {
         errs.push((ecd, ecl));
     }
     let (ecd, ecl) = errs[1];
-    assert!(
-        errs[1].0.abs() < errs[0].0.abs() && errs[1].1.abs() < errs[0].1.abs(),
-        "errors do not shrink with resolution: {errs:?}"
-    );
+    assert!(errs[1].0.abs() < errs[0].0.abs() && errs[1].1.abs() < errs[0].1.abs(), "errors do not shrink with resolution: {errs:?}");
     assert!(ecd.abs() < 0.07, "C_D off by {:.1}%", 100.0 * ecd);
     assert!(ecl.abs() < 0.25, "C_L off by {:.1}%", 100.0 * ecl);
 }
@@ -817,11 +739,6 @@ velocity = [0.03, 0.0, 0.0]
     for (label, e) in [("cavity", &cav), ("taylor-green", &tgv)] {
         assert!(e[0] < 5e-3, "{label}: FP16S error {:e}", e[0]);
         assert!(e[1] < 2.5e-3, "{label}: FP16C error {:e}", e[1]);
-        assert!(
-            e[1] < e[0],
-            "{label}: FP16C ({:e}) is not closer to FP32 than FP16S ({:e})",
-            e[1],
-            e[0]
-        );
+        assert!(e[1] < e[0], "{label}: FP16C ({:e}) is not closer to FP32 than FP16S ({:e})", e[1], e[0]);
     }
 }

@@ -27,9 +27,7 @@ fn readme() -> String {
 }
 
 fn ov(sets: &[(&str, &str)]) -> Vec<(String, String)> {
-    sets.iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect()
+    sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
 }
 
 fn parse(text: &str, sets: &[(&str, &str)]) -> Result<LoadedScene, SceneError> {
@@ -50,10 +48,7 @@ fn error(text: &str, sets: &[(&str, &str)]) -> String {
 
 /// 1-based line of the first line of `text` that starts with `prefix`.
 fn line_of(text: &str, prefix: &str) -> usize {
-    text.lines()
-        .position(|l| l.trim_start().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no line starts with {prefix:?}"))
-        + 1
+    text.lines().position(|l| l.trim_start().starts_with(prefix)).unwrap_or_else(|| panic!("no line starts with {prefix:?}")) + 1
 }
 
 const BASE: &str = r#"name = "test"
@@ -78,43 +73,24 @@ radius = 3
 #[test]
 fn every_shipped_scene_loads_voxelises_and_runs() {
     let files = shipped_files();
-    assert!(
-        files.len() >= 9,
-        "expected the shipped scenes, found {files:?}"
-    );
+    assert!(files.len() >= 9, "expected the shipped scenes, found {files:?}");
     for path in &files {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let ls = scene::load(path, &[]).unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            ls.derived.warnings.is_empty(),
-            "{name}: a shipped scene should load without warnings: {:?}",
-            ls.derived.warnings
-        );
-        assert!(
-            !ls.scene.name.is_empty() && !ls.scene.description.is_empty(),
-            "{name}: give the scene a name and a description"
-        );
+        assert!(ls.derived.warnings.is_empty(), "{name}: a shipped scene should load without warnings: {:?}", ls.derived.warnings);
+        assert!(!ls.scene.name.is_empty() && !ls.scene.description.is_empty(), "{name}: give the scene a name and a description");
         assert!(ls.derived.tau > 0.5 && ls.derived.max_velocity * 3f32.sqrt() < 0.3);
         let dom = Domain::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
         // Every obstacle must have landed inside the domain.
         for (k, oname) in dom.obstacles.iter().enumerate() {
-            let solid = dom
-                .flags
-                .iter()
-                .filter(|&&f| {
-                    domain::kind_of(f) == domain::kind::SOLID && domain::id_of(f) == k + 1
-                })
-                .count();
+            let solid = dom.flags.iter().filter(|&&f| domain::kind_of(f) == domain::kind::SOLID && domain::id_of(f) == k + 1).count();
             assert!(solid > 0, "{name}: obstacle {oname} has no solid cells");
         }
         let mut s = cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{name}: {e}"));
         let m0 = s.stats().mass;
         s.step(5).unwrap();
         let st = s.stats();
-        assert!(
-            st.mass.is_finite() && st.max_u.is_finite() && !st.blown_up(),
-            "{name}: {st:?}"
-        );
+        assert!(st.mass.is_finite() && st.max_u.is_finite() && !st.blown_up(), "{name}: {st:?}");
         let rel = (st.mass - m0).abs() / m0;
         assert!(rel < 0.05, "{name}: mass changed by {rel:e} in 5 steps");
         assert!(st.max_u < 0.35, "{name}: max |u| = {}", st.max_u);
@@ -131,10 +107,7 @@ fn default_scene_is_a_cylinder_street() {
     let re = ls.scene.fluid.reynolds.expect("Re given");
     assert!((100.0..=200.0).contains(&re), "Re {re}");
     let cells = ls.derived.size.iter().product::<usize>();
-    assert!(
-        cells <= 60_000,
-        "{cells} cells is too many for a 2-core CPU"
-    );
+    assert!(cells <= 60_000, "{cells} cells is too many for a 2-core CPU");
 }
 
 /// The README's table of shipped scenes lists every file, and its tau matches the file's.
@@ -143,10 +116,7 @@ fn readme_lists_every_shipped_scene_with_its_tau() {
     let md = readme();
     for path in shipped_files() {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
-        let row = md
-            .lines()
-            .find(|l| l.starts_with(&format!("| `{file}`")))
-            .unwrap_or_else(|| panic!("README.md: no row for {file}"));
+        let row = md.lines().find(|l| l.starts_with(&format!("| `{file}`"))).unwrap_or_else(|| panic!("README.md: no row for {file}"));
         let tau_txt = row
             .split("tau ")
             .nth(1)
@@ -156,10 +126,7 @@ fn readme_lists_every_shipped_scene_with_its_tau() {
         let tau: f64 = tau_txt.parse().unwrap();
         let ls = scene::load(&path, &[]).unwrap();
         let actual = f64::from(ls.derived.tau);
-        assert!(
-            (actual - tau).abs() <= 0.51 * 10f64.powi(-decimals),
-            "README.md says tau {tau} for {file}, the scene gives {actual}"
-        );
+        assert!((actual - tau).abs() <= 0.51 * 10f64.powi(-decimals), "README.md says tau {tau} for {file}, the scene gives {actual}");
     }
 }
 
@@ -186,10 +153,7 @@ fn taylor_green_scene_decays_at_its_documented_rate() {
     s.step(1500).unwrap();
     let expect = 0.05 * (-9.64e-5f64 * 1500.0).exp();
     let u = s.stats().max_u;
-    assert!(
-        (u / expect - 1.0).abs() < 0.01,
-        "max |u| {u}, documented decay gives {expect}"
-    );
+    assert!((u / expect - 1.0).abs() < 0.01, "max |u| {u}, documented decay gives {expect}");
 }
 
 /// Schaefer & Turek 2D-1 at D = 20: drag within the staircase error the scene documents.
@@ -202,14 +166,8 @@ fn schaefer_turek_drag_and_lift() {
     s.step(ls.scene.solver.steps).unwrap();
     let f = s.stats().forces[0];
     let (cd, cl) = (40.0 * f[0], 40.0 * f[1]);
-    assert!(
-        (5.5..6.0).contains(&cd),
-        "C_D = {cd} (benchmark 5.58, D = 20 gives ~5.88)"
-    );
-    assert!(
-        (0.008..0.014).contains(&cl),
-        "C_L = {cl} (benchmark 0.0107)"
-    );
+    assert!((5.5..6.0).contains(&cd), "C_D = {cd} (benchmark 5.58, D = 20 gives ~5.88)");
+    assert!((0.008..0.014).contains(&cl), "C_L = {cl} (benchmark 0.0107)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -218,26 +176,13 @@ fn schaefer_turek_drag_and_lift() {
 #[test]
 fn readme_documents_every_key() {
     let md = readme();
-    let missing: Vec<&str> = KEYS
-        .iter()
-        .map(|k| k.key)
-        .filter(|k| !md.contains(&format!("`{k}`")))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "scenes/README.md does not document {missing:?}"
-    );
+    let missing: Vec<&str> = KEYS.iter().map(|k| k.key).filter(|k| !md.contains(&format!("`{k}`"))).collect();
+    assert!(missing.is_empty(), "scenes/README.md does not document {missing:?}");
     // Every row of the key tables names a real key (faces written generically as F).
-    for line in md
-        .lines()
-        .filter(|l| l.starts_with("| `") && l.replace("\\|", "").split('|').count() == 7)
-    {
+    for line in md.lines().filter(|l| l.starts_with("| `") && l.replace("\\|", "").split('|').count() == 7) {
         let key = line.split('`').nth(1).unwrap();
         let generic = key.replace("boundaries.F", "boundaries.x_min");
-        assert!(
-            KEYS.iter().any(|k| k.key == generic),
-            "README.md documents {key}, which is not in KEYS"
-        );
+        assert!(KEYS.iter().any(|k| k.key == generic), "README.md documents {key}, which is not in KEYS");
     }
 }
 
@@ -253,24 +198,13 @@ fn readme_example_is_a_valid_scene() {
 /// The list serde gives in "unknown field "x", expected one of ..." for a section.
 fn fields_of(text: &str) -> Vec<String> {
     let e = error(text, &[]);
-    let list = e
-        .split("expected one of ")
-        .nth(1)
-        .or_else(|| e.split(", expected ").nth(1))
-        .unwrap_or_else(|| panic!("no list in {e}"));
-    list.split(", ")
-        .flat_map(|s| s.split(" or "))
-        .map(|s| s.trim_matches('"').to_string())
-        .collect()
+    let list = e.split("expected one of ").nth(1).or_else(|| e.split(", expected ").nth(1)).unwrap_or_else(|| panic!("no list in {e}"));
+    list.split(", ").flat_map(|s| s.split(" or ")).map(|s| s.trim_matches('"').to_string()).collect()
 }
 
 /// The KEYS entries directly below `prefix` (e.g. "fluid." -> tau, viscosity, ...).
 fn keys_below(prefix: &str) -> Vec<String> {
-    KEYS.iter()
-        .filter_map(|k| k.key.strip_prefix(prefix))
-        .filter(|rest| !rest.contains('.'))
-        .map(str::to_string)
-        .collect()
+    KEYS.iter().filter_map(|k| k.key.strip_prefix(prefix)).filter(|rest| !rest.contains('.')).map(str::to_string).collect()
 }
 
 fn same_set(mut a: Vec<String>, mut b: Vec<String>, what: &str) {
@@ -281,11 +215,7 @@ fn same_set(mut a: Vec<String>, mut b: Vec<String>, what: &str) {
 
 #[test]
 fn keys_match_the_scene_types() {
-    same_set(
-        fields_of(&format!("bogus = 1\n{BASE}")),
-        keys_below(""),
-        "top level",
-    );
+    same_set(fields_of(&format!("bogus = 1\n{BASE}")), keys_below(""), "top level");
     let sections = [
         ("domain", "[domain]\nsize = [40, 20]\nbogus = 1\n"),
         ("fluid", "[fluid]\nbogus = 1\n"),
@@ -295,11 +225,7 @@ fn keys_match_the_scene_types() {
         ("boundaries.x_min", "[boundaries]\nx_min = { bogus = 1 }\n"),
     ];
     for (sec, extra) in sections {
-        let head = if sec == "domain" {
-            ""
-        } else {
-            "[domain]\nsize = [40, 20]\n"
-        };
+        let head = if sec == "domain" { "" } else { "[domain]\nsize = [40, 20]\n" };
         let text = format!("{head}{extra}");
         same_set(fields_of(&text), keys_below(&format!("{sec}.")), sec);
     }
@@ -313,10 +239,7 @@ fn keys_match_the_scene_types() {
     // Obstacles: each shape lists its fields; together they are the obstacles.N.* keys.
     let mut all = Vec::new();
     for shape in ["box", "sphere", "cylinder", "stl"] {
-        let e = error(
-            &format!("{BASE}[[obstacles]]\nshape = \"{shape}\"\nbogus = 1\n"),
-            &[],
-        );
+        let e = error(&format!("{BASE}[[obstacles]]\nshape = \"{shape}\"\nbogus = 1\n"), &[]);
         let list = e.split(" has: ").nth(1).unwrap_or_else(|| panic!("{e}"));
         all.extend(list.split(", ").map(str::to_string));
     }
@@ -330,14 +253,7 @@ fn stl_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("esoflow-scenes-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let v = |i: usize| [(i & 1) as f32, ((i >> 1) & 1) as f32, ((i >> 2) & 1) as f32];
-    let quads = [
-        [0, 2, 3, 1],
-        [4, 5, 7, 6],
-        [0, 1, 5, 4],
-        [2, 6, 7, 3],
-        [0, 4, 6, 2],
-        [1, 3, 7, 5],
-    ];
+    let quads = [[0, 2, 3, 1], [4, 5, 7, 6], [0, 1, 5, 4], [2, 6, 7, 3], [0, 4, 6, 2], [1, 3, 7, 5]];
     let mut s = String::from("solid cube\n");
     for q in quads {
         for t in [[q[0], q[1], q[2]], [q[0], q[2], q[3]]] {
@@ -445,8 +361,7 @@ size = 3.5
             sets.push(("fluid.length".into(), "10".into()));
             sets.push(("fluid.velocity".into(), "0.05".into()));
         }
-        let ls = scene::from_str(text, "keys.toml", dir.clone(), &sets)
-            .unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
+        let ls = scene::from_str(text, "keys.toml", dir.clone(), &sets).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
         Domain::from_scene(&ls).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
     }
     std::fs::remove_dir_all(dir).ok();
@@ -467,26 +382,15 @@ fn taylor_green_3d_initial_field() {
                 assert!((u[1] + 0.05 * x.cos() * y.sin() * z.cos()).abs() < 1e-6);
                 assert_eq!(u[2], 0.0);
                 // Brachet et al.: p = rho0 U^2 / 16 (cos 2x + cos 2y)(cos 2z + 2), rho = 1 + 3 p.
-                let p = 0.05f32 * 0.05 / 16.0
-                    * ((2.0 * x).cos() + (2.0 * y).cos())
-                    * ((2.0 * z).cos() + 2.0);
-                assert!(
-                    (rho - (1.0 + 3.0 * p)).abs() < 1e-6,
-                    "rho {rho} at {x} {y} {z}"
-                );
+                let p = 0.05f32 * 0.05 / 16.0 * ((2.0 * x).cos() + (2.0 * y).cos()) * ((2.0 * z).cos() + 2.0);
+                assert!((rho - (1.0 + 3.0 * p)).abs() < 1e-6, "rho {rho} at {x} {y} {z}");
                 max_u = max_u.max(u[0].abs());
             }
         }
     }
     assert!((max_u - 0.05).abs() < 1e-6);
-    let e = error(
-        "[domain]\nsize = [16, 16]\n[initial]\nkind = \"taylor_green_3d\"\n",
-        &[],
-    );
-    assert!(
-        e.starts_with("bad.toml:4: initial.kind: taylor_green_3d needs a 3D domain"),
-        "{e}"
-    );
+    let e = error("[domain]\nsize = [16, 16]\n[initial]\nkind = \"taylor_green_3d\"\n", &[]);
+    assert!(e.starts_with("bad.toml:4: initial.kind: taylor_green_3d needs a 3D domain"), "{e}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -497,10 +401,7 @@ fn syntax_error_names_its_line() {
     let text = BASE.replace("tau = 0.6", "tau = 0.6 0.7");
     let e = error(&text, &[]);
     let line = line_of(&text, "tau =");
-    assert!(
-        e.starts_with(&format!("bad.toml:{line}: (syntax): ")),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{line}: (syntax): ")), "{e}");
     let text = BASE.replace("radius = 3", "radius = 3\nradius = 4");
     let e = error(&text, &[]);
     assert!(e.starts_with("bad.toml:15: (syntax): duplicate key"), "{e}");
@@ -511,31 +412,15 @@ fn unknown_key_names_line_key_and_the_valid_ones() {
     let text = BASE.replace("tau = 0.6", "tau = 0.6\ntua = 0.7");
     let e = error(&text, &[]);
     let line = line_of(&text, "tua");
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{line}: fluid.tua: unknown field \"tua\", expected one of "
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{line}: fluid.tua: unknown field \"tua\", expected one of ")), "{e}");
     assert!(e.contains("\"tau\"") && e.contains("\"reynolds\""), "{e}");
     // At the top level, in a face written inline, and in an obstacle.
     let e = error(&format!("tau = 0.6\n{BASE}"), &[]);
-    assert!(
-        e.starts_with("bad.toml:1: tau: unknown field \"tau\""),
-        "{e}"
-    );
-    let text = BASE.replace(
-        "x_max = \"outlet\"",
-        "x_max = { type = \"outlet\", velocty = 1 }",
-    );
+    assert!(e.starts_with("bad.toml:1: tau: unknown field \"tau\""), "{e}");
+    let text = BASE.replace("x_max = \"outlet\"", "x_max = { type = \"outlet\", velocty = 1 }");
     let e = error(&text, &[]);
     let line = line_of(&text, "x_max");
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{line}: boundaries.x_max.velocty: unknown field \"velocty\""
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{line}: boundaries.x_max.velocty: unknown field \"velocty\"")), "{e}");
     let text = format!("{BASE}radiu = 2\n");
     let e = error(&text, &[]);
     assert!(
@@ -551,67 +436,31 @@ fn unknown_key_names_line_key_and_the_valid_ones() {
 fn wrong_type_says_what_the_key_takes() {
     let text = BASE.replace("tau = 0.6", "tau = \"fast\"");
     let e = error(&text, &[]);
-    assert_eq!(
-        e,
-        format!(
-            "bad.toml:{}: fluid.tau: expected number > 0.5, got \"fast\"",
-            line_of(&text, "tau")
-        )
-    );
+    assert_eq!(e, format!("bad.toml:{}: fluid.tau: expected number > 0.5, got \"fast\"", line_of(&text, "tau")));
     // In the second obstacle: the key and line of that obstacle's field.
-    let text =
-        format!("{BASE}[[obstacles]]\nshape = \"cylinder\"\ncenter = [30, 10]\nradius = \"big\"\n");
+    let text = format!("{BASE}[[obstacles]]\nshape = \"cylinder\"\ncenter = [30, 10]\nradius = \"big\"\n");
     let e = error(&text, &[]);
-    assert_eq!(
-        e,
-        format!(
-            "bad.toml:{}: obstacles.1.radius: expected number > 0, got \"big\"",
-            line_of(&text, "radius = \"big\"")
-        )
-    );
+    assert_eq!(e, format!("bad.toml:{}: obstacles.1.radius: expected number > 0, got \"big\"", line_of(&text, "radius = \"big\"")));
     // A face given as a number.
     let text = BASE.replace("y_min = \"wall\"", "y_min = 3");
     let e = error(&text, &[]);
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{}: boundaries.y_min: expected \"periodic\" | \"wall\"",
-            line_of(&text, "y_min")
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{}: boundaries.y_min: expected \"periodic\" | \"wall\"", line_of(&text, "y_min"))), "{e}");
     // Vectors need 2 or 3 numbers.
     let text = BASE.replace("center = [10, 10]", "center = [10, 10, 1, 1]");
     let e = error(&text, &[]);
-    assert_eq!(
-        e,
-        format!(
-            "bad.toml:{}: obstacles.0.center: expected 2 or 3 numbers, got 4",
-            line_of(&text, "center")
-        )
-    );
+    assert_eq!(e, format!("bad.toml:{}: obstacles.0.center: expected 2 or 3 numbers, got 4", line_of(&text, "center")));
 }
 
 #[test]
 fn invalid_enum_value_lists_the_valid_ones() {
-    let text = format!(
-        "{}[solver]\nscheme = \"bogus\"\n",
-        BASE.split("[[obstacles]]").next().unwrap()
-    );
+    let text = format!("{}[solver]\nscheme = \"bogus\"\n", BASE.split("[[obstacles]]").next().unwrap());
     let e = error(&text, &[]);
     let line = line_of(&text, "scheme");
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{line}: solver.scheme: unknown variant \"bogus\", expected one of "
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{line}: solver.scheme: unknown variant \"bogus\", expected one of ")), "{e}");
     for s in Scheme::ALL {
         assert!(e.contains(&format!("\"{}\"", s.name())), "{e} lacks {s}");
     }
-    let e = error(
-        &BASE.replace("shape = \"sphere\"", "shape = \"sphre\""),
-        &[],
-    );
+    let e = error(&BASE.replace("shape = \"sphere\"", "shape = \"sphre\""), &[]);
     assert!(
         e.starts_with(
             "bad.toml:12: obstacles.0.shape: unknown shape \"sphre\", expected one of \"box\", \"sphere\", \"cylinder\", \"stl\""
@@ -629,76 +478,38 @@ fn invalid_enum_value_lists_the_valid_ones() {
 fn tau_of_one_half_is_refused() {
     let text = BASE.replace("tau = 0.6", "tau = 0.5");
     let e = error(&text, &[]);
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{}: fluid.tau: tau = 0.5, but tau must be > 0.5",
-            line_of(&text, "tau")
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{}: fluid.tau: tau = 0.5, but tau must be > 0.5", line_of(&text, "tau"))), "{e}");
     // Through the Reynolds number: the key that sets it.
     let text = BASE.replace("tau = 0.6", "reynolds = 1e9\nlength = 10\nvelocity = 0.05");
     let e = error(&text, &[]);
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{}: fluid.reynolds: gives viscosity = ",
-            line_of(&text, "reynolds")
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("bad.toml:{}: fluid.reynolds: gives viscosity = ", line_of(&text, "reynolds"))), "{e}");
 }
 
 #[test]
 fn supersonic_velocity_is_refused_and_fast_one_warned() {
     let text = BASE.replace("velocity = [0.05, 0.0]", "velocity = [0.4, 0.0]");
     let e = error(&text, &[]);
-    assert!(
-        e.starts_with(&format!(
-            "bad.toml:{}: boundaries.x_min.velocity: speed 0.4 is Mach 0.69",
-            line_of(&text, "x_min")
-        )),
-        "{e}"
-    );
-    let ls = parse(
-        &BASE.replace("velocity = [0.05, 0.0]", "velocity = [0.2, 0.0]"),
-        &[],
-    )
-    .unwrap();
-    assert!(
-        ls.derived.warnings.iter().any(|w| w.contains("Mach")),
-        "{:?}",
-        ls.derived.warnings
-    );
+    assert!(e.starts_with(&format!("bad.toml:{}: boundaries.x_min.velocity: speed 0.4 is Mach 0.69", line_of(&text, "x_min"))), "{e}");
+    let ls = parse(&BASE.replace("velocity = [0.05, 0.0]", "velocity = [0.2, 0.0]"), &[]).unwrap();
+    assert!(ls.derived.warnings.iter().any(|w| w.contains("Mach")), "{:?}", ls.derived.warnings);
     // From an override, the error names --set.
     let e = error(BASE, &[("boundaries.x_min.velocity", "[0.5,0]")]);
-    assert!(
-        e.starts_with("--set: boundaries.x_min.velocity: speed 0.5 is Mach 0.87"),
-        "{e}"
-    );
+    assert!(e.starts_with("--set: boundaries.x_min.velocity: speed 0.5 is Mach 0.87"), "{e}");
 }
 
 #[test]
 fn override_errors() {
     let e = error(BASE, &[("fluid.tua", "0.7")]);
-    assert!(
-        e.starts_with("--set: fluid.tua: unknown key; did you mean fluid.tau? valid keys are: "),
-        "{e}"
-    );
+    assert!(e.starts_with("--set: fluid.tua: unknown key; did you mean fluid.tau? valid keys are: "), "{e}");
     for k in KEYS.iter() {
         assert!(e.contains(k.key), "the list lacks {}", k.key);
     }
     let e = error(BASE, &[("obstacles.5.radius", "3")]);
-    assert_eq!(
-        e,
-        "--set: obstacles.5.radius: index 5 is out of range: the scene has one obstacle (index 0)"
-    );
+    assert_eq!(e, "--set: obstacles.5.radius: index 5 is out of range: the scene has one obstacle (index 0)");
     let e = error(BASE, &[("fluid.tau", "fast")]);
     assert_eq!(e, "--set: fluid.tau: expected number > 0.5, got \"fast\"");
     let e = error(BASE, &[("solver.scheme", "bogus")]);
-    assert!(
-        e.starts_with("--set: solver.scheme: unknown variant \"bogus\""),
-        "{e}"
-    );
+    assert!(e.starts_with("--set: solver.scheme: unknown variant \"bogus\""), "{e}");
     // The documented examples work.
     let ls = parse(
         BASE,
@@ -712,19 +523,10 @@ fn override_errors() {
     .unwrap();
     assert_eq!(ls.scene.solver.scheme, Scheme::Aa);
     assert_eq!(ls.scene.boundaries.y_max.velocity.0, [0.05, 0.0, 0.0]);
-    assert!(
-        matches!(ls.scene.obstacles[0], scene::Obstacle::Sphere { radius, .. } if radius == 4.0)
-    );
+    assert!(matches!(ls.scene.obstacles[0], scene::Obstacle::Sphere { radius, .. } if radius == 4.0));
     // A velocity on a face that ignores it is a warning, not silence.
     let ls = parse(BASE, &[("boundaries.y_min.velocity", "[0.05,0]")]).unwrap();
-    assert!(
-        ls.derived
-            .warnings
-            .iter()
-            .any(|w| w.contains("boundaries.y_min.velocity is ignored")),
-        "{:?}",
-        ls.derived.warnings
-    );
+    assert!(ls.derived.warnings.iter().any(|w| w.contains("boundaries.y_min.velocity is ignored")), "{:?}", ls.derived.warnings);
 }
 
 #[test]
@@ -732,19 +534,10 @@ fn missing_keys_are_named() {
     let e = error("[fluid]\ntau = 0.7\n", &[]);
     assert_eq!(e, "bad.toml: domain: missing: add a [domain] table");
     let e = error("[domain]\nlattice = \"D2Q9\"\n", &[]);
-    assert!(
-        e.starts_with("bad.toml:1: domain.size: missing: give [nx, ny] or [nx, ny, nz]"),
-        "{e}"
-    );
+    assert!(e.starts_with("bad.toml:1: domain.size: missing: give [nx, ny] or [nx, ny, nz]"), "{e}");
     let text = BASE.replace("radius = 3", "");
     let e = error(&text, &[]);
-    assert_eq!(
-        e,
-        format!(
-            "bad.toml:{}: obstacles.0.radius: missing: a sphere needs center, radius",
-            line_of(&text, "[[obstacles]]")
-        )
-    );
+    assert_eq!(e, format!("bad.toml:{}: obstacles.0.radius: missing: a sphere needs center, radius", line_of(&text, "[[obstacles]]")));
 }
 
 #[test]
@@ -754,37 +547,18 @@ fn missing_stl_file_is_named() {
     let text = format!("{BASE}[[obstacles]]\nshape = \"stl\"\nfile = \"no_such_mesh.stl\"\ncenter = [30, 10]\nsize = 3.5\n");
     std::fs::write(&path, &text).unwrap();
     let e = scene::load(&path, &[]).unwrap_err().to_string();
-    assert!(
-        e.starts_with(&format!(
-            "{}:{}: obstacles.1.file: cannot open STL file ",
-            path.display(),
-            line_of(&text, "file")
-        )),
-        "{e}"
-    );
+    assert!(e.starts_with(&format!("{}:{}: obstacles.1.file: cannot open STL file ", path.display(), line_of(&text, "file"))), "{e}");
     assert!(e.contains("no_such_mesh.stl"), "{e}");
     // The same scene with the file present loads and voxelises the mesh.
     let text = text.replace("no_such_mesh.stl", "cube.stl");
     std::fs::write(&path, &text).unwrap();
     let ls = scene::load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
     let dom = Domain::from_scene(&ls).unwrap();
-    let solid = dom
-        .flags
-        .iter()
-        .filter(|&&f| domain::kind_of(f) == domain::kind::SOLID && domain::id_of(f) == 2)
-        .count();
-    assert_eq!(
-        solid, 9,
-        "a cube of 3.5 cells centred on a cell covers 3 x 3 cells in 2D"
-    );
+    let solid = dom.flags.iter().filter(|&&f| domain::kind_of(f) == domain::kind::SOLID && domain::id_of(f) == 2).count();
+    assert_eq!(solid, 9, "a cube of 3.5 cells centred on a cell covers 3 x 3 cells in 2D");
     // An unreadable scene file is named too.
-    let e = scene::load(&dir.join("nope.toml"), &[])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("nope.toml") && e.contains("cannot read the scene file"),
-        "{e}"
-    );
+    let e = scene::load(&dir.join("nope.toml"), &[]).unwrap_err().to_string();
+    assert!(e.contains("nope.toml") && e.contains("cannot read the scene file"), "{e}");
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -796,23 +570,11 @@ fn lines_are_found_in_every_toml_form() {
     let text =
         "[domain]\nsize = [20, 10]\n[boundaries.x_min]\ntype = \"inlet\"\nvelocity = [0.5, 0]\n[boundaries.x_max]\ntype = \"outlet\"\n";
     let e = error(text, &[]);
-    assert!(
-        e.starts_with("bad.toml:5: boundaries.x_min.velocity: "),
-        "{e}"
-    );
+    assert!(e.starts_with("bad.toml:5: boundaries.x_min.velocity: "), "{e}");
     let text = "[domain]\nsize = [20, 10, 10]\nlattice = \"D2Q9\"\n";
     let e = error(text, &[]);
-    assert!(
-        e.starts_with("bad.toml:3: domain.lattice: D2Q9 is 2D"),
-        "{e}"
-    );
+    assert!(e.starts_with("bad.toml:3: domain.lattice: D2Q9 is 2D"), "{e}");
     let text = format!("{BASE}[[obstacles]]\nshape = \"sphere\"\ncenter = [30, 10]\nradius = -1\n");
     let e = error(&text, &[]);
-    assert_eq!(
-        e,
-        format!(
-            "bad.toml:{}: obstacles.1.radius: must be > 0, got -1",
-            text.lines().count()
-        )
-    );
+    assert_eq!(e, format!("bad.toml:{}: obstacles.1.radius: must be > 0, got -1", text.lines().count()));
 }

@@ -46,43 +46,18 @@ radius = 2.2
 
 fn check(scene: &str, lattice: &str, precision: &str, steps: u64, tol: f64) {
     let base = [("domain.lattice", lattice), ("solver.precision", precision)];
-    let mut reference = solver(
-        scene,
-        &[base[0], base[1], ("solver.scheme", "one_step_pull")],
-    );
+    let mut reference = solver(scene, &[base[0], base[1], ("solver.scheme", "one_step_pull")]);
     reference.step(steps).unwrap();
     let st = reference.stats();
-    assert!(
-        st.max_u > 0.01 && st.max_u < 0.2,
-        "reference flow is not moving sensibly: {st:?}"
-    );
-    for s in Scheme::ALL
-        .into_iter()
-        .filter(|&s| s != Scheme::OneStepPull)
-    {
-        let mut other = solver(
-            scene,
-            &[
-                base[0],
-                base[1],
-                ("solver.scheme", s.name()),
-                ("solver.ghost_block", "4"),
-            ],
-        );
+    assert!(st.max_u > 0.01 && st.max_u < 0.2, "reference flow is not moving sensibly: {st:?}");
+    for s in Scheme::ALL.into_iter().filter(|&s| s != Scheme::OneStepPull) {
+        let mut other = solver(scene, &[base[0], base[1], ("solver.scheme", s.name()), ("solver.ghost_block", "4")]);
         other.step(steps).unwrap();
         let (dr, du) = max_field_diff(reference.as_ref(), other.as_ref());
-        assert!(
-            dr <= tol && du <= tol,
-            "{lattice} {precision} {s}: differs from one_step_pull by rho {dr:e}, u {du:e}"
-        );
+        assert!(dr <= tol && du <= tol, "{lattice} {precision} {s}: differs from one_step_pull by rho {dr:e}, u {du:e}");
         let f = (reference.stats().total_force(), other.stats().total_force());
         for a in 0..3 {
-            assert!(
-                (f.0[a] - f.1[a]).abs() <= 1e-6 + 1e-4 * f.0[a].abs(),
-                "{lattice} {s}: force {:?} vs {:?}",
-                f.0,
-                f.1
-            );
+            assert!((f.0[a] - f.1[a]).abs() <= 1e-6 + 1e-4 * f.0[a].abs(), "{lattice} {s}: force {:?} vs {:?}", f.0, f.1);
         }
     }
 }

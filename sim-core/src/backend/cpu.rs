@@ -47,11 +47,7 @@ pub(crate) struct Ctx<'a> {
 /// Add the moving-wall momentum to DDFs that came from a moving wall (Ladd):
 /// `f_i += 6 w_i rho_w (c_i . u_w)` with rho_w = 1.
 #[inline(always)]
-pub(crate) fn moving_walls<L: Lat>(
-    f: &mut [f32; MAX_Q],
-    nbr_flag: &impl Fn(usize) -> u8,
-    walls: &[[f32; 3]],
-) {
+pub(crate) fn moving_walls<L: Lat>(f: &mut [f32; MAX_Q], nbr_flag: &impl Fn(usize) -> u8, walls: &[[f32; 3]]) {
     for i in 1..L::Q {
         let sf = nbr_flag(opposite(i));
         if kind_of(sf) == kind::MOVING {
@@ -67,12 +63,7 @@ pub(crate) fn moving_walls<L: Lat>(
 /// arrived from inside the domain (Zou-He mass balance): an inlet takes its velocity from the
 /// scene and its density from the balance; an outlet the reverse (tangential velocity zero).
 #[inline(always)]
-pub(crate) fn boundary_moments<L: Lat>(
-    f: &[f32; MAX_Q],
-    flag: u8,
-    pos: [usize; 3],
-    ctx: &Ctx,
-) -> (f32, [f32; 3]) {
+pub(crate) fn boundary_moments<L: Lat>(f: &[f32; MAX_Q], flag: u8, pos: [usize; 3], ctx: &Ctx) -> (f32, [f32; 3]) {
     let (axis, inward) = if kind_of(flag) == kind::INLET {
         let b = &ctx.inlets[id_of(flag)];
         (b.axis, b.inward)
@@ -143,12 +134,7 @@ pub(crate) fn update_cell<L: Lat>(
 
 /// Density and velocity a cell's incoming DDFs stand for (what the next collision sees).
 #[inline(always)]
-pub(crate) fn cell_moments<L: Lat>(
-    f: &[f32; MAX_Q],
-    flag: u8,
-    pos: [usize; 3],
-    ctx: &Ctx,
-) -> (f32, [f32; 3]) {
+pub(crate) fn cell_moments<L: Lat>(f: &[f32; MAX_Q], flag: u8, pos: [usize; 3], ctx: &Ctx) -> (f32, [f32; 3]) {
     let k = kind_of(flag);
     if k == kind::INLET || k == kind::OUTLET {
         let (r, u) = boundary_moments::<L>(f, flag, pos, ctx);
@@ -235,13 +221,7 @@ fn bb_slot<const P: u8>(i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool, nn:
 
 /// Slot the outgoing DDF `i` of cell `n` is stored to in the step of parity `odd`.
 #[inline(always)]
-fn store_slot<const P: u8>(
-    i: usize,
-    n: usize,
-    nbr: &[usize; MAX_Q],
-    odd: bool,
-    nn: usize,
-) -> usize {
+fn store_slot<const P: u8>(i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool, nn: usize) -> usize {
     match P {
         OSP => i * nn + n,
         SWAP => opposite(i) * nn + n,
@@ -340,16 +320,7 @@ unsafe fn row_avx2<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut For
 /// `rd`/`wr` point to the scheme's buffers and no other thread touches this row's slots.
 #[inline(always)]
 unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut Forces) {
-    let RowJob {
-        row,
-        n3,
-        nn,
-        odd,
-        rd,
-        wr,
-        flags,
-        ctx,
-    } = *job;
+    let RowJob { row, n3, nn, odd, rd, wr, flags, ctx } = *job;
     let (y, z) = (row % n3[1], row / n3[1]);
     let rb = row_bases::<L>(y, z, n3);
     let nx = n3[0];
@@ -421,22 +392,12 @@ pub struct CpuSolver<L: Lat, S: Store> {
 impl<L: Lat, S: Store> CpuSolver<L, S> {
     /// Build a solver on a domain; every non-solid cell starts at equilibrium with the
     /// density and velocity `init` gives for its coordinates.
-    pub fn new(
-        dom: Domain,
-        scheme: Scheme,
-        params: Params,
-        ghost_block: usize,
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
-    ) -> Self {
+    pub fn new(dom: Domain, scheme: Scheme, params: Params, ghost_block: usize, init: impl Fn([usize; 3]) -> (f32, [f32; 3])) -> Self {
         let nn = dom.cells();
         let q = L::Q;
         let ghost = (scheme == Scheme::Ghost).then(|| GhostLayout::new::<L>(&dom, ghost_block));
         let len0 = ghost.as_ref().map_or(q * nn, GhostLayout::storage_len);
-        let len1 = if scheme == Scheme::OneStepPull {
-            q * nn
-        } else {
-            0
-        };
+        let len1 = if scheme == Scheme::OneStepPull { q * nn } else { 0 };
         let mut s = CpuSolver {
             dom,
             scheme,
@@ -471,13 +432,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
     }
 
     fn ctx(&self) -> Ctx<'_> {
-        Ctx {
-            p: self.params.collide,
-            walls: &self.params.walls,
-            inlets: &self.dom.inlets,
-            outlets: &self.dom.outlets,
-            dims: L::D,
-        }
+        Ctx { p: self.params.collide, walls: &self.params.walls, inlets: &self.dom.inlets, outlets: &self.dom.outlets, dims: L::D }
     }
 
     /// Neighbour indices of one cell (any cell, for gathers outside the step).
@@ -557,11 +512,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         let n3 = self.dom.n;
         let (rd, wr) = if P == OSP {
             let (a, b) = self.buf.split_at_mut(1);
-            let (src, dst) = if self.cur == 0 {
-                (&mut a[0], &mut b[0])
-            } else {
-                (&mut b[0], &mut a[0])
-            };
+            let (src, dst) = if self.cur == 0 { (&mut a[0], &mut b[0]) } else { (&mut b[0], &mut a[0]) };
             (Ptr(src.as_mut_ptr()), Ptr(dst.as_mut_ptr()))
         } else {
             let p = Ptr(self.buf[0].as_mut_ptr());
@@ -576,16 +527,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             .fold(
                 || [[0.0f64; 3]; 16],
                 |mut acc, row| {
-                    let job = RowJob {
-                        row,
-                        n3,
-                        nn,
-                        odd,
-                        rd,
-                        wr,
-                        flags,
-                        ctx: &ctx,
-                    };
+                    let job = RowJob { row, n3, nn, odd, rd, wr, flags, ctx: &ctx };
                     // SAFETY: the scheme maps concurrent cells to disjoint slots inside the
                     // buffers; the AVX2 path is only taken where the CPU has AVX2 and FMA.
                     unsafe {
@@ -669,8 +611,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
 impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     fn info(&self) -> SolverInfo {
         let gb = self.ghost.as_ref().map_or(16, GhostLayout::block);
-        let mem = (self.buf[0].len() + self.buf[1].len()) * std::mem::size_of::<S>()
-            + self.dom.flags.len();
+        let mem = (self.buf[0].len() + self.buf[1].len()) * std::mem::size_of::<S>() + self.dom.flags.len();
         SolverInfo {
             backend: "cpu",
             device: format!("{} threads", rayon::current_num_threads()),
@@ -710,12 +651,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
                 (r, u, false)
             })
             .collect();
-        let mut out = Fields {
-            size: self.dom.n,
-            rho: Vec::with_capacity(nn),
-            u: Vec::with_capacity(nn),
-            solid: Vec::with_capacity(nn),
-        };
+        let mut out = Fields { size: self.dom.n, rho: Vec::with_capacity(nn), u: Vec::with_capacity(nn), solid: Vec::with_capacity(nn) };
         for (r, u, s) in cells {
             out.rho.push(r);
             out.u.push(u);
@@ -726,35 +662,28 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     fn stats(&self) -> Stats {
         let nn = self.dom.cells();
         let ctx = self.ctx();
-        let (mass, max_u) = (0..nn)
+        // (mass, max speed, first non-finite cell)
+        let (mass, max_u, bad) = (0..nn)
             .into_par_iter()
             .filter(|&n| !is_solid(self.dom.flags[n]))
             .map(|n| {
                 let f = self.incoming(n);
                 let (r, u) = cell_moments::<L>(&f, self.dom.flags[n], self.dom.coords(n), &ctx);
                 let s = f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
-                (f64::from(r), if s.is_nan() { f64::NAN } else { s })
+                if r.is_finite() && s.is_finite() {
+                    (f64::from(r), s, usize::MAX)
+                } else {
+                    (0.0, 0.0, n)
+                }
             })
-            .reduce(
-                || (0.0, 0.0),
-                |a, b| {
-                    (
-                        a.0 + b.0,
-                        if a.1.is_nan() || b.1.is_nan() {
-                            f64::NAN
-                        } else {
-                            a.1.max(b.1)
-                        },
-                    )
-                },
-            );
+            .reduce(|| (0.0, 0.0, usize::MAX), |a, b| (a.0 + b.0, a.1.max(b.1), a.2.min(b.2)));
+        let blown = bad != usize::MAX;
         Stats {
             step: self.t,
-            mass,
-            max_u,
-            forces: (1..=self.dom.obstacles.len())
-                .map(|k| self.last_forces[k])
-                .collect(),
+            mass: if blown { f64::NAN } else { mass },
+            max_u: if blown { f64::NAN } else { max_u },
+            forces: (1..=self.dom.obstacles.len()).map(|k| self.last_forces[k]).collect(),
+            first_bad_cell: blown.then(|| self.dom.coords(bad)),
         }
     }
     fn params(&self) -> Params {
@@ -766,9 +695,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
             || p.inlets.len() != self.params.inlets.len()
             || p.outlets.len() != self.params.outlets.len()
         {
-            return Err(SolverError::Param(
-                "the number of walls, inlets and outlets is fixed by the scene".into(),
-            ));
+            return Err(SolverError::Param("the number of walls, inlets and outlets is fixed by the scene".into()));
         }
         // Inlet velocities live in the domain tables the cell update reads.
         for (b, v) in self.dom.inlets.iter_mut().zip(&p.inlets) {
@@ -802,13 +729,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
         let e = |m: String| Err(SolverError::Checkpoint(m));
         if c.lattice != L::KIND || c.precision != S::KIND {
-            return e(format!(
-                "it holds {} {} but this solver is {} {}",
-                c.lattice,
-                c.precision,
-                L::KIND,
-                S::KIND
-            ));
+            return e(format!("it holds {} {} but this solver is {} {}", c.lattice, c.precision, L::KIND, S::KIND));
         }
         if c.size != self.dom.n || c.flags_crc != self.flags_crc() {
             return e("it was made on a different domain (size or obstacles differ)".into());
@@ -838,17 +759,71 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     }
 }
 
+/// Host access to a CPU solver's raw memory. Device backends use the same layout, so a CPU
+/// solver doubles as their codec: it writes the initial state, and reads and writes
+/// checkpoints, from bytes copied to and from the device.
+pub(crate) trait Mirror: Solver {
+    /// The DDF buffers as bytes (allocated again if released), the index of the buffer that
+    /// holds the current state, and the step counter.
+    fn raw(&mut self) -> (Vec<&mut [u8]>, &mut usize, &mut u64);
+    /// Free the host copy of the DDFs (the device holds them).
+    fn release(&mut self);
+}
+
+impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
+    fn raw(&mut self) -> (Vec<&mut [u8]>, &mut usize, &mut u64) {
+        let nn = self.dom.cells();
+        let len0 = self.ghost.as_ref().map_or(L::Q * nn, GhostLayout::storage_len);
+        let len1 = if self.scheme == Scheme::OneStepPull { L::Q * nn } else { 0 };
+        if self.buf[0].len() != len0 {
+            self.buf[0] = vec![S::default(); len0];
+        }
+        if self.buf[1].len() != len1 {
+            self.buf[1] = vec![S::default(); len1];
+        }
+        let [a, b] = &mut self.buf;
+        let mut v: Vec<&mut [u8]> = vec![bytemuck::cast_slice_mut(a.as_mut_slice())];
+        if !b.is_empty() {
+            v.push(bytemuck::cast_slice_mut(b.as_mut_slice()));
+        }
+        (v, &mut self.cur, &mut self.t)
+    }
+    fn release(&mut self) {
+        self.buf = [Vec::new(), Vec::new()];
+    }
+}
+
+/// Build a CPU solver as a [`Mirror`].
+pub(crate) fn build_mirror(
+    dom: Domain,
+    scheme: Scheme,
+    precision: Precision,
+    params: Params,
+    ghost_block: usize,
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+) -> Box<dyn Mirror> {
+    macro_rules! mk {
+        ($l:ty) => {
+            match precision {
+                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(dom, scheme, params, ghost_block, init)) as Box<dyn Mirror>,
+                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(dom, scheme, params, ghost_block, init)),
+                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(dom, scheme, params, ghost_block, init)),
+            }
+        };
+    }
+    match dom.lattice {
+        crate::lattice::Lattice::D2Q9 => mk!(D2Q9),
+        crate::lattice::Lattice::D3Q19 => mk!(D3Q19),
+        crate::lattice::Lattice::D3Q27 => mk!(D3Q27),
+    }
+}
+
 /// Default parameters of a loaded scene.
 #[must_use]
 pub fn params_of(ls: &LoadedScene, dom: &Domain) -> Params {
     let s = &ls.scene;
     Params {
-        collide: CollideParams {
-            kind: s.solver.collision,
-            tau: ls.derived.tau,
-            cs: s.solver.smagorinsky_cs,
-            force: s.fluid.force.0,
-        },
+        collide: CollideParams { kind: s.solver.collision, tau: ls.derived.tau, cs: s.solver.smagorinsky_cs, force: s.fluid.force.0 },
         walls: dom.walls.clone(),
         inlets: dom.inlets.iter().map(|b| b.velocity).collect(),
         outlets: dom.outlets.iter().map(|b| b.density).collect(),
@@ -868,27 +843,9 @@ pub fn build(
     macro_rules! mk {
         ($l:ty) => {
             match precision {
-                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(
-                    dom,
-                    scheme,
-                    params,
-                    ghost_block,
-                    init,
-                )) as Box<dyn Solver>,
-                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(
-                    dom,
-                    scheme,
-                    params,
-                    ghost_block,
-                    init,
-                )),
-                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(
-                    dom,
-                    scheme,
-                    params,
-                    ghost_block,
-                    init,
-                )),
+                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(dom, scheme, params, ghost_block, init)) as Box<dyn Solver>,
+                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(dom, scheme, params, ghost_block, init)),
+                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(dom, scheme, params, ghost_block, init)),
             }
         };
     }
@@ -907,12 +864,5 @@ pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, crate::scene::Sce
     let dom = Domain::from_scene(ls)?;
     let params = params_of(ls, &dom);
     let s = &ls.scene.solver;
-    Ok(build(
-        dom,
-        s.scheme,
-        s.precision,
-        params,
-        s.ghost_block,
-        |p| crate::domain::initial_state(ls, p),
-    ))
+    Ok(build(dom, s.scheme, s.precision, params, s.ghost_block, |p| crate::domain::initial_state(ls, p)))
 }

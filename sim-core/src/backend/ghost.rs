@@ -39,11 +39,7 @@ impl GhostLayout {
             b[a] = block.min(n[a]);
             pd[a] = b[a] + 2;
         }
-        let nb = [
-            n[0].div_ceil(b[0]),
-            n[1].div_ceil(b[1]),
-            n[2].div_ceil(b[2]),
-        ];
+        let nb = [n[0].div_ceil(b[0]), n[1].div_ceil(b[1]), n[2].div_ceil(b[2])];
         let pv = pd[0] * pd[1] * pd[2];
         let nblocks = nb[0] * nb[1] * nb[2];
         let mut g = GhostLayout {
@@ -79,8 +75,7 @@ impl GhostLayout {
                             if l[a] == 0 || l[a] == ext[a] + 1 {
                                 is_ghost = true;
                             }
-                            gpos[a] =
-                                (bo[a] as i64 + l[a] as i64 - 1).rem_euclid(n[a] as i64) as usize;
+                            gpos[a] = (bo[a] as i64 + l[a] as i64 - 1).rem_euclid(n[a] as i64) as usize;
                         }
                         let cell = dom.index(gpos[0], gpos[1], gpos[2]);
                         let li = lx + pd[0] * (ly + pd[1] * lz);
@@ -107,20 +102,12 @@ impl GhostLayout {
     fn block_origin(&self, blk: usize) -> [usize; 3] {
         let bx = blk % self.nb[0];
         let r = blk / self.nb[0];
-        [
-            bx * self.b[0],
-            (r % self.nb[1]) * self.b[1],
-            (r / self.nb[1]) * self.b[2],
-        ]
+        [bx * self.b[0], (r % self.nb[1]) * self.b[1], (r / self.nb[1]) * self.b[2]]
     }
 
     fn block_extent(&self, blk: usize, n: [usize; 3]) -> [usize; 3] {
         let o = self.block_origin(blk);
-        [
-            self.b[0].min(n[0] - o[0]),
-            self.b[1].min(n[1] - o[1]),
-            self.b[2].min(n[2] - o[2]),
-        ]
+        [self.b[0].min(n[0] - o[0]), self.b[1].min(n[1] - o[1]), self.b[2].min(n[2] - o[2])]
     }
 
     /// Storage index of direction 0 of a cell (add `i * pv` for direction i).
@@ -145,26 +132,20 @@ impl GhostLayout {
         let sp = Ptr(st.as_mut_ptr());
         // 1. Ghost refresh: each block writes only its own ghost layer and reads other blocks'
         //    interiors.
-        self.ranges
-            .par_iter()
-            .enumerate()
-            .for_each(|(blk, &(a, e))| {
-                let base = blk * q * pv;
-                for &(li, src) in &self.pairs[a..e] {
-                    for i in 0..q {
-                        // SAFETY: disjoint ghost slots per block; sources are interior cells.
-                        unsafe {
-                            *sp.at(base + i * pv + li as usize) = *sp.at(src as usize + i * pv)
-                        };
-                    }
+        self.ranges.par_iter().enumerate().for_each(|(blk, &(a, e))| {
+            let base = blk * q * pv;
+            for &(li, src) in &self.pairs[a..e] {
+                for i in 0..q {
+                    // SAFETY: disjoint ghost slots per block; sources are interior cells.
+                    unsafe { *sp.at(base + i * pv + li as usize) = *sp.at(src as usize + i * pv) };
                 }
-            });
+            }
+        });
         // 2. Stream-collide per block into scratch, then write back.
         let off: Vec<isize> = (0..L::Q)
             .map(|i| {
                 let c = L::C[i];
-                c[0] as isize
-                    + self.pd[0] as isize * (c[1] as isize + self.pd[1] as isize * c[2] as isize)
+                c[0] as isize + self.pd[0] as isize * (c[1] as isize + self.pd[1] as isize * c[2] as isize)
             })
             .collect();
         (0..self.ranges.len())
@@ -178,11 +159,7 @@ impl GhostLayout {
                     let ext = self.block_extent(blk, self.n);
                     scratch.clear();
                     scratch.resize(q * pv, S::default());
-                    let lo = [
-                        usize::from(self.pd[0] > 1),
-                        usize::from(self.pd[1] > 1),
-                        usize::from(self.pd[2] > 1),
-                    ];
+                    let lo = [usize::from(self.pd[0] > 1), usize::from(self.pd[1] > 1), usize::from(self.pd[2] > 1)];
                     for lz in lo[2]..lo[2] + ext[2] {
                         for ly in lo[1]..lo[1] + ext[1] {
                             for lx in lo[0]..lo[0] + ext[0] {
@@ -207,16 +184,8 @@ impl GhostLayout {
                                         }
                                     }
                                 }
-                                let pos =
-                                    [bo[0] + lx - lo[0], bo[1] + ly - lo[1], bo[2] + lz - lo[2]];
-                                update_cell::<L>(
-                                    &mut f,
-                                    flag,
-                                    pos,
-                                    |i| pf[(li as isize + off[i]) as usize],
-                                    ctx,
-                                    &mut acc,
-                                );
+                                let pos = [bo[0] + lx - lo[0], bo[1] + ly - lo[1], bo[2] + lz - lo[2]];
+                                update_cell::<L>(&mut f, flag, pos, |i| pf[(li as isize + off[i]) as usize], ctx, &mut acc);
                                 for i in 0..L::Q {
                                     scratch[i * pv + li] = S::enc(f[i]);
                                 }

@@ -1,4 +1,5 @@
 //! Solver backends. `cpu` is the reference every other backend is tested against.
 
 pub mod cpu;
+pub mod cuda;
 mod ghost;

@@ -18,13 +18,7 @@ pub struct KeyDoc {
 
 macro_rules! k {
     ($key:expr, $ty:expr, $def:expr, $unit:expr, $doc:expr) => {
-        KeyDoc {
-            key: $key,
-            ty: $ty,
-            default: $def,
-            unit: $unit,
-            doc: $doc,
-        }
+        KeyDoc { key: $key, ty: $ty, default: $def, unit: $unit, doc: $doc }
     };
 }
 
@@ -35,19 +29,34 @@ const KIND_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \
 macro_rules! face {
     ($f:literal) => {
         [
-            KeyDoc { key: $f, ty: FACE_TY, default: "\"periodic\"", unit: "", doc: "boundary of this face: a kind, or a table with the kind and its settings" },
+            KeyDoc {
+                key: $f,
+                ty: FACE_TY,
+                default: "\"periodic\"",
+                unit: "",
+                doc: "boundary of this face: a kind, or a table with the kind and its settings",
+            },
             KeyDoc { key: concat!($f, ".type"), ty: KIND_TY, default: "\"periodic\"", unit: "", doc: "boundary kind" },
-            k!(concat!($f, ".velocity"), "[x, y(, z)]", "[0, 0, 0]", "cells/step", "wall velocity (moving_wall, tangential) or inlet velocity (inlet; centre value for parabolic)"),
+            k!(
+                concat!($f, ".velocity"),
+                "[x, y(, z)]",
+                "[0, 0, 0]",
+                "cells/step",
+                "wall velocity (moving_wall, tangential) or inlet velocity (inlet; centre value for parabolic)"
+            ),
             k!(concat!($f, ".density"), "number > 0", "1.0", "lattice density", "outlet density (outlet)"),
-            k!(concat!($f, ".profile"), "\"uniform\" | \"parabolic\"", "\"uniform\"", "", "inlet velocity profile across the open part of the face"),
+            k!(
+                concat!($f, ".profile"),
+                "\"uniform\" | \"parabolic\"",
+                "\"uniform\"",
+                "",
+                "inlet velocity profile across the open part of the face"
+            ),
         ]
     };
 }
 
-const fn cat<const A: usize, const B: usize, const C: usize>(
-    a: [KeyDoc; A],
-    b: [KeyDoc; B],
-) -> [KeyDoc; C] {
+const fn cat<const A: usize, const B: usize, const C: usize>(a: [KeyDoc; A], b: [KeyDoc; B]) -> [KeyDoc; C] {
     let mut out = [a[0]; C];
     let mut i = 0;
     while i < A {
@@ -66,70 +75,16 @@ const BASE: [KeyDoc; 31] = [
     k!("name", "string", "\"\"", "", "display name"),
     k!("description", "string", "\"\"", "", "what the scene shows"),
     k!("domain", "table", "", "", "grid"),
-    k!(
-        "domain.size",
-        "[nx, ny] or [nx, ny, nz], each >= 3",
-        "(required)",
-        "cells",
-        "cells per axis, boundary layers included"
-    ),
-    k!(
-        "domain.lattice",
-        "\"D2Q9\" | \"D3Q19\" | \"D3Q27\"",
-        "D2Q9 in 2D, D3Q19 in 3D",
-        "",
-        "velocity set"
-    ),
+    k!("domain.size", "[nx, ny] or [nx, ny, nz], each >= 3", "(required)", "cells", "cells per axis, boundary layers included"),
+    k!("domain.lattice", "\"D2Q9\" | \"D3Q19\" | \"D3Q27\"", "D2Q9 in 2D, D3Q19 in 3D", "", "velocity set"),
     k!("boundaries", "table", "", "", "one entry per face"),
-    k!(
-        "fluid",
-        "table",
-        "",
-        "",
-        "give one of tau, viscosity, reynolds"
-    ),
-    k!(
-        "fluid.tau",
-        "number > 0.5",
-        "0.6 if nothing else is given",
-        "steps",
-        "relaxation time"
-    ),
-    k!(
-        "fluid.viscosity",
-        "number > 0",
-        "",
-        "cells^2/step",
-        "kinematic viscosity; tau = 3 viscosity + 0.5"
-    ),
-    k!(
-        "fluid.reynolds",
-        "number > 0",
-        "",
-        "",
-        "Reynolds number; viscosity = velocity * length / reynolds"
-    ),
-    k!(
-        "fluid.length",
-        "number > 0",
-        "(required with reynolds)",
-        "cells",
-        "reference length for reynolds"
-    ),
-    k!(
-        "fluid.velocity",
-        "number > 0",
-        "(required with reynolds)",
-        "cells/step",
-        "reference velocity for reynolds"
-    ),
-    k!(
-        "fluid.force",
-        "[x, y(, z)]",
-        "[0, 0, 0]",
-        "lattice force density",
-        "uniform body force (Guo forcing)"
-    ),
+    k!("fluid", "table", "", "", "give one of tau, viscosity, reynolds"),
+    k!("fluid.tau", "number > 0.5", "0.6 if nothing else is given", "steps", "relaxation time"),
+    k!("fluid.viscosity", "number > 0", "", "cells^2/step", "kinematic viscosity; tau = 3 viscosity + 0.5"),
+    k!("fluid.reynolds", "number > 0", "", "", "Reynolds number; viscosity = velocity * length / reynolds"),
+    k!("fluid.length", "number > 0", "(required with reynolds)", "cells", "reference length for reynolds"),
+    k!("fluid.velocity", "number > 0", "(required with reynolds)", "cells/step", "reference velocity for reynolds"),
+    k!("fluid.force", "[x, y(, z)]", "[0, 0, 0]", "lattice force density", "uniform body force (Guo forcing)"),
     k!("initial", "table", "", "", "initial state"),
     k!(
         "initial.kind",
@@ -145,13 +100,7 @@ const BASE: [KeyDoc; 31] = [
         "cells/step",
         "uniform velocity, or the Taylor-Green amplitude U (x component; the other components are ignored)"
     ),
-    k!(
-        "initial.density",
-        "number > 0",
-        "1.0",
-        "lattice density",
-        "initial density"
-    ),
+    k!("initial.density", "number > 0", "1.0", "lattice density", "initial density"),
     k!("solver", "table", "", "", "numerical method"),
     k!(
         "solver.scheme",
@@ -160,69 +109,15 @@ const BASE: [KeyDoc; 31] = [
         "",
         "streaming scheme"
     ),
-    k!(
-        "solver.precision",
-        "\"fp32\" | \"fp16s\" | \"fp16c\"",
-        "\"fp32\"",
-        "",
-        "DDF storage precision (arithmetic is always FP32)"
-    ),
-    k!(
-        "solver.collision",
-        "\"bgk\" | \"trt\" | \"smagorinsky\"",
-        "\"bgk\"",
-        "",
-        "collision operator"
-    ),
-    k!(
-        "solver.smagorinsky_cs",
-        "number >= 0",
-        "0.1",
-        "",
-        "Smagorinsky constant"
-    ),
-    k!(
-        "solver.ghost_block",
-        "integer >= 2",
-        "16",
-        "cells",
-        "block edge of the LBM-Ghost scheme"
-    ),
-    k!(
-        "solver.steps",
-        "integer >= 0",
-        "1000",
-        "steps",
-        "steps of `esoflow run` without --steps"
-    ),
-    k!(
-        "solver.stats_every",
-        "integer >= 1",
-        "100",
-        "steps",
-        "interval of stats.csv rows"
-    ),
-    k!(
-        "obstacles",
-        "array of tables",
-        "[]",
-        "",
-        "solid shapes (at most 15); [[obstacles]] with shape = ..."
-    ),
-    k!(
-        "obstacles.N.shape",
-        "\"box\" | \"sphere\" | \"cylinder\" | \"stl\"",
-        "(required)",
-        "",
-        "kind of shape"
-    ),
-    k!(
-        "obstacles.N.name",
-        "string",
-        "shape and index",
-        "",
-        "name in force reports"
-    ),
+    k!("solver.precision", "\"fp32\" | \"fp16s\" | \"fp16c\"", "\"fp32\"", "", "DDF storage precision (arithmetic is always FP32)"),
+    k!("solver.collision", "\"bgk\" | \"trt\" | \"smagorinsky\"", "\"bgk\"", "", "collision operator"),
+    k!("solver.smagorinsky_cs", "number >= 0", "0.1", "", "Smagorinsky constant"),
+    k!("solver.ghost_block", "integer >= 2", "16", "cells", "block edge of the LBM-Ghost scheme"),
+    k!("solver.steps", "integer >= 0", "1000", "steps", "steps of `esoflow run` without --steps"),
+    k!("solver.stats_every", "integer >= 1", "100", "steps", "interval of stats.csv rows"),
+    k!("obstacles", "array of tables", "[]", "", "solid shapes (at most 15); [[obstacles]] with shape = ..."),
+    k!("obstacles.N.shape", "\"box\" | \"sphere\" | \"cylinder\" | \"stl\"", "(required)", "", "kind of shape"),
+    k!("obstacles.N.name", "string", "shape and index", "", "name in force reports"),
     k!(
         "obstacles.N.center",
         "[x, y(, z)]",
@@ -230,30 +125,12 @@ const BASE: [KeyDoc; 31] = [
         "cells",
         "centre of the sphere or cylinder axis, or where the STL's bounding-box centre goes (cell (x, y, z) has its centre at x, y, z)"
     ),
-    k!(
-        "obstacles.N.radius",
-        "number > 0",
-        "(required for sphere, cylinder)",
-        "cells",
-        "radius"
-    ),
-    k!(
-        "obstacles.N.axis",
-        "\"x\" | \"y\" | \"z\"",
-        "\"z\"",
-        "",
-        "cylinder axis (3D; in 2D a cylinder is a disc in the x-y plane)"
-    ),
+    k!("obstacles.N.radius", "number > 0", "(required for sphere, cylinder)", "cells", "radius"),
+    k!("obstacles.N.axis", "\"x\" | \"y\" | \"z\"", "\"z\"", "", "cylinder axis (3D; in 2D a cylinder is a disc in the x-y plane)"),
 ];
 
 const MORE: [KeyDoc; 5] = [
-    k!(
-        "obstacles.N.length",
-        "number > 0",
-        "infinite",
-        "cells",
-        "cylinder length along its axis, centred on center"
-    ),
+    k!("obstacles.N.length", "number > 0", "infinite", "cells", "cylinder length along its axis, centred on center"),
     k!(
         "obstacles.N.min",
         "[x, y(, z)]",
@@ -261,27 +138,9 @@ const MORE: [KeyDoc; 5] = [
         "cells",
         "box lower corner: cells whose centre is >= min on every axis (and <= max) are solid"
     ),
-    k!(
-        "obstacles.N.max",
-        "[x, y(, z)]",
-        "(required for box)",
-        "cells",
-        "box upper corner, inclusive (see min)"
-    ),
-    k!(
-        "obstacles.N.file",
-        "path",
-        "(required for stl)",
-        "",
-        "STL file (binary or ASCII), relative to the scene file"
-    ),
-    k!(
-        "obstacles.N.size",
-        "number > 0",
-        "(required for stl)",
-        "cells",
-        "longest bounding-box edge of the mesh after scaling"
-    ),
+    k!("obstacles.N.max", "[x, y(, z)]", "(required for box)", "cells", "box upper corner, inclusive (see min)"),
+    k!("obstacles.N.file", "path", "(required for stl)", "", "STL file (binary or ASCII), relative to the scene file"),
+    k!("obstacles.N.size", "number > 0", "(required for stl)", "cells", "longest bounding-box edge of the mesh after scaling"),
 ];
 
 const FACES: [KeyDoc; 30] = {

@@ -23,9 +23,7 @@ impl<'de> Deserialize<'de> for Vec3 {
         match v.len() {
             2 => Ok(Vec3([v[0] as f32, v[1] as f32, 0.0])),
             3 => Ok(Vec3([v[0] as f32, v[1] as f32, v[2] as f32])),
-            n => Err(serde::de::Error::custom(format!(
-                "expected 2 or 3 numbers, got {n}"
-            ))),
+            n => Err(serde::de::Error::custom(format!("expected 2 or 3 numbers, got {n}"))),
         }
     }
 }
@@ -123,12 +121,7 @@ fn one() -> f32 {
 impl Default for Face {
     /// A periodic face; the other fields take their documented defaults (density 1).
     fn default() -> Self {
-        Face {
-            kind: FaceKind::default(),
-            velocity: Vec3::default(),
-            density: one(),
-            profile: Profile::default(),
-        }
+        Face { kind: FaceKind::default(), velocity: Vec3::default(), density: one(), profile: Profile::default() }
     }
 }
 
@@ -160,14 +153,7 @@ impl Boundaries {
     /// Faces as an array indexed by `2 * axis + (max as usize)`.
     #[must_use]
     pub fn faces(&self) -> [&Face; 6] {
-        [
-            &self.x_min,
-            &self.x_max,
-            &self.y_min,
-            &self.y_max,
-            &self.z_min,
-            &self.z_max,
-        ]
+        [&self.x_min, &self.x_max, &self.y_min, &self.y_max, &self.z_min, &self.z_max]
     }
     /// Names of the faces, in the order of [`Boundaries::faces`].
     pub const NAMES: [&'static str; 6] = ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"];
@@ -199,14 +185,7 @@ pub struct Fluid {
 
 impl Default for Fluid {
     fn default() -> Self {
-        Fluid {
-            tau: None,
-            viscosity: None,
-            reynolds: None,
-            length: None,
-            velocity: None,
-            force: Vec3::default(),
-        }
+        Fluid { tau: None, viscosity: None, reynolds: None, length: None, velocity: None, force: Vec3::default() }
     }
 }
 
@@ -243,11 +222,7 @@ pub struct Initial {
 
 impl Default for Initial {
     fn default() -> Self {
-        Initial {
-            kind: InitialKind::Uniform,
-            velocity: Vec3::default(),
-            density: 1.0,
-        }
+        Initial { kind: InitialKind::Uniform, velocity: Vec3::default(), density: 1.0 }
     }
 }
 
@@ -474,12 +449,7 @@ pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<LoadedScene, 
 ///
 /// # Errors
 /// A [`SceneError`] naming the origin, line and key.
-pub fn from_str(
-    text: &str,
-    origin: &str,
-    base_dir: PathBuf,
-    overrides: &[(String, String)],
-) -> Result<LoadedScene, SceneError> {
+pub fn from_str(text: &str, origin: &str, base_dir: PathBuf, overrides: &[(String, String)]) -> Result<LoadedScene, SceneError> {
     let mut table: toml::Table = toml::from_str(text).map_err(|e| SceneError {
         file: origin.to_string(),
         line: e.span().map(|s| line_of_offset(text, s.start)),
@@ -494,10 +464,7 @@ pub fn from_str(
     }
     normalise_faces(&mut table);
     let locate = |key: &str| -> (String, Option<usize>) {
-        if overridden
-            .iter()
-            .any(|o| key == o || key.starts_with(&format!("{o}.")))
-        {
+        if overridden.iter().any(|o| key == o || key.starts_with(&format!("{o}."))) {
             ("--set".to_string(), None)
         } else {
             (origin.to_string(), line_of_key(text, key))
@@ -505,42 +472,23 @@ pub fn from_str(
     };
     let fail = |(key, message): (String, String)| {
         let (file, line) = locate(&key);
-        SceneError {
-            file,
-            line,
-            key,
-            message,
-        }
+        SceneError { file, line, key, message }
     };
     // Obstacles are an internally tagged enum, through which serde cannot say which field is
     // wrong: check their fields first so that errors name e.g. obstacles.0.radius.
     check_obstacles(&table).map_err(fail)?;
     let de = toml::Value::Table(table.clone());
-    let scene: Scene = serde_path_to_error::deserialize(de).map_err(|e| {
-        fail(serde_error(
-            &table,
-            &e.path().to_string(),
-            &e.inner().to_string(),
-        ))
-    })?;
+    let scene: Scene =
+        serde_path_to_error::deserialize(de).map_err(|e| fail(serde_error(&table, &e.path().to_string(), &e.inner().to_string())))?;
     let derived = validate(&scene).map_err(fail)?;
     check_files(&scene, &base_dir).map_err(fail)?;
-    Ok(LoadedScene {
-        scene,
-        derived,
-        base_dir,
-        origin: origin.to_string(),
-    })
+    Ok(LoadedScene { scene, derived, base_dir, origin: origin.to_string() })
 }
 
 /// Key and message of a serde error at `path` (serde_path_to_error's `a.b[0].c` form), in the
 /// scene `table` that was deserialised.
 fn serde_error(table: &toml::Table, path: &str, msg: &str) -> (String, String) {
-    let mut key = if path == "." {
-        String::new()
-    } else {
-        path.replace('[', ".").replace(']', "")
-    };
+    let mut key = if path == "." { String::new() } else { path.replace('[', ".").replace(']', "") };
     let message = explain(msg);
     // "missing field "x"": name the missing key itself.
     if let Some(rest) = message.strip_prefix("missing field \"") {
@@ -564,10 +512,7 @@ fn serde_error(table: &toml::Table, path: &str, msg: &str) -> (String, String) {
 /// The documentation of a dotted key (array indices match `N`).
 #[must_use]
 pub fn key_doc(key: &str) -> Option<&'static KeyDoc> {
-    let pattern: Vec<&str> = key
-        .split('.')
-        .map(|p| if p.parse::<usize>().is_ok() { "N" } else { p })
-        .collect();
+    let pattern: Vec<&str> = key.split('.').map(|p| if p.parse::<usize>().is_ok() { "N" } else { p }).collect();
     let pattern = pattern.join(".");
     KEYS.iter().find(|k| k.key == pattern)
 }
@@ -605,11 +550,7 @@ fn type_error(key: &str, message: String, value: Option<&toml::Value>) -> String
 /// Make serde's messages say what is valid in scene terms: one line, no Rust type names.
 fn explain(msg: &str) -> String {
     // toml appends the path ("\nin `fluid.tau`"); the error names the key already.
-    let first: Vec<&str> = msg
-        .trim()
-        .lines()
-        .take_while(|l| !l.starts_with("in `") && !l.starts_with("in \""))
-        .collect();
+    let first: Vec<&str> = msg.trim().lines().take_while(|l| !l.starts_with("in `") && !l.starts_with("in \"")).collect();
     let mut m = first.join(" ").replace('`', "\"");
     for (rust, scene) in [
         ("expected f32", "expected a number"),
@@ -628,11 +569,7 @@ fn explain(msg: &str) -> String {
 const SHAPE_FIELDS: [(&str, &[&str], &[&str]); 4] = [
     ("box", &["min", "max"], &["name"]),
     ("sphere", &["center", "radius"], &["name"]),
-    (
-        "cylinder",
-        &["center", "radius"],
-        &["name", "axis", "length"],
-    ),
+    ("cylinder", &["center", "radius"], &["name", "axis", "length"]),
     ("stl", &["file", "center", "size"], &["name"]),
 ];
 
@@ -642,40 +579,22 @@ fn check_obstacles(table: &toml::Table) -> Result<(), (String, String)> {
         return Ok(());
     };
     let toml::Value::Array(arr) = obs else {
-        return Err((
-            "obstacles".into(),
-            "must be an array of tables: start each obstacle with a [[obstacles]] line".into(),
-        ));
+        return Err(("obstacles".into(), "must be an array of tables: start each obstacle with a [[obstacles]] line".into()));
     };
-    let shapes: Vec<String> = SHAPE_FIELDS
-        .iter()
-        .map(|(s, _, _)| format!("\"{s}\""))
-        .collect();
+    let shapes: Vec<String> = SHAPE_FIELDS.iter().map(|(s, _, _)| format!("\"{s}\"")).collect();
     let shapes = shapes.join(", ");
     for (i, o) in arr.iter().enumerate() {
         let key = |f: &str| format!("obstacles.{i}.{f}");
         let toml::Value::Table(t) = o else {
-            return Err((
-                format!("obstacles.{i}"),
-                "each obstacle is a table: start it with a [[obstacles]] line".into(),
-            ));
+            return Err((format!("obstacles.{i}"), "each obstacle is a table: start it with a [[obstacles]] line".into()));
         };
         let shape = match t.get("shape") {
-            None => {
-                return Err((
-                    key("shape"),
-                    format!("missing: every obstacle needs shape = one of {shapes}"),
-                ))
-            }
+            None => return Err((key("shape"), format!("missing: every obstacle needs shape = one of {shapes}"))),
             Some(toml::Value::String(s)) => s.as_str(),
             Some(v) => return Err((key("shape"), format!("expected one of {shapes}, got {v}"))),
         };
-        let Some((_, required, optional)) = SHAPE_FIELDS.iter().find(|(s, _, _)| *s == shape)
-        else {
-            return Err((
-                key("shape"),
-                format!("unknown shape \"{shape}\", expected one of {shapes}"),
-            ));
+        let Some((_, required, optional)) = SHAPE_FIELDS.iter().find(|(s, _, _)| *s == shape) else {
+            return Err((key("shape"), format!("unknown shape \"{shape}\", expected one of {shapes}")));
         };
         for (k, v) in t {
             if k == "shape" {
@@ -685,10 +604,7 @@ fn check_obstacles(table: &toml::Table) -> Result<(), (String, String)> {
                 let mut valid = vec!["shape"];
                 valid.extend_from_slice(required);
                 valid.extend_from_slice(optional);
-                let mut msg = format!(
-                    "unknown field \"{k}\" for a {shape}; a {shape} has: {}",
-                    valid.join(", ")
-                );
+                let mut msg = format!("unknown field \"{k}\" for a {shape}; a {shape} has: {}", valid.join(", "));
                 let owners: Vec<&str> = SHAPE_FIELDS
                     .iter()
                     .filter(|(_, r, o)| r.contains(&k.as_str()) || o.contains(&k.as_str()))
@@ -707,19 +623,11 @@ fn check_obstacles(table: &toml::Table) -> Result<(), (String, String)> {
                 "axis" => v.try_into::<Axis>().map(|_| ()),
                 _ => v.try_into::<f32>().map(|_| ()),
             };
-            checked.map_err(|e| {
-                (
-                    key(k),
-                    type_error(&key(k), explain(&e.to_string()), t.get(k)),
-                )
-            })?;
+            checked.map_err(|e| (key(k), type_error(&key(k), explain(&e.to_string()), t.get(k))))?;
         }
         for r in *required {
             if !t.contains_key(*r) {
-                return Err((
-                    key(r),
-                    format!("missing: a {shape} needs {}", required.join(", ")),
-                ));
+                return Err((key(r), format!("missing: a {shape} needs {}", required.join(", "))));
             }
         }
     }
@@ -760,23 +668,9 @@ fn normalise_faces(table: &mut toml::Table) {
 /// # Errors
 /// Unknown keys list the valid ones; out-of-range array indices say how many there are.
 pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result<(), SceneError> {
-    let err = |message: String| SceneError {
-        file: "--set".into(),
-        line: None,
-        key: key.into(),
-        message,
-    };
+    let err = |message: String| SceneError { file: "--set".into(), line: None, key: key.into(), message };
     let parts: Vec<&str> = key.split('.').collect();
-    let pattern: Vec<String> = parts
-        .iter()
-        .map(|p| {
-            if p.parse::<usize>().is_ok() {
-                "N".to_string()
-            } else {
-                (*p).to_string()
-            }
-        })
-        .collect();
+    let pattern: Vec<String> = parts.iter().map(|p| if p.parse::<usize>().is_ok() { "N".to_string() } else { (*p).to_string() }).collect();
     let pattern = pattern.join(".");
     if !KEYS.iter().any(|k| k.key == pattern) {
         let valid: Vec<&str> = KEYS.iter().map(|k| k.key).collect();
@@ -787,10 +681,7 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
             .filter(|(d, _)| *d <= 3)
             .map(|(_, k)| format!("did you mean {k}? "))
             .unwrap_or_default();
-        return Err(err(format!(
-            "unknown key; {hint}valid keys are: {} (N = obstacle index from 0)",
-            valid.join(", ")
-        )));
+        return Err(err(format!("unknown key; {hint}valid keys are: {} (N = obstacle index from 0)", valid.join(", "))));
     }
     let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
         Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(value.into())),
@@ -824,16 +715,12 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
                 };
                 let rest = parts[depth + 2..].join(".");
                 if rest.is_empty() {
-                    return Err(err(
-                        "give a field of the element, e.g. obstacles.0.radius".into()
-                    ));
+                    return Err(err("give a field of the element, e.g. obstacles.0.radius".into()));
                 }
                 return set_in(elem, &rest, parsed).map_err(err);
             }
         }
-        let entry = cur
-            .entry((*p).to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = cur.entry((*p).to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::String(s) = entry {
             // A face written as a bare string gets its fields.
             let mut t = toml::Table::new();
@@ -855,9 +742,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -872,9 +757,7 @@ fn set_in(t: &mut toml::Table, dotted: &str, v: toml::Value) -> Result<(), Strin
             cur.insert((*p).to_string(), v);
             return Ok(());
         }
-        let e = cur
-            .entry((*p).to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let e = cur.entry((*p).to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         let toml::Value::Table(n) = e else {
             return Err(format!("\"{p}\" is not a table"));
         };
@@ -884,11 +767,7 @@ fn set_in(t: &mut toml::Table, dotted: &str, v: toml::Value) -> Result<(), Strin
 }
 
 fn line_of_offset(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// 1-based line of a dotted key in a TOML text (array elements by index), if present.
@@ -932,16 +811,9 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     let e = |k: &str, m: String| Err((k.to_string(), m));
     let size = &s.domain.size;
     if size.len() != 2 && size.len() != 3 {
-        return e(
-            "domain.size",
-            format!("give 2 (2D) or 3 (3D) cell counts, got {}", size.len()),
-        );
+        return e("domain.size", format!("give 2 (2D) or 3 (3D) cell counts, got {}", size.len()));
     }
-    let lattice = s.domain.lattice.unwrap_or(if size.len() == 2 {
-        Lattice::D2Q9
-    } else {
-        Lattice::D3Q19
-    });
+    let lattice = s.domain.lattice.unwrap_or(if size.len() == 2 { Lattice::D2Q9 } else { Lattice::D3Q19 });
     if lattice.dims() != size.len() {
         return e(
             "domain.lattice",
@@ -949,28 +821,18 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
                 "{lattice} is {}D but domain.size has {} entries; use {}",
                 lattice.dims(),
                 size.len(),
-                if size.len() == 2 {
-                    "D2Q9"
-                } else {
-                    "D3Q19 or D3Q27"
-                }
+                if size.len() == 2 { "D2Q9" } else { "D3Q19 or D3Q27" }
             ),
         );
     }
     for (a, &n) in size.iter().enumerate() {
         if n < 3 {
-            return e(
-                "domain.size",
-                format!("axis {a} has {n} cells; each axis needs at least 3"),
-            );
+            return e("domain.size", format!("axis {a} has {n} cells; each axis needs at least 3"));
         }
     }
     let cells: usize = size.iter().product();
     if cells > (1usize << 33) {
-        return e(
-            "domain.size",
-            format!("{cells} cells is more than Esoflow addresses (2^33)"),
-        );
+        return e("domain.size", format!("{cells} cells is more than Esoflow addresses (2^33)"));
     }
     let mut dims = [1usize; 3];
     dims[..size.len()].copy_from_slice(size);
@@ -990,22 +852,13 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         let name = Boundaries::NAMES[f];
         let axis = f / 2;
         if axis >= size.len() && face.kind != FaceKind::Periodic {
-            return e(
-                &format!("boundaries.{name}"),
-                "a 2D scene has no z faces; remove this key".into(),
-            );
+            return e(&format!("boundaries.{name}"), "a 2D scene has no z faces; remove this key".into());
         }
         let other = faces[f ^ 1];
         if (face.kind == FaceKind::Periodic) != (other.kind == FaceKind::Periodic) {
             return e(
                 &format!("boundaries.{name}"),
-                format!(
-                    "periodic faces come in pairs: {} is {:?} but {} is {:?}",
-                    name,
-                    face.kind,
-                    Boundaries::NAMES[f ^ 1],
-                    other.kind
-                ),
+                format!("periodic faces come in pairs: {} is {:?} but {} is {:?}", name, face.kind, Boundaries::NAMES[f ^ 1], other.kind),
             );
         }
         let v = face.velocity.0;
@@ -1023,10 +876,7 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
             FaceKind::Inlet => faster(speed, format!("boundaries.{name}.velocity")),
             FaceKind::Outlet => {
                 if !(face.density > 0.0) {
-                    return e(
-                        &format!("boundaries.{name}.density"),
-                        format!("must be > 0, got {}", face.density),
-                    );
+                    return e(&format!("boundaries.{name}.density"), format!("must be > 0, got {}", face.density));
                 }
             }
             _ => {}
@@ -1045,37 +895,18 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         }
     }
     if s.initial.kind == InitialKind::TaylorGreen3d && size.len() != 3 {
-        return e(
-            "initial.kind",
-            "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into(),
-        );
+        return e("initial.kind", "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into());
     }
     let iv = s.initial.velocity.0;
-    faster(
-        (iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(),
-        "initial.velocity".into(),
-    );
+    faster((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(), "initial.velocity".into());
     if !(s.initial.density > 0.0) {
-        return e(
-            "initial.density",
-            format!("must be > 0, got {}", s.initial.density),
-        );
+        return e("initial.density", format!("must be > 0, got {}", s.initial.density));
     }
 
     let fl = &s.fluid;
-    let given = [
-        fl.tau.is_some(),
-        fl.viscosity.is_some(),
-        fl.reynolds.is_some(),
-    ]
-    .iter()
-    .filter(|&&b| b)
-    .count();
+    let given = [fl.tau.is_some(), fl.viscosity.is_some(), fl.reynolds.is_some()].iter().filter(|&&b| b).count();
     if given > 1 {
-        return e(
-            "fluid",
-            "give only one of tau, viscosity or reynolds".into(),
-        );
+        return e("fluid", "give only one of tau, viscosity or reynolds".into());
     }
     let tau = if let Some(t) = fl.tau {
         t
@@ -1089,22 +920,13 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
             return e("fluid.reynolds", format!("must be > 0, got {re}"));
         }
         let Some(l) = fl.length else {
-            return e(
-                "fluid.length",
-                "reynolds needs a reference length (cells)".into(),
-            );
+            return e("fluid.length", "reynolds needs a reference length (cells)".into());
         };
         let Some(u) = fl.velocity else {
-            return e(
-                "fluid.velocity",
-                "reynolds needs a reference velocity (lattice units)".into(),
-            );
+            return e("fluid.velocity", "reynolds needs a reference velocity (lattice units)".into());
         };
         if !(l > 0.0 && u > 0.0) {
-            return e(
-                "fluid.length",
-                "reference length and velocity must be > 0".into(),
-            );
+            return e("fluid.length", "reference length and velocity must be > 0".into());
         }
         faster(u, "fluid.velocity".into());
         3.0 * (u * l / re) + 0.5
@@ -1129,10 +951,7 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         return e(tau_key, format!("{gives}, but tau must be > 0.5 (viscosity = (tau - 0.5) / 3 > 0): raise tau or the viscosity, or lower the Reynolds number"));
     }
     if !(tau < 50.0) {
-        return e(
-            tau_key,
-            format!("{gives}; keep tau below 50 (viscosity below 16.5)"),
-        );
+        return e(tau_key, format!("{gives}; keep tau below 50 (viscosity below 16.5)"));
     }
     let mach = maxv * 3.0f32.sqrt();
     if mach > 0.6 {
@@ -1147,10 +966,7 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         warnings.push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"trt\" or \"smagorinsky\""));
     }
     if s.solver.ghost_block < 2 {
-        return e(
-            "solver.ghost_block",
-            format!("must be at least 2, got {}", s.solver.ghost_block),
-        );
+        return e("solver.ghost_block", format!("must be at least 2, got {}", s.solver.ghost_block));
     }
     if s.solver.stats_every == 0 {
         return e("solver.stats_every", "must be at least 1".into());
@@ -1161,36 +977,19 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     for (i, o) in s.obstacles.iter().enumerate() {
         let key = |f: &str| format!("obstacles.{i}.{f}");
         match o {
-            Obstacle::Sphere { radius, .. } | Obstacle::Cylinder { radius, .. }
-                if !(*radius > 0.0) =>
-            {
+            Obstacle::Sphere { radius, .. } | Obstacle::Cylinder { radius, .. } if !(*radius > 0.0) => {
                 return e(&key("radius"), format!("must be > 0, got {radius}"));
             }
-            Obstacle::Stl { size, .. } if !(*size > 0.0) => {
-                return e(&key("size"), format!("must be > 0, got {size}"))
-            }
+            Obstacle::Stl { size, .. } if !(*size > 0.0) => return e(&key("size"), format!("must be > 0, got {size}")),
             _ => {}
         }
     }
     if s.obstacles.len() > crate::domain::MAX_IDS {
-        return e(
-            "obstacles",
-            format!(
-                "at most {} obstacles, got {}",
-                crate::domain::MAX_IDS,
-                s.obstacles.len()
-            ),
-        );
+        return e("obstacles", format!("at most {} obstacles, got {}", crate::domain::MAX_IDS, s.obstacles.len()));
     }
     let f = fl.force.0;
     if f.iter().any(|x| !x.is_finite()) {
         return e("fluid.force", "must be finite numbers".into());
     }
-    Ok(Derived {
-        lattice,
-        size: dims,
-        tau,
-        max_velocity: maxv,
-        warnings,
-    })
+    Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
 }

@@ -7,12 +7,7 @@ use std::path::Path;
 ///
 /// # Errors
 /// A message for an unreadable or empty STL file.
-pub fn voxelise(
-    o: &Obstacle,
-    n: [usize; 3],
-    dims: usize,
-    base: &Path,
-) -> Result<Vec<bool>, String> {
+pub fn voxelise(o: &Obstacle, n: [usize; 3], dims: usize, base: &Path) -> Result<Vec<bool>, String> {
     let mut m = vec![false; n[0] * n[1] * n[2]];
     let idx = |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
     match o {
@@ -43,28 +38,15 @@ pub fn voxelise(
                 }
             }
         }
-        Obstacle::Cylinder {
-            center,
-            radius,
-            axis,
-            length,
-            ..
-        } => {
+        Obstacle::Cylinder { center, radius, axis, length, .. } => {
             let c = center.0;
             let ax = if dims == 2 { 2 } else { axis.index() };
             for z in 0..n[2] {
                 for y in 0..n[1] {
                     for x in 0..n[0] {
                         let p = [x as f32, y as f32, z as f32];
-                        let d2: f32 = (0..dims)
-                            .filter(|&a| a != ax)
-                            .map(|a| (p[a] - c[a]).powi(2))
-                            .sum();
-                        let along = if ax < dims {
-                            (p[ax] - c[ax]).abs()
-                        } else {
-                            0.0
-                        };
+                        let d2: f32 = (0..dims).filter(|&a| a != ax).map(|a| (p[a] - c[a]).powi(2)).sum();
+                        let along = if ax < dims { (p[ax] - c[ax]).abs() } else { 0.0 };
                         let inside_len = length.is_none_or(|l| along <= 0.5 * l);
                         if d2 <= radius * radius && inside_len {
                             m[idx(x, y, z)] = true;
@@ -73,9 +55,7 @@ pub fn voxelise(
                 }
             }
         }
-        Obstacle::Stl {
-            file, center, size, ..
-        } => {
+        Obstacle::Stl { file, center, size, .. } => {
             let path = base.join(file);
             let tris = read_stl(&path)?;
             voxelise_mesh(&tris, *center, *size, n, dims, &mut m)?;
@@ -89,14 +69,8 @@ pub fn voxelise(
 /// # Errors
 /// A message naming the file.
 pub fn read_stl(path: &Path) -> Result<Vec<[[f32; 3]; 3]>, String> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| format!("cannot open STL file {}: {e}", path.display()))?;
-    let mesh = stl_io::read_stl(&mut f).map_err(|e| {
-        format!(
-            "{} is not a readable STL file (binary or ASCII): {e}",
-            path.display()
-        )
-    })?;
+    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open STL file {}: {e}", path.display()))?;
+    let mesh = stl_io::read_stl(&mut f).map_err(|e| format!("{} is not a readable STL file (binary or ASCII): {e}", path.display()))?;
     let tris: Vec<[[f32; 3]; 3]> = mesh
         .faces
         .iter()
@@ -116,14 +90,7 @@ pub fn read_stl(path: &Path) -> Result<Vec<[[f32; 3]; 3]>, String> {
 
 /// Voxelise a closed triangle mesh by ray parity along x, after scaling its bounding box so its
 /// longest edge is `size` cells and centring it on `center`.
-fn voxelise_mesh(
-    tris: &[[[f32; 3]; 3]],
-    center: Vec3,
-    size: f32,
-    n: [usize; 3],
-    dims: usize,
-    m: &mut [bool],
-) -> Result<(), String> {
+fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3], dims: usize, m: &mut [bool]) -> Result<(), String> {
     let mut lo = [f32::MAX; 3];
     let mut hi = [f32::MIN; 3];
     for t in tris {
@@ -139,11 +106,7 @@ fn voxelise_mesh(
         return Err("the STL mesh has zero extent".into());
     }
     let s = size / ext;
-    let mid = [
-        (lo[0] + hi[0]) * 0.5,
-        (lo[1] + hi[1]) * 0.5,
-        (lo[2] + hi[2]) * 0.5,
-    ];
+    let mid = [(lo[0] + hi[0]) * 0.5, (lo[1] + hi[1]) * 0.5, (lo[2] + hi[2]) * 0.5];
     let map = |v: [f32; 3]| -> [f64; 3] {
         let mut o = [0.0f64; 3];
         for a in 0..3 {
@@ -152,22 +115,12 @@ fn voxelise_mesh(
         o
     };
     // In 2D the mesh is sliced at z = center.z: use the 3D parity test on the plane z = centre.
-    let zs: Vec<usize> = if dims == 2 {
-        vec![0]
-    } else {
-        (0..n[2]).collect()
-    };
+    let zs: Vec<usize> = if dims == 2 { vec![0] } else { (0..n[2]).collect() };
     let mut hits: Vec<Vec<f64>> = vec![Vec::new(); n[1] * zs.len()];
     for t in tris {
         let p = [map(t[0]), map(t[1]), map(t[2])];
-        let (ymin, ymax) = (
-            p.iter().map(|v| v[1]).fold(f64::MAX, f64::min),
-            p.iter().map(|v| v[1]).fold(f64::MIN, f64::max),
-        );
-        let (zmin, zmax) = (
-            p.iter().map(|v| v[2]).fold(f64::MAX, f64::min),
-            p.iter().map(|v| v[2]).fold(f64::MIN, f64::max),
-        );
+        let (ymin, ymax) = (p.iter().map(|v| v[1]).fold(f64::MAX, f64::min), p.iter().map(|v| v[1]).fold(f64::MIN, f64::max));
+        let (zmin, zmax) = (p.iter().map(|v| v[2]).fold(f64::MAX, f64::min), p.iter().map(|v| v[2]).fold(f64::MIN, f64::max));
         let y0 = ymin.ceil().max(0.0) as usize;
         let y1 = (ymax.floor().min(n[1] as f64 - 1.0)).max(-1.0);
         if y1 < 0.0 {
@@ -175,11 +128,7 @@ fn voxelise_mesh(
         }
         for y in y0..=(y1 as usize) {
             for (zi, &z) in zs.iter().enumerate() {
-                let zc = if dims == 2 {
-                    f64::from(center.0[2])
-                } else {
-                    z as f64
-                };
+                let zc = if dims == 2 { f64::from(center.0[2]) } else { z as f64 };
                 if zc < zmin || zc > zmax {
                     continue;
                 }
@@ -223,8 +172,7 @@ fn ray_x(p: &[[f64; 3]; 3], y: f64, z: f64) -> Option<f64> {
     let inside = |w: f64, a, b| w > 0.0 || (w == 0.0 && top_left(a, b));
     let inside_neg = |w: f64, a, b| w < 0.0 || (w == 0.0 && !top_left(a, b));
     let pos = inside(w0, p[1], p[2]) && inside(w1, p[2], p[0]) && inside(w2, p[0], p[1]);
-    let neg =
-        inside_neg(w0, p[1], p[2]) && inside_neg(w1, p[2], p[0]) && inside_neg(w2, p[0], p[1]);
+    let neg = inside_neg(w0, p[1], p[2]) && inside_neg(w1, p[2], p[0]) && inside_neg(w2, p[0], p[1]);
     if !(pos || neg) {
         return None;
     }
@@ -242,20 +190,9 @@ mod tests {
     /// A closed cube mesh from -1 to 1, 12 triangles.
     fn cube() -> Vec<[[f32; 3]; 3]> {
         let v = |i: usize| -> [f32; 3] {
-            [
-                if i & 1 != 0 { 1.0 } else { -1.0 },
-                if i & 2 != 0 { 1.0 } else { -1.0 },
-                if i & 4 != 0 { 1.0 } else { -1.0 },
-            ]
+            [if i & 1 != 0 { 1.0 } else { -1.0 }, if i & 2 != 0 { 1.0 } else { -1.0 }, if i & 4 != 0 { 1.0 } else { -1.0 }]
         };
-        let quads = [
-            [0, 1, 3, 2],
-            [4, 6, 7, 5],
-            [0, 4, 5, 1],
-            [2, 3, 7, 6],
-            [0, 2, 6, 4],
-            [1, 5, 7, 3],
-        ];
+        let quads = [[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]];
         let mut t = Vec::new();
         for q in quads {
             t.push([v(q[0]), v(q[1]), v(q[2])]);
@@ -292,11 +229,7 @@ mod tests {
             .iter()
             .map(|t| stl_io::Triangle {
                 normal: stl_io::Normal::new([0.0, 0.0, 0.0]),
-                vertices: [
-                    stl_io::Vertex::new(t[0]),
-                    stl_io::Vertex::new(t[1]),
-                    stl_io::Vertex::new(t[2]),
-                ],
+                vertices: [stl_io::Vertex::new(t[0]), stl_io::Vertex::new(t[1]), stl_io::Vertex::new(t[2])],
             })
             .collect();
         let mut f = std::fs::File::create(dir.join("b.stl")).unwrap();
@@ -306,8 +239,6 @@ mod tests {
         let b = read_stl(&dir.join("b.stl")).unwrap();
         assert_eq!(a.len(), 12);
         assert_eq!(b.len(), 12);
-        assert!(read_stl(&dir.join("missing.stl"))
-            .unwrap_err()
-            .contains("missing.stl"));
+        assert!(read_stl(&dir.join("missing.stl")).unwrap_err().contains("missing.stl"));
     }
 }

@@ -27,14 +27,7 @@ pub enum Scheme {
 
 impl Scheme {
     /// All schemes.
-    pub const ALL: [Scheme; 6] = [
-        Scheme::OneStepPull,
-        Scheme::Aa,
-        Scheme::EsotericPull,
-        Scheme::EsotericPush,
-        Scheme::Swap,
-        Scheme::Ghost,
-    ];
+    pub const ALL: [Scheme; 6] = [Scheme::OneStepPull, Scheme::Aa, Scheme::EsotericPull, Scheme::EsotericPush, Scheme::Swap, Scheme::Ghost];
 
     /// Name as written in scene files.
     #[must_use]
@@ -112,25 +105,10 @@ mod tests {
     fn traffic_matches_lehmann_table_1_for_d3q19() {
         let l = Lattice::D3Q19;
         // FP32: Esoteric Pull 8q + 1; FP16 4q + 1. One-Step Pull stores two copies.
-        assert_eq!(
-            Scheme::EsotericPull.bytes_moved(l, Precision::Fp32, 16),
-            153.0
-        );
-        assert_eq!(
-            Scheme::EsotericPull.bytes_moved(l, Precision::Fp16s, 16),
-            77.0
-        );
-        assert_eq!(
-            Scheme::OneStepPull.bytes_stored(l, Precision::Fp32, 16),
-            153.0
-        );
-        assert_eq!(
-            Scheme::EsotericPull.bytes_stored(l, Precision::Fp32, 16),
-            77.0
-        );
-        assert_eq!(
-            Scheme::EsotericPull.bytes_stored(l, Precision::Fp16c, 16),
-            39.0
-        );
+        assert_eq!(Scheme::EsotericPull.bytes_moved(l, Precision::Fp32, 16), 153.0);
+        assert_eq!(Scheme::EsotericPull.bytes_moved(l, Precision::Fp16s, 16), 77.0);
+        assert_eq!(Scheme::OneStepPull.bytes_stored(l, Precision::Fp32, 16), 153.0);
+        assert_eq!(Scheme::EsotericPull.bytes_stored(l, Precision::Fp32, 16), 77.0);
+        assert_eq!(Scheme::EsotericPull.bytes_stored(l, Precision::Fp16c, 16), 39.0);
     }
 }

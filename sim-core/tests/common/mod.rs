@@ -4,12 +4,8 @@ use sim_core::scene::{self, LoadedScene};
 use sim_core::Solver;
 
 pub fn scene(text: &str, overrides: &[(&str, &str)]) -> LoadedScene {
-    let ov: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect();
-    scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &ov)
-        .unwrap_or_else(|e| panic!("{e}"))
+    let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+    scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &ov).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
@@ -17,13 +13,8 @@ pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
 }
 
 pub fn shipped(name: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenes")
-        .join(name);
-    let ov: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenes").join(name);
+    let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
     let ls = scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"));
     cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"))
 }

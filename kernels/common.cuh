@@ -1,0 +1,297 @@
+// Esoflow device functions shared by every kernel (dense, and later subgrid and block kernels):
+// lattice tables, storage formats, the streaming schemes' slot maps, collision and boundaries.
+// The host prepends a generated header that defines:
+//   DEF_NX DEF_NY DEF_NZ DEF_N   grid size and cell count
+//   DEF_D DEF_Q                  dimensions and velocities
+//   DEF_CX DEF_CY DEF_CZ DEF_W   velocity components and weights as brace lists
+//   DEF_SCHEME                   0 one_step_pull, 1 aa, 2 esoteric_pull, 3 esoteric_push, 4 swap, 5 ghost
+//   DEF_STORE                    0 fp32, 1 fp16s, 2 fp16c
+//   DEF_COLLISION                0 bgk, 1 trt, 2 smagorinsky
+//   DEF_FORCE                    1 if a body force is applied (Guo)
+// Every function here mirrors sim-core/src (collision.rs, backend/cpu.rs): keep them in sync.
+
+#define FLAG_KIND 7u
+#define KIND_FLUID 0u
+#define KIND_SOLID 1u
+#define KIND_MOVING 2u
+#define KIND_INLET 3u
+#define KIND_OUTLET 4u
+#define FLAG_NEAR 8u
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// Lattice tables as constexpr functions: in unrolled loops the index is a constant and the
+// value folds into the instruction; with a run-time index they still work.
+__device__ __forceinline__ constexpr int lat_cx(int i) { constexpr int t[DEF_Q] = DEF_CX; return t[i]; }
+__device__ __forceinline__ constexpr int lat_cy(int i) { constexpr int t[DEF_Q] = DEF_CY; return t[i]; }
+__device__ __forceinline__ constexpr int lat_cz(int i) { constexpr int t[DEF_Q] = DEF_CZ; return t[i]; }
+__device__ __forceinline__ constexpr float lat_w(int i) { constexpr float t[DEF_Q] = DEF_W; return t[i]; }
+
+// Slot indices fit 32 bits on most grids (fewer registers and integer instructions).
+#if (DEF_N * DEF_Q * 2ull) < 4294967296ull
+typedef unsigned int idx_t;
+#else
+typedef unsigned long long idx_t;
+#endif
+
+__device__ __forceinline__ u32 opposite(u32 i) { return i == 0u ? 0u : ((i & 1u) ? i + 1u : i - 1u); }
+__device__ __forceinline__ bool is_solid(unsigned char f) { u32 k = f & FLAG_KIND; return k == KIND_SOLID || k == KIND_MOVING; }
+
+// ---------------------------------------------------------------- storage formats
+#if DEF_STORE == 0
+typedef float fpxx;
+__device__ __forceinline__ float dec(fpxx v) { return v; }
+__device__ __forceinline__ fpxx enc(float x) { return x; }
+#elif DEF_STORE == 1
+typedef unsigned short fpxx;
+// IEEE half of (f - w) * 32768.
+__device__ __forceinline__ float dec(fpxx v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f * (1.0f / 32768.0f); }
+__device__ __forceinline__ fpxx enc(float x) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x * 32768.0f)); return h; }
+#else
+typedef unsigned short fpxx;
+// FP16C: sign, 4 exponent bits (bias 15), 11 mantissa bits; see sim-core/src/precision.rs.
+__device__ __forceinline__ float dec(fpxx v) {
+    const u32 h = v, e = (h >> 11) & 0xFu, m = h & 0x7FFu;
+    const float mag = e == 0u ? (float)m * (1.0f / 33554432.0f) : __uint_as_float(((e + 112u) << 23) | (m << 12));
+    return __uint_as_float(__float_as_uint(mag) | ((h & 0x8000u) << 16));
+}
+__device__ __forceinline__ fpxx enc(float x) {
+    const u32 b = __float_as_uint(x), sign = (b >> 16) & 0x8000u, a = b & 0x7FFFFFFFu, m = a & 0x7FFFFFu;
+    const int e = (int)(a >> 23) - 112;
+    const u32 base = ((u32)max(e, 0) << 11) | (m >> 12), rem = m & 0xFFFu;
+    const u32 up = (rem > 0x800u || (rem == 0x800u && (base & 1u))) ? 1u : 0u;
+    const u32 normal = min(base + up, 0x7FFFu);
+    const u32 sub = __float_as_uint(__uint_as_float(a) + 0.25f) - 0x3E800000u;
+    return (fpxx)(sign | (e >= 1 ? normal : sub));
+}
+#endif
+
+// DDF memory access. DEF_HINTS (an experiment: ESOFLOW_CUDA_DEFINES=DEF_HINTS) marks the
+// streaming DDF traffic evict-first (.cs), as each value is touched once per step.
+#if defined(DEF_HINTS) && DEF_STORE == 0
+__device__ __forceinline__ fpxx ldf(const fpxx* p) { float v; asm volatile("ld.global.cs.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }
+__device__ __forceinline__ void stf(fpxx* p, fpxx v) { asm volatile("st.global.cs.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory"); }
+#elif defined(DEF_HINTS)
+__device__ __forceinline__ fpxx ldf(const fpxx* p) { unsigned short v; asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(v) : "l"(p)); return v; }
+__device__ __forceinline__ void stf(fpxx* p, fpxx v) { asm volatile("st.global.cs.u16 [%0], %1;" :: "l"(p), "h"(v) : "memory"); }
+#else
+__device__ __forceinline__ fpxx ldf(const fpxx* p) { return *p; }
+__device__ __forceinline__ void stf(fpxx* p, fpxx v) { *p = v; }
+#endif
+
+// ---------------------------------------------------------------- grid
+__device__ __forceinline__ idx_t idx3(u32 x, u32 y, u32 z) { return (idx_t)x + (idx_t)DEF_NX * ((idx_t)y + (idx_t)DEF_NY * (idx_t)z); }
+
+// Neighbour of every direction (periodic wrap on every axis), from nine offsets.
+__device__ __forceinline__ void neighbours(u32 x, u32 y, u32 z, idx_t* j) {
+    const idx_t x0 = x, xp = x + 1u == DEF_NX ? 0u : x + 1u, xm = x == 0u ? DEF_NX - 1u : x - 1u;
+    const idx_t y0 = (idx_t)y * DEF_NX, yp = (idx_t)(y + 1u == DEF_NY ? 0u : y + 1u) * DEF_NX, ym = (idx_t)(y == 0u ? DEF_NY - 1u : y - 1u) * DEF_NX;
+    const idx_t s = (idx_t)DEF_NX * DEF_NY;
+    const idx_t z0 = (idx_t)z * s, zp = (idx_t)(z + 1u == DEF_NZ ? 0u : z + 1u) * s, zm = (idx_t)(z == 0u ? DEF_NZ - 1u : z - 1u) * s;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        j[i] = (lat_cx(i) == 0 ? x0 : lat_cx(i) > 0 ? xp : xm) + (lat_cy(i) == 0 ? y0 : lat_cy(i) > 0 ? yp : ym) + (lat_cz(i) == 0 ? z0 : lat_cz(i) > 0 ? zp : zm);
+    }
+}
+
+// ---------------------------------------------------------------- streaming schemes
+// Slot of incoming DDF i of cell n before the step of parity `odd` (see backend/cpu.rs).
+__device__ __forceinline__ idx_t load_slot(int i, idx_t n, const idx_t* j, bool odd) {
+    const idx_t N = (idx_t)DEF_N;
+#if DEF_SCHEME == 0
+    return (idx_t)i * N + j[opposite(i)];
+#elif DEF_SCHEME == 1
+    return odd ? (idx_t)opposite(i) * N + n : (idx_t)i * N + j[opposite(i)];
+#elif DEF_SCHEME == 2
+    if (i == 0) return n;
+    if (i & 1) return odd ? (idx_t)i * N + n : (idx_t)(i + 1) * N + n;
+    return odd ? (idx_t)i * N + j[i - 1] : (idx_t)(i - 1) * N + j[i - 1];
+#elif DEF_SCHEME == 3
+    if (i == 0) return n;
+    if (!(i & 1)) return odd ? (idx_t)i * N + n : (idx_t)(i - 1) * N + n;
+    return odd ? (idx_t)i * N + j[i + 1] : (idx_t)(i + 1) * N + j[i + 1];
+#else
+    return (idx_t)i * N + n;
+#endif
+}
+// Slot of the halfway bounce-back value when the source of DDF i is solid.
+__device__ __forceinline__ idx_t bb_slot(int i, idx_t n, const idx_t* j, bool odd) {
+#if DEF_SCHEME == 0
+    return (idx_t)opposite(i) * DEF_N + n;
+#else
+    return load_slot(i, n, j, !odd);
+#endif
+}
+// Slot the outgoing DDF i is stored to.
+__device__ __forceinline__ idx_t store_slot(int i, idx_t n, const idx_t* j, bool odd) {
+#if DEF_SCHEME == 0
+    return (idx_t)i * DEF_N + n;
+#elif DEF_SCHEME == 4
+    return (idx_t)opposite(i) * DEF_N + n;
+#else
+    return load_slot(opposite(i), n, j, odd);
+#endif
+}
+
+// ---------------------------------------------------------------- collision (shifted DDFs)
+struct Params {
+    float tau;
+    float cs;
+    float fx, fy, fz;
+};
+
+__device__ __forceinline__ void moments(const float* f, float fx, float fy, float fz, float& rho_m1, float& ux, float& uy, float& uz) {
+    float r = 0.0f, jx = 0.0f, jy = 0.0f, jz = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        r += f[i];
+        if (lat_cx(i) > 0) jx += f[i]; else if (lat_cx(i) < 0) jx -= f[i];
+        if (lat_cy(i) > 0) jy += f[i]; else if (lat_cy(i) < 0) jy -= f[i];
+        if (lat_cz(i) > 0) jz += f[i]; else if (lat_cz(i) < 0) jz -= f[i];
+    }
+    const float inv = 1.0f / (r + 1.0f);
+    rho_m1 = r;
+    ux = (jx + 0.5f * fx) * inv;
+    uy = (jy + 0.5f * fy) * inv;
+    uz = (jz + 0.5f * fz) * inv;
+}
+
+__device__ __forceinline__ void equilibrium(float rho_m1, float ux, float uy, float uz, float* feq) {
+    const float usq = 1.5f * (ux * ux + uy * uy + uz * uz), rho = rho_m1 + 1.0f;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const float cu = 3.0f * ((float)lat_cx(i) * ux + (float)lat_cy(i) * uy + (float)lat_cz(i) * uz);
+        feq[i] = lat_w(i) * (rho_m1 + rho * (cu + 0.5f * cu * cu - usq));
+    }
+}
+
+__device__ __forceinline__ float guo_source(int i, float ux, float uy, float uz, float fx, float fy, float fz) {
+    const float cx = (float)lat_cx(i), cy = (float)lat_cy(i), cz = (float)lat_cz(i);
+    const float cu = cx * ux + cy * uy + cz * uz;
+    return lat_w(i) * ((3.0f * (cx - ux) + 9.0f * cu * cx) * fx + (3.0f * (cy - uy) + 9.0f * cu * cy) * fy + (3.0f * (cz - uz) + 9.0f * cu * cz) * fz);
+}
+
+__device__ __forceinline__ void collide(float* f, const Params& p) {
+    float rho_m1, ux, uy, uz;
+#if DEF_FORCE
+    moments(f, p.fx, p.fy, p.fz, rho_m1, ux, uy, uz);
+#else
+    moments(f, 0.0f, 0.0f, 0.0f, rho_m1, ux, uy, uz);
+#endif
+    float feq[DEF_Q];
+    equilibrium(rho_m1, ux, uy, uz, feq);
+#if DEF_COLLISION == 1
+    const float wp = 1.0f / p.tau, wm = 1.0f / (0.25f / (p.tau - 0.5f) + 0.5f);
+    f[0] += wp * (feq[0] - f[0]);
+#if DEF_FORCE
+    f[0] += (1.0f - 0.5f * wp) * guo_source(0, ux, uy, uz, p.fx, p.fy, p.fz);
+#endif
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        const float a = f[i], b = f[i + 1];
+        const float sp = 0.5f * (a + b) - 0.5f * (feq[i] + feq[i + 1]);
+        const float sm = 0.5f * (a - b) - 0.5f * (feq[i] - feq[i + 1]);
+        f[i] = a - wp * sp - wm * sm;
+        f[i + 1] = b - wp * sp + wm * sm;
+#if DEF_FORCE
+        const float si = guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz), sj = guo_source(i + 1, ux, uy, uz, p.fx, p.fy, p.fz);
+        const float gp = 0.5f * (si + sj), gm = 0.5f * (si - sj);
+        f[i] += (1.0f - 0.5f * wp) * gp + (1.0f - 0.5f * wm) * gm;
+        f[i + 1] += (1.0f - 0.5f * wp) * gp - (1.0f - 0.5f * wm) * gm;
+#endif
+    }
+#else
+#if DEF_COLLISION == 2
+    float pxx = 0.0f, pyy = 0.0f, pzz = 0.0f, pxy = 0.0f, pxz = 0.0f, pyz = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const float d = f[i] - feq[i], cx = (float)lat_cx(i), cy = (float)lat_cy(i), cz = (float)lat_cz(i);
+        pxx += cx * cx * d; pyy += cy * cy * d; pzz += cz * cz * d;
+        pxy += cx * cy * d; pxz += cx * cz * d; pyz += cy * cz * d;
+    }
+    const float q = sqrtf(pxx * pxx + pyy * pyy + pzz * pzz + 2.0f * (pxy * pxy + pxz * pxz + pyz * pyz));
+    const float tau = 0.5f * (p.tau + sqrtf(p.tau * p.tau + 18.0f * 1.41421356f * p.cs * p.cs * q / (rho_m1 + 1.0f)));
+    const float omega = 1.0f / tau;
+#else
+    const float omega = 1.0f / p.tau;
+#endif
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[i] += omega * (feq[i] - f[i]);
+#if DEF_FORCE
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[i] += (1.0f - 0.5f * omega) * guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz);
+#endif
+#endif
+}
+
+// ---------------------------------------------------------------- boundaries
+struct Inlet { int axis, inward, profile; float ux, uy, uz; int lo[3], hi[3]; };
+struct Outlet { int axis, inward; float density; };
+
+__device__ __forceinline__ void inlet_velocity(const Inlet& b, u32 x, u32 y, u32 z, float* u) {
+    float s = 1.0f;
+    if (b.profile == 1) {
+        const u32 p[3] = {x, y, z};
+#pragma unroll
+        for (int a = 0; a < DEF_D; a++) {
+            if (a == b.axis) continue;
+            const float len = (float)(b.hi[a] - b.lo[a] + 1);
+            const float t = ((float)p[a] - (float)b.lo[a] + 0.5f) / len;
+            s *= fmaxf(4.0f * t * (1.0f - t), 0.0f);
+        }
+    }
+    u[0] = b.ux * s; u[1] = b.uy * s; u[2] = b.uz * s;
+}
+
+// Density-1 and velocity an equilibrium boundary cell imposes (Zou-He mass balance of the DDFs
+// that came from inside).
+__device__ __forceinline__ void boundary_moments(const float* f, unsigned char flag, u32 x, u32 y, u32 z, const Inlet* inlets, const Outlet* outlets, float& rho_m1, float* u) {
+    const u32 k = flag & FLAG_KIND, id = flag >> 4;
+    const int axis = k == KIND_INLET ? inlets[id].axis : outlets[id].axis;
+    const int inward = k == KIND_INLET ? inlets[id].inward : outlets[id].inward;
+    float s0 = 0.0f, sk = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const int cn = (axis == 0 ? lat_cx(i) : axis == 1 ? lat_cy(i) : lat_cz(i)) * inward;
+        const float fi = f[i] + lat_w(i);
+        if (cn == 0) s0 += fi; else if (cn < 0) sk += fi;
+    }
+    const float known = s0 + 2.0f * sk;
+    if (k == KIND_INLET) {
+        inlet_velocity(inlets[id], x, y, z, u);
+        const float un = u[axis] * (float)inward;
+        rho_m1 = known / (1.0f - un) - 1.0f;
+    } else {
+        const float rho = outlets[id].density;
+        u[0] = u[1] = u[2] = 0.0f;
+        u[axis] = (1.0f - known / rho) * (float)inward;
+        rho_m1 = rho - 1.0f;
+    }
+}
+
+// Ladd's moving wall: f_i += 6 w_i (c_i . u_w) for DDFs that came from a moving wall.
+__device__ __forceinline__ void moving_walls(float* f, const unsigned char* flags, const idx_t* j, const float* walls) {
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i++) {
+        const unsigned char sf = flags[j[opposite(i)]];
+        if ((sf & FLAG_KIND) == KIND_MOVING) {
+            const u32 id = sf >> 4;
+            f[i] += 6.0f * lat_w(i) * ((float)lat_cx(i) * walls[3 * id] + (float)lat_cy(i) * walls[3 * id + 1] + (float)lat_cz(i) * walls[3 * id + 2]);
+        }
+    }
+}
+
+// Load the incoming DDFs of cell n (decoded; halfway bounce-back where `near`).
+__device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx_t* j, bool odd, bool near, const unsigned char* flags, float* f) {
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[i] = dec(ldf(fi + load_slot(i, n, j, odd)));
+#if DEF_SCHEME != 4
+    if (near) {
+#pragma unroll
+        for (int i = 1; i < DEF_Q; i++) {
+            if (is_solid(flags[j[opposite(i)]])) f[i] = dec(ldf(fi + bb_slot(i, n, j, odd)));
+        }
+    }
+#endif
+}

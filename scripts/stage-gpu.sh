@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build the release binary and the GPU test binaries, strip them, and stage them in stage/
+# (git-ignored) for a GPU host. On the GPU host run stage/run-gpu-tests.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf stage && mkdir -p stage
+cargo build --release -p esoflow
+cp target/release/esoflow stage/
+for t in cuda nvrtc; do
+  exe=$(cargo test --release -p sim-core --test "$t" --no-run --message-format=json 2>/dev/null \
+        | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+  cp "$exe" "stage/test-$t"
+done
+strip stage/*
+cp -r scenes stage/
+cat > stage/run-gpu-tests.sh <<'SH'
+#!/usr/bin/env bash
+# Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+stage/test-nvrtc --nocapture 2>&1 | tail -3
+stage/test-cuda --nocapture --test-threads 1 2>&1
+SH
+chmod +x stage/*.sh
+du -sh stage

@@ -1,0 +1,215 @@
+//! CUDA backend against the CPU reference. Runs on a GPU host; skips with a message elsewhere.
+//! Stage the binary for a GPU host with scripts/stage-gpu.sh.
+
+mod common;
+use common::*;
+use sim_core::backend::{cpu, cuda};
+use sim_core::schemes::Scheme;
+use sim_core::Solver;
+
+const SCENE_2D: &str = r#"
+[domain]
+size = [70, 40]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.04, 0.0], profile = "parabolic" }
+x_max = { type = "outlet", density = 1.0 }
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.05, 0.0] }
+[fluid]
+tau = 0.62
+[[obstacles]]
+shape = "cylinder"
+center = [20, 18]
+radius = 5.5
+"#;
+
+const SCENE_3D: &str = r#"
+[domain]
+size = [48, 22, 20]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.03, 0.0, 0.0] }
+x_max = { type = "outlet" }
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.04, 0.0, 0.01] }
+[fluid]
+tau = 0.65
+[[obstacles]]
+shape = "sphere"
+center = [16, 11, 10]
+radius = 4.2
+"#;
+
+fn gpu() -> bool {
+    match cuda::probe() {
+        Ok(d) => {
+            eprintln!("GPU: {} (sm_{}{})", d.name, d.cc.0, d.cc.1);
+            true
+        }
+        Err(why) => {
+            eprintln!("SKIPPED: no usable CUDA device ({why})");
+            false
+        }
+    }
+}
+
+/// Largest difference relative to the largest magnitude, for density deviation and velocity.
+fn rel_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
+    let (fa, fb) = (a.fields(), b.fields());
+    let (mut dr, mut du, mut mr, mut mu) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    for i in 0..fa.rho.len() {
+        if fb.solid[i] {
+            continue;
+        }
+        let finite = |f: &sim_core::Fields| f.rho[i].is_finite() && f.u[i].iter().all(|x| x.is_finite());
+        if !finite(&fa) || !finite(&fb) {
+            return (f64::INFINITY, f64::INFINITY);
+        }
+        dr = dr.max(f64::from((fa.rho[i] - fb.rho[i]).abs()));
+        mr = mr.max(f64::from(fb.rho[i].abs()));
+        for c in 0..3 {
+            du = du.max(f64::from((fa.u[i][c] - fb.u[i][c]).abs()));
+            mu = mu.max(f64::from(fb.u[i][c].abs()));
+        }
+    }
+    (dr / mr, du / mu)
+}
+
+fn compare(scene: &str, lattice: &str) {
+    for s in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
+        for p in ["fp32", "fp16s", "fp16c"] {
+            let ov = [("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
+            let ls = scene_of(scene, &ov);
+            let mut c = cpu::from_scene(&ls).unwrap();
+            let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
+            c.step(1000).unwrap();
+            g.step(1000).unwrap();
+            let (dr, du) = rel_diff(&g, c.as_ref());
+            let (sc, sg) = (c.stats(), g.stats());
+            let tol = if p == "fp32" { 1e-5 } else { 2e-3 };
+            eprintln!("{lattice} {s} {p}: rel diff rho {dr:.2e} u {du:.2e}; mass cpu {:.9e} gpu {:.9e}", sc.mass, sg.mass);
+            assert!(dr <= tol && du <= tol, "{lattice} {s} {p}: GPU differs from CPU by rho {dr:e}, u {du:e} (tolerance {tol:e})");
+            // FP16 storage rounds differently where GPU and CPU FP32 values differ in the last bit.
+            let mtol = if p == "fp32" { 1e-6 } else { 1e-4 };
+            assert!(((sc.mass - sg.mass) / sc.mass).abs() < mtol, "{lattice} {s} {p}: mass cpu {} gpu {}", sc.mass, sg.mass);
+            let (fc, fg) = (sc.total_force(), sg.total_force());
+            for a in 0..3 {
+                let ftol = if p == "fp32" { 1e-4 } else { 1e-2 };
+                assert!((fc[a] - fg[a]).abs() <= ftol * fc[a].abs().max(1e-2), "{lattice} {s} {p}: force cpu {fc:?} gpu {fg:?}");
+            }
+        }
+    }
+}
+
+fn scene_of(text: &str, ov: &[(&str, &str)]) -> sim_core::scene::LoadedScene {
+    scene(text, ov)
+}
+
+#[test]
+fn gpu_matches_cpu_d2q9() {
+    if gpu() {
+        compare(SCENE_2D, "D2Q9");
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_d3q19() {
+    if gpu() {
+        compare(SCENE_3D, "D3Q19");
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_d3q27() {
+    if gpu() {
+        compare(SCENE_3D, "D3Q27");
+    }
+}
+
+#[test]
+fn gpu_collisions_and_force_match_cpu() {
+    if !gpu() {
+        return;
+    }
+    let scene = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
+    for coll in ["bgk", "trt", "smagorinsky"] {
+        let ls = scene_of(scene, &[("solver.collision", coll)]);
+        let mut c = cpu::from_scene(&ls).unwrap();
+        let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+        c.step(1000).unwrap();
+        g.step(1000).unwrap();
+        let (dr, du) = rel_diff(&g, c.as_ref());
+        eprintln!("{coll} with force: rel diff rho {dr:.2e} u {du:.2e}");
+        assert!(dr <= 1e-5 && du <= 1e-5, "{coll}: rho {dr:e} u {du:e}");
+    }
+}
+
+#[test]
+fn gpu_checkpoints_are_the_cpu_format() {
+    if !gpu() {
+        return;
+    }
+    let ls = scene_of(SCENE_3D, &[]);
+    let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+    g.step(77).unwrap();
+    let ck = g.checkpoint();
+    // GPU checkpoint resumes on the CPU, bit for bit the same state.
+    let mut c = cpu::from_scene(&ls).unwrap();
+    c.restore(&ck).unwrap();
+    assert_eq!(c.checkpoint(), ck);
+    // ... and a CPU checkpoint resumes on the GPU.
+    c.step(50).unwrap();
+    let ck2 = c.checkpoint();
+    g.restore(&ck2).unwrap();
+    assert_eq!(g.checkpoint(), ck2);
+    c.step(100).unwrap();
+    g.step(100).unwrap();
+    let (dr, du) = rel_diff(&g, c.as_ref());
+    assert!(dr <= 1e-5 && du <= 1e-5, "after restore: rho {dr:e} u {du:e}");
+}
+
+#[test]
+fn gpu_reports_out_of_memory_and_blow_up_clearly() {
+    if !gpu() {
+        return;
+    }
+    let ls = scene_of("[domain]\nsize = [2000, 2000, 2000]\n", &[]);
+    let e = cuda::CudaSolver::from_scene(&ls).err().expect("27e9 cells cannot fit").to_string();
+    assert!(e.contains("out of GPU memory") && e.contains("B/cell") && e.contains("fp16s"), "{e}");
+    // A run that blows up reports the first bad cell.
+    let ls = scene_of(
+        "[domain]\nsize = [64, 64]\n[boundaries]\ny_max = { type = \"moving_wall\", velocity = [0.3, 0] }\ny_min = \"wall\"\n[fluid]\ntau = 0.5001\n",
+        &[],
+    );
+    let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+    let mut blown = false;
+    for _ in 0..200 {
+        g.step(100).unwrap();
+        let st = g.stats();
+        if st.blown_up() {
+            assert!(st.first_bad_cell.is_some());
+            blown = true;
+            break;
+        }
+    }
+    assert!(blown, "expected this setting to blow up");
+}
+
+#[test]
+fn gpu_derived_fields_match_cpu() {
+    if !gpu() {
+        return;
+    }
+    use sim_core::fields::FieldKind;
+    let ls = scene_of(SCENE_3D, &[]);
+    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+    c.step(200).unwrap();
+    g.step(200).unwrap();
+    for kind in [FieldKind::Vorticity, FieldKind::Q] {
+        let (a, b) = (g.scalar_field(kind), c.scalar_field(kind));
+        let m = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        assert!(a.iter().all(|x| x.is_finite()), "{kind:?}: non-finite GPU values");
+        let d = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(d <= 1e-4 * m, "{kind:?}: {d} vs max {m}");
+    }
+}
