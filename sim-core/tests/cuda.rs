@@ -175,23 +175,21 @@ fn gpu_reports_out_of_memory_and_blow_up_clearly() {
     let ls = scene_of("[domain]\nsize = [2000, 2000, 2000]\n", &[]);
     let e = cuda::CudaSolver::from_scene(&ls).err().expect("27e9 cells cannot fit").to_string();
     assert!(e.contains("out of GPU memory") && e.contains("B/cell") && e.contains("fp16s"), "{e}");
-    // A run that blows up reports the first bad cell.
-    let ls = scene_of(
-        "[domain]\nsize = [64, 64]\n[boundaries]\ny_max = { type = \"moving_wall\", velocity = [0.3, 0] }\ny_min = \"wall\"\n[fluid]\ntau = 0.5001\n",
-        &[],
-    );
+    // A NaN put into one cell (through a CPU checkpoint) is reported at that cell.
+    let ls = scene_of(SCENE_2D, &[]);
+    let mut c = cpu::from_scene(&ls).unwrap();
+    c.step(20).unwrap();
+    let mut ck = c.checkpoint();
+    let k = 300;
+    let off = (k * 9 + 5) * 4;
+    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
-    let mut blown = false;
-    for _ in 0..200 {
-        g.step(100).unwrap();
-        let st = g.stats();
-        if st.blown_up() {
-            assert!(st.first_bad_cell.is_some());
-            blown = true;
-            break;
-        }
-    }
-    assert!(blown, "expected this setting to blow up");
+    g.restore(&ck).unwrap();
+    let st = g.stats();
+    assert!(st.blown_up());
+    let dom = g.domain();
+    let cell = (0..dom.cells()).filter(|&n| !sim_core::domain::is_solid(dom.flags[n])).nth(k).unwrap();
+    assert_eq!(st.first_bad_cell, Some(dom.coords(cell)));
 }
 
 #[test]

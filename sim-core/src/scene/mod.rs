@@ -160,7 +160,7 @@ impl Boundaries {
 }
 
 /// `[fluid]`: give one of `tau`, `viscosity` or `reynolds` (with `length` and `velocity`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Default, Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fluid {
     /// Relaxation time.
@@ -181,12 +181,6 @@ pub struct Fluid {
     /// Body force density (Guo forcing), lattice units.
     #[serde(default)]
     pub force: Vec3,
-}
-
-impl Default for Fluid {
-    fn default() -> Self {
-        Fluid { tau: None, viscosity: None, reynolds: None, length: None, velocity: None, force: Vec3::default() }
-    }
 }
 
 /// Initial flow field.
@@ -874,10 +868,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
                 faster(speed, format!("boundaries.{name}.velocity"));
             }
             FaceKind::Inlet => faster(speed, format!("boundaries.{name}.velocity")),
-            FaceKind::Outlet => {
-                if !(face.density > 0.0) {
-                    return e(&format!("boundaries.{name}.density"), format!("must be > 0, got {}", face.density));
-                }
+            FaceKind::Outlet if !(face.density > 0.0) => {
+                return e(&format!("boundaries.{name}.density"), format!("must be > 0, got {}", face.density));
             }
             _ => {}
         }

@@ -1,0 +1,169 @@
+//! The CLI contract other tools script against: `esoflow run/bench/info`, exports, errors,
+//! checkpoints and blow-ups, through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn esoflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("the esoflow binary runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("esoflow-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn run_exports_fields_csv_vti_and_stats() {
+    let d = tmp("export");
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "250", "--export", d.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(d.join("fields.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("x,y,z,rho,ux,uy,uz"));
+    // 130 x 130 cavity with one wall layer on each side: 128^2 fluid cells.
+    assert_eq!(lines.clone().count(), 128 * 128);
+    let row: Vec<f64> = lines.next().unwrap().split(',').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(row.len(), 7);
+    assert_eq!(row[2], 0.0, "z = 0 in 2D");
+    let stats = std::fs::read_to_string(d.join("stats.csv")).unwrap();
+    assert!(stats.starts_with("step,mass,max_u,fx,fy,fz,mlups\n"), "{stats}");
+    let last = stats.lines().last().unwrap();
+    assert!(last.starts_with("250,"), "{last}");
+    let vti = std::fs::read_to_string(d.join("fields.vti")).unwrap();
+    assert!(vti.contains("ImageData") && vti.contains("velocity") && vti.contains("rho"));
+    assert!(stderr(&o).contains("fields.csv"), "says where the output went");
+}
+
+#[test]
+fn bad_input_gets_one_clear_error() {
+    let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--set", "fluid.viscosty=0.1"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("fluid.viscosty") && e.contains("fluid.viscosity"), "{e}");
+    let d = tmp("bad");
+    let f = d.join("broken.toml");
+    std::fs::write(&f, "[domain]\nsize = [32, 32]\n[fluid]\ntau = 0.45\n").unwrap();
+    let o = esoflow(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("broken.toml:4") && e.contains("fluid.tau") && e.contains("0.5"), "{e}");
+    let o = esoflow(&["run", "no/such/scene.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no/such/scene.toml"));
+}
+
+#[test]
+fn checkpoint_and_resume_are_bit_exact_through_the_cli() {
+    let d = tmp("ckpt");
+    let p = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let scene = "scenes/lid_driven_cavity_2d.toml";
+    let run = |args: &[&str]| {
+        let mut a = vec!["run", scene, "--backend", "cpu", "--set", "domain.size=[40,40]"];
+        a.extend_from_slice(args);
+        let o = esoflow(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    run(&["--steps", "120", "--checkpoint", &p("a.ckpt")]);
+    run(&["--resume", &p("a.ckpt"), "--steps", "80", "--checkpoint", &p("b.ckpt")]);
+    run(&["--steps", "200", "--checkpoint", &p("c.ckpt")]);
+    assert_eq!(std::fs::read(p("b.ckpt")).unwrap(), std::fs::read(p("c.ckpt")).unwrap());
+    // A damaged checkpoint is refused, not half-read.
+    let mut bytes = std::fs::read(p("a.ckpt")).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 1;
+    std::fs::write(p("bad.ckpt"), bytes).unwrap();
+    let o = esoflow(&["run", scene, "--set", "domain.size=[40,40]", "--resume", &p("bad.ckpt")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("checksum"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_blow_up_stops_with_the_last_good_step_and_a_non_zero_exit() {
+    use sim_core::backend::cpu;
+    let d = tmp("blowup");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let scene = root.join("scenes/lid_driven_cavity_2d.toml");
+    let ov = vec![("domain.size".to_string(), "[40,40]".to_string())];
+    let ls = sim_core::scene::load(&scene, &ov).unwrap();
+    let mut s = cpu::from_scene(&ls).unwrap();
+    s.step(10).unwrap();
+    let mut ck = s.checkpoint();
+    let off = (500 * 9 + 2) * 4;
+    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    ck.save(&d.join("nan.ckpt")).unwrap();
+    let o = esoflow(&[
+        "run",
+        scene.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--set",
+        "domain.size=[40,40]",
+        "--resume",
+        d.join("nan.ckpt").to_str().unwrap(),
+        "--steps",
+        "300",
+        "--export",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("blew up") && e.contains("first non-finite cell") && e.contains("last good"), "{e}");
+    assert!(d.join("last_good.ckpt").exists());
+}
+
+#[test]
+fn info_and_a_small_bench_run() {
+    let o = esoflow(&["info"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("backend cpu") && out.contains("backend cuda"), "{out}");
+    let d = tmp("bench");
+    let csv = d.join("b.csv");
+    let o = esoflow(&[
+        "bench",
+        "--backend",
+        "cpu",
+        "--lattice",
+        "D2Q9",
+        "--scheme",
+        "esoteric_pull,one_step_pull",
+        "--precision",
+        "fp32",
+        "--size",
+        "24",
+        "--seconds",
+        "0.05",
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("copy bandwidth") && out.contains("% copy") && out.contains("esoteric_pull"), "{out}");
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert!(c.contains("# device:") && c.contains("# date:") && c.contains("# command:") && c.lines().count() >= 7, "{c}");
+}
+
+#[test]
+fn cuda_backend_without_a_gpu_fails_clearly_and_auto_falls_back() {
+    if sim_core::backend::cuda::probe().is_ok() {
+        eprintln!("SKIPPED: this machine has a GPU");
+        return;
+    }
+    let o = esoflow(&["run", "scenes/poiseuille_2d.toml", "--backend", "cuda", "--steps", "10"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--backend cuda"), "{}", stderr(&o));
+    let o = esoflow(&["run", "scenes/poiseuille_2d.toml", "--backend", "auto", "--steps", "10"]);
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("CPU backend"), "{}", stderr(&o));
+}
