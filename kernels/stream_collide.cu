@@ -12,6 +12,10 @@
 #define BZ 1
 #endif
 #define BRICK_THREADS (BX * BY * BZ)
+// Minimum resident bricks per SM for the lean kernel (caps its registers; tuned per card).
+#ifndef DEF_MIN_BLOCKS
+#define DEF_MIN_BLOCKS 1
+#endif
 #define NBX ((DEF_NX + BX - 1) / BX)
 #define NBY ((DEF_NY + BY - 1) / BY)
 
@@ -25,7 +29,7 @@ __device__ __forceinline__ bool brick_cell(u32 brick, u32& x, u32& y, u32& z) {
 }
 
 // Plain fluid bricks: no flag reads, fewest registers.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
     u32 x, y, z;
     if (!brick_cell(bricks[blockIdx.x], x, y, z)) return;
     const idx_t n = idx3(x, y, z);
