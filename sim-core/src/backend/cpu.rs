@@ -840,20 +840,7 @@ pub fn build(
     ghost_block: usize,
     init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
 ) -> Box<dyn Solver> {
-    macro_rules! mk {
-        ($l:ty) => {
-            match precision {
-                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(dom, scheme, params, ghost_block, init)) as Box<dyn Solver>,
-                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(dom, scheme, params, ghost_block, init)),
-                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(dom, scheme, params, ghost_block, init)),
-            }
-        };
-    }
-    match dom.lattice {
-        crate::lattice::Lattice::D2Q9 => mk!(D2Q9),
-        crate::lattice::Lattice::D3Q19 => mk!(D3Q19),
-        crate::lattice::Lattice::D3Q27 => mk!(D3Q27),
-    }
+    build_mirror(dom, scheme, precision, params, ghost_block, init)
 }
 
 /// Build the CPU solver a loaded scene describes.
