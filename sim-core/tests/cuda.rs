@@ -78,7 +78,7 @@ fn compare(scene: &str, lattice: &str) {
     for s in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
         for p in ["fp32", "fp16s", "fp16c"] {
             let ov = [("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
-            let ls = scene_of(scene, &ov);
+            let ls = scene(scene, &ov);
             let mut c = cpu::from_scene(&ls).unwrap();
             let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
             c.step(1000).unwrap();
@@ -98,10 +98,6 @@ fn compare(scene: &str, lattice: &str) {
             }
         }
     }
-}
-
-fn scene_of(text: &str, ov: &[(&str, &str)]) -> sim_core::scene::LoadedScene {
-    scene(text, ov)
 }
 
 #[test]
@@ -132,7 +128,7 @@ fn gpu_collisions_and_force_match_cpu() {
     }
     let scene = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
     for coll in ["bgk", "trt", "smagorinsky"] {
-        let ls = scene_of(scene, &[("solver.collision", coll)]);
+        let ls = scene(scene, &[("solver.collision", coll)]);
         let mut c = cpu::from_scene(&ls).unwrap();
         let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
         c.step(1000).unwrap();
@@ -148,7 +144,7 @@ fn gpu_checkpoints_are_the_cpu_format() {
     if !gpu() {
         return;
     }
-    let ls = scene_of(SCENE_3D, &[]);
+    let ls = scene(SCENE_3D, &[]);
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     g.step(77).unwrap();
     let ck = g.checkpoint();
@@ -172,11 +168,11 @@ fn gpu_reports_out_of_memory_and_blow_up_clearly() {
     if !gpu() {
         return;
     }
-    let ls = scene_of("[domain]\nsize = [2000, 2000, 2000]\n", &[]);
+    let ls = scene("[domain]\nsize = [2000, 2000, 2000]\n", &[]);
     let e = cuda::CudaSolver::from_scene(&ls).err().expect("27e9 cells cannot fit").to_string();
     assert!(e.contains("out of GPU memory") && e.contains("B/cell") && e.contains("fp16s"), "{e}");
     // A NaN put into one cell (through a CPU checkpoint) is reported at that cell.
-    let ls = scene_of(SCENE_2D, &[]);
+    let ls = scene(SCENE_2D, &[]);
     let mut c = cpu::from_scene(&ls).unwrap();
     c.step(20).unwrap();
     let mut ck = c.checkpoint();
@@ -198,7 +194,7 @@ fn gpu_derived_fields_match_cpu() {
         return;
     }
     use sim_core::fields::FieldKind;
-    let ls = scene_of(SCENE_3D, &[]);
+    let ls = scene(SCENE_3D, &[]);
     let mut c = cpu::from_scene(&ls).unwrap();
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     c.step(200).unwrap();
