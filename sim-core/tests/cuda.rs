@@ -74,11 +74,11 @@ fn rel_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
     (dr / mr, du / mu)
 }
 
-fn compare(scene: &str, lattice: &str) {
+fn compare(text: &str, lattice: &str) {
     for s in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
         for p in ["fp32", "fp16s", "fp16c"] {
             let ov = [("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
-            let ls = scene(scene, &ov);
+            let ls = scene(text, &ov);
             let mut c = cpu::from_scene(&ls).unwrap();
             let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
             c.step(1000).unwrap();
@@ -126,9 +126,9 @@ fn gpu_collisions_and_force_match_cpu() {
     if !gpu() {
         return;
     }
-    let scene = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
+    let text = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
     for coll in ["bgk", "trt", "smagorinsky"] {
-        let ls = scene(scene, &[("solver.collision", coll)]);
+        let ls = scene(text, &[("solver.collision", coll)]);
         let mut c = cpu::from_scene(&ls).unwrap();
         let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
         c.step(1000).unwrap();
