@@ -1,10 +1,10 @@
-//! `esoflow`: the command-line front end (run, bench, info). The window comes with the viewer.
+//! `esoflow`: the window (no subcommand or `view`) and the command-line tools (run, bench, info).
 
 mod bench;
 mod run;
+mod viewer;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The default scene, embedded so `esoflow` works from any directory.
@@ -32,6 +32,8 @@ pub enum BackendChoice {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Open a scene in the window (the default with no subcommand).
+    View(viewer::ViewArgs),
     /// Run a scene headless, with a progress bar; optionally export fields, stats and checkpoints.
     Run(run::RunArgs),
     /// Measure this machine's memory-copy bandwidth and every lattice x scheme x precision.
@@ -50,19 +52,19 @@ fn main() -> ExitCode {
         Some(Command::Run(a)) => run::run(&a),
         Some(Command::Bench(a)) => bench::bench(&a),
         Some(Command::Info) => info(),
+        Some(Command::View(a)) => viewer::window::run_window(&a),
         None => {
-            // Until the viewer exists: run the default scene headless and say where output went.
-            let a = run::RunArgs {
+            // The window on the built-in default scene, running.
+            let a = viewer::ViewArgs {
                 scene: None,
                 backend: BackendChoice::Auto,
-                steps: None,
                 set: Vec::new(),
-                export: Some(PathBuf::from("out/cylinder_2d")),
-                every: None,
-                checkpoint: None,
-                resume: None,
+                paused: false,
+                frames: None,
+                screenshot: None,
+                view: None,
             };
-            run::run(&a)
+            viewer::window::run_window(&a)
         }
     };
     match result {

@@ -41,6 +41,13 @@ pub struct RunArgs {
     /// Resume from a checkpoint made on the same scene.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
+    /// After the run, render the view offscreen (no window) and write it as PNG.
+    #[arg(long, value_name = "FILE")]
+    pub screenshot: Option<PathBuf>,
+    /// The view for --screenshot: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
+    /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT.
+    #[arg(long, value_name = "SPEC", requires = "screenshot")]
+    pub view: Option<String>,
 }
 
 fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -99,6 +106,7 @@ fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Resul
 }
 
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
+    let view = a.view.as_deref().map(crate::viewer::ViewSpec::parse).transpose()?.unwrap_or_default();
     let ls = load_scene(a.scene.as_deref(), &a.set)?;
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
@@ -216,6 +224,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(c) = &a.checkpoint {
         solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
         written.push(c.clone());
+    }
+    if let Some(p) = &a.screenshot {
+        let adapter =
+            crate::viewer::headless::screenshot_solver(solver.as_ref(), &view, p).with_context(|| format!("screenshot {}", p.display()))?;
+        eprintln!("rendered {} offscreen on {adapter}", p.display());
+        written.push(p.clone());
     }
     if written.is_empty() {
         eprintln!("no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)");

@@ -1,0 +1,989 @@
+//! The viewer's state and its panels (egui). No window and no GPU here: the shell (window.rs)
+//! or a test drives [`ViewerApp::ui`] and renders what [`ViewerApp::view_params`] says.
+
+use super::camera::Camera;
+use super::colormap::ColorMap;
+use super::render::ViewParams;
+use super::worker::{Command, Event, Snapshot, WorkerHandle};
+use super::{field_from_name, field_units, legend_ui, LegendInfo};
+use crate::run::{build_solver, load_scene};
+use crate::BackendChoice;
+use egui::{Color32, Key, RichText, Ui};
+use sim_core::fields::FieldKind;
+use sim_core::scene::LoadedScene;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// How long a message stays on screen.
+const MESSAGE_SECS: f32 = 8.0;
+/// Points kept in the stats plots.
+const HISTORY: usize = 2000;
+
+/// What the user sees and chose in the Visualization panel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewSettings {
+    /// Field shown.
+    pub field: FieldKind,
+    /// Colour map.
+    pub cmap: ColorMap,
+    /// Colour range from the data (true) or fixed.
+    pub auto_range: bool,
+    /// Fixed colour range.
+    pub fixed: (f32, f32),
+    /// Slice index along x, y, z (3D).
+    pub slices: [usize; 3],
+    /// Which slices are drawn (3D).
+    pub show: [bool; 3],
+    /// Camera.
+    pub camera: Camera,
+}
+
+impl ViewSettings {
+    /// Defaults for a domain of `n` cells.
+    #[must_use]
+    pub fn new(n: [usize; 3]) -> ViewSettings {
+        ViewSettings {
+            field: FieldKind::Speed,
+            cmap: default_cmap(FieldKind::Speed),
+            auto_range: true,
+            fixed: (0.0, 0.1),
+            slices: [n[0] / 2, n[1] / 2, n[2] / 2],
+            show: [true, true, true],
+            camera: Camera::default(),
+        }
+    }
+}
+
+/// The usual colour map of a field: diverging for signed fields.
+#[must_use]
+pub fn default_cmap(f: FieldKind) -> ColorMap {
+    match f {
+        FieldKind::Ux | FieldKind::Uy | FieldKind::Uz | FieldKind::Q => ColorMap::Diverging,
+        FieldKind::Speed | FieldKind::Density | FieldKind::Vorticity => ColorMap::Viridis,
+    }
+}
+
+/// The colour range for data with `min_max`: symmetric about 0 for the diverging map, never empty.
+#[must_use]
+pub fn auto_range(min_max: (f32, f32), cmap: ColorMap) -> (f32, f32) {
+    let (lo, hi) = min_max;
+    let (lo, hi) = if cmap == ColorMap::Diverging {
+        let m = lo.abs().max(hi.abs());
+        (-m, m)
+    } else {
+        (lo, hi)
+    };
+    if hi > lo {
+        (lo, hi)
+    } else {
+        let pad = (lo.abs() * 1e-3).max(1e-6);
+        (lo - pad, hi + pad)
+    }
+}
+
+/// A message on screen.
+#[derive(Clone, Debug)]
+pub struct Message {
+    /// Text.
+    pub text: String,
+    /// Error (red) or information.
+    pub error: bool,
+    at: Instant,
+}
+
+/// A blow-up waiting for the user's decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlowUp {
+    /// Step it was seen at.
+    pub step: u64,
+    /// First bad cell.
+    pub cell: Option<[usize; 3]>,
+    /// Step of the rollback state.
+    pub last_good: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialog {
+    OpenScene,
+    SaveScreenshot,
+    ExportVtk,
+    SaveCheckpoint,
+    LoadCheckpoint,
+}
+
+/// Frame timings the shell measures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FrameTimes {
+    /// Frames per second (smoothed).
+    pub fps: f64,
+    /// Seconds to upload and draw the field view.
+    pub render_secs: f64,
+    /// Seconds for the whole frame (UI + render + present).
+    pub frame_secs: f64,
+}
+
+/// The viewer: scene, solver thread, view settings, panels.
+pub struct ViewerApp {
+    worker: WorkerHandle,
+    /// The scene running now.
+    pub scene: LoadedScene,
+    backend: BackendChoice,
+    /// Latest snapshot (the renderer uploads it when `serial` changes).
+    pub snap: Option<Snapshot>,
+    /// Whether the user asked it to run.
+    pub running: bool,
+    /// Steps per frame (per published snapshot).
+    pub steps_per_frame: u64,
+    checkpoint_every: u64,
+    /// View settings.
+    pub view: ViewSettings,
+    tau_edit: f32,
+    messages: Vec<Message>,
+    /// A blow-up waiting for a decision.
+    pub blowup: Option<BlowUp>,
+    history: VecDeque<[f64; 4]>,
+    /// Help overlay shown.
+    pub show_help: bool,
+    /// Timings from the shell.
+    pub times: FrameTimes,
+    /// A screenshot the shell should take at the end of this frame.
+    pub screenshot_request: Option<PathBuf>,
+    scene_path_edit: String,
+    vtk_path: String,
+    ckpt_path: String,
+    dialog: Option<Receiver<(Dialog, Option<PathBuf>)>>,
+    presets: Vec<PathBuf>,
+    /// The egui texture of the field view (set by the shell once it exists).
+    pub field_texture: Option<egui::TextureId>,
+    /// Size in pixels the central view wants (the shell renders at this size).
+    pub view_px: [u32; 2],
+    legend_tex: Vec<(ColorMap, egui::TextureHandle)>,
+    /// Adapter description (shown in Stats).
+    pub gpu_note: String,
+    /// Extra status line from the shell (surface state).
+    pub status: Option<String>,
+}
+
+impl ViewerApp {
+    /// Start the viewer on a loaded scene and a solver built from it.
+    #[must_use]
+    pub fn new(scene: LoadedScene, solver: Box<dyn sim_core::Solver>, backend: BackendChoice, running: bool) -> ViewerApp {
+        let n = solver.domain().n;
+        let tau = solver.params().collide.tau;
+        let view = ViewSettings::new(n);
+        let steps_per_frame = 20;
+        let worker = WorkerHandle::start(solver, scene.origin.clone(), running, view.field, steps_per_frame);
+        let mut app = ViewerApp {
+            worker,
+            backend,
+            snap: None,
+            running,
+            steps_per_frame,
+            checkpoint_every: 1000,
+            view,
+            tau_edit: tau,
+            messages: Vec::new(),
+            blowup: None,
+            history: VecDeque::new(),
+            show_help: false,
+            times: FrameTimes::default(),
+            screenshot_request: None,
+            scene_path_edit: String::new(),
+            vtk_path: "out/esoflow.vti".into(),
+            ckpt_path: "out/esoflow.ckpt".into(),
+            dialog: None,
+            presets: find_presets(Path::new("scenes")),
+            field_texture: None,
+            view_px: [0, 0],
+            legend_tex: Vec::new(),
+            gpu_note: String::new(),
+            status: None,
+            scene,
+        };
+        for w in app.scene.derived.warnings.clone() {
+            app.message(format!("scene warning: {w}"), false);
+        }
+        app
+    }
+
+    /// Show a message in the window.
+    pub fn message(&mut self, text: impl Into<String>, error: bool) {
+        let text = text.into();
+        if error {
+            tracing::warn!("{text}");
+        }
+        self.messages.push(Message { text, error, at: Instant::now() });
+    }
+
+    /// Messages on screen now.
+    #[must_use]
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Whether the domain is 2D.
+    #[must_use]
+    pub fn is_2d(&self) -> bool {
+        self.scene.derived.size[2] == 1
+    }
+
+    /// Steps done (from the latest snapshot).
+    #[must_use]
+    pub fn step(&self) -> u64 {
+        self.snap.as_ref().map_or(0, |s| s.step)
+    }
+
+    /// Run or pause.
+    pub fn set_running(&mut self, r: bool) {
+        if r && self.blowup.is_some() {
+            self.message("the simulation has blown up: roll back or reset first", true);
+            return;
+        }
+        self.running = r;
+        self.worker.send(Command::SetRunning(r));
+    }
+
+    /// One batch of steps (`steps_per_frame`), paused.
+    pub fn single_step(&mut self) {
+        self.set_running(false);
+        self.worker.send(Command::Step(self.steps_per_frame.max(1)));
+    }
+
+    /// Back to step 0 with the current parameters.
+    pub fn reset(&mut self) {
+        self.blowup = None;
+        self.history.clear();
+        self.worker.send(Command::Reset);
+    }
+
+    /// Choose the field shown (and its usual colour map).
+    pub fn set_field(&mut self, f: FieldKind) {
+        if f != self.view.field {
+            self.view.field = f;
+            self.view.cmap = default_cmap(f);
+            self.worker.send(Command::SetField(f));
+        }
+    }
+
+    /// Set tau (live); refuses tau <= 0.5 with a message.
+    pub fn set_tau(&mut self, tau: f32) {
+        self.tau_edit = tau;
+        let Some(mut p) = self.snap.as_ref().map(|s| s.params.clone()) else { return };
+        p.collide.tau = tau;
+        if let Err(e) = p.validate() {
+            self.message(format!("tau not applied: {e}"), true);
+            return;
+        }
+        if let Some(s) = self.snap.as_mut() {
+            s.params = p.clone();
+        }
+        self.worker.send(Command::SetParams(p));
+    }
+
+    /// Tau the UI shows (the value last set, or the solver's).
+    #[must_use]
+    pub fn tau(&self) -> f32 {
+        self.tau_edit
+    }
+
+    /// Replace the scene (load a file, or the built-in default with `None`).
+    pub fn open_scene(&mut self, path: Option<&Path>) {
+        let ls = match load_scene(path, &[]) {
+            Ok(ls) => ls,
+            Err(e) => {
+                self.message(format!("cannot open the scene: {e:#}"), true);
+                return;
+            }
+        };
+        let solver = match build_solver(&ls, self.backend) {
+            Ok(s) => s,
+            Err(e) => {
+                self.message(format!("cannot build a solver for {}: {e:#}", ls.origin), true);
+                return;
+            }
+        };
+        let n = solver.domain().n;
+        self.tau_edit = solver.params().collide.tau;
+        for w in &ls.derived.warnings {
+            self.message(format!("scene warning: {w}"), false);
+        }
+        let field = self.view.field;
+        let cmap = self.view.cmap;
+        self.view = ViewSettings { field, cmap, ..ViewSettings::new(n) };
+        self.worker.send(Command::Replace(solver, ls.origin.clone()));
+        self.scene = ls;
+        self.snap = None;
+        self.blowup = None;
+        self.history.clear();
+    }
+
+    /// The colour range in force.
+    #[must_use]
+    pub fn range(&self) -> (f32, f32) {
+        if self.view.auto_range {
+            auto_range(self.snap.as_ref().filter(|s| s.field == self.view.field).map_or((0.0, 1.0), |s| s.min_max), self.view.cmap)
+        } else {
+            self.view.fixed
+        }
+    }
+
+    /// What the renderer should draw.
+    #[must_use]
+    pub fn view_params(&self) -> ViewParams {
+        ViewParams { cmap: self.view.cmap, range: self.range(), slices: self.view.slices, show: self.view.show, camera: self.view.camera }
+    }
+
+    fn poll_worker(&mut self) {
+        for e in self.worker.events() {
+            match e {
+                Event::Info(t) => self.message(t, false),
+                Event::Error(t) => self.message(t, true),
+                Event::BlownUp { step, cell, last_good } => {
+                    self.running = false;
+                    let at = cell.map(|c| format!(" (first non-finite cell x={}, y={}, z={})", c[0], c[1], c[2])).unwrap_or_default();
+                    self.message(format!("the simulation blew up at step {step}{at}: paused"), true);
+                    self.blowup = Some(BlowUp { step, cell, last_good });
+                }
+            }
+        }
+        if let Some(s) = self.worker.take() {
+            if !s.stats.blown_up() {
+                let f = s.stats.total_force();
+                let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
+                if self.history.back().is_none_or(|h| h[0] < s.step as f64) {
+                    self.history.push_back([s.step as f64, drift, f[0], f[1]]);
+                    if self.history.len() > HISTORY {
+                        self.history.pop_front();
+                    }
+                } else if self.history.back().is_some_and(|h| h[0] > s.step as f64) {
+                    // Reset or rollback: the history starts again.
+                    self.history.clear();
+                    self.history.push_back([s.step as f64, drift, f[0], f[1]]);
+                }
+            }
+            if self.snap.as_ref().is_none_or(|o| o.solver_serial != s.solver_serial) {
+                self.tau_edit = s.params.collide.tau;
+            }
+            self.snap = Some(s);
+        }
+        if !self.worker.alive() {
+            self.status = Some("the solver thread has stopped".into());
+        }
+        let now = Instant::now();
+        self.messages.retain(|m| now.duration_since(m.at).as_secs_f32() < MESSAGE_SECS);
+    }
+
+    fn poll_dialog(&mut self) {
+        let Some(rx) = &self.dialog else { return };
+        let Ok((what, path)) = rx.try_recv() else { return };
+        self.dialog = None;
+        let Some(p) = path else {
+            self.message("dialog cancelled", false);
+            return;
+        };
+        match what {
+            Dialog::OpenScene => self.open_scene(Some(&p)),
+            Dialog::SaveScreenshot => self.screenshot_request = Some(p),
+            Dialog::ExportVtk => {
+                self.vtk_path = p.display().to_string();
+                self.worker.send(Command::ExportVtk(p));
+            }
+            Dialog::SaveCheckpoint => {
+                self.ckpt_path = p.display().to_string();
+                self.worker.send(Command::SaveCheckpoint(p));
+            }
+            Dialog::LoadCheckpoint => {
+                self.ckpt_path = p.display().to_string();
+                self.worker.send(Command::LoadCheckpoint(p));
+            }
+        }
+    }
+
+    /// Open a native file dialog on its own thread (the UI keeps running).
+    fn file_dialog(&mut self, what: Dialog) {
+        if self.dialog.is_some() {
+            self.message("a file dialog is already open", false);
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("file-dialog".into()).spawn(move || {
+            let d = rfd::FileDialog::new();
+            let path = match what {
+                Dialog::OpenScene => d.add_filter("Esoflow scene", &["toml"]).set_directory("scenes").pick_file(),
+                Dialog::LoadCheckpoint => d.add_filter("checkpoint", &["ckpt"]).pick_file(),
+                Dialog::SaveScreenshot => d.add_filter("PNG", &["png"]).set_file_name("esoflow.png").save_file(),
+                Dialog::ExportVtk => d.add_filter("VTK image data", &["vti"]).set_file_name("esoflow.vti").save_file(),
+                Dialog::SaveCheckpoint => d.add_filter("checkpoint", &["ckpt"]).set_file_name("esoflow.ckpt").save_file(),
+            };
+            let _ = tx.send((what, path));
+        });
+        match spawned {
+            Ok(_) => self.dialog = Some(rx),
+            Err(e) => self.message(format!("cannot open a file dialog: {e}; type the path instead"), true),
+        }
+    }
+
+    /// Request a screenshot into screenshots/ (named by scene and step).
+    pub fn screenshot(&mut self) {
+        let stem = self.scene.origin.rsplit('/').next().unwrap_or("esoflow").split(['.', ' ']).next().unwrap_or("esoflow").to_string();
+        self.screenshot_request = Some(PathBuf::from("screenshots").join(format!("{stem}_step{:07}.png", self.step())));
+    }
+
+    fn shortcuts(&mut self, ctx: &egui::Context) {
+        if ctx.egui_wants_keyboard_input() {
+            return;
+        }
+        let (space, s, r, h, f12, esc) = ctx.input(|i| {
+            (
+                i.key_pressed(Key::Space),
+                i.key_pressed(Key::S),
+                i.key_pressed(Key::R),
+                i.key_pressed(Key::H),
+                i.key_pressed(Key::F12),
+                i.key_pressed(Key::Escape),
+            )
+        });
+        if space {
+            self.set_running(!self.running);
+        }
+        if s {
+            self.single_step();
+        }
+        if r {
+            self.reset();
+        }
+        if h {
+            self.show_help = !self.show_help;
+        }
+        if esc {
+            self.show_help = false;
+        }
+        if f12 {
+            self.screenshot();
+        }
+    }
+
+    /// The whole window's UI for one frame.
+    pub fn ui(&mut self, ui: &mut Ui) {
+        let ctx = ui.ctx().clone();
+        self.poll_worker();
+        self.poll_dialog();
+        self.shortcuts(&ctx);
+        egui::Panel::left("panels").resizable(true).default_size(330.0).show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                ui.heading("Esoflow");
+                ui.label(RichText::new(&self.scene.scene.name).strong());
+                egui::CollapsingHeader::new("Simulation").default_open(true).show(ui, |ui| self.simulation_ui(ui));
+                egui::CollapsingHeader::new("Visualization").default_open(true).show(ui, |ui| self.visualization_ui(ui));
+                egui::CollapsingHeader::new("Stats").default_open(true).show(ui, |ui| self.stats_ui(ui));
+                egui::CollapsingHeader::new("Scene").default_open(false).show(ui, |ui| self.scene_ui(ui));
+                egui::CollapsingHeader::new("Export").default_open(false).show(ui, |ui| self.export_ui(ui));
+            });
+        });
+        egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
+        self.help_ui(&ctx);
+        self.blowup_ui(&ctx);
+        if self.running || self.dialog.is_some() || !self.messages.is_empty() {
+            ctx.request_repaint_after(Duration::from_millis(if self.running { 0 } else { 100 }));
+        }
+    }
+
+    fn simulation_ui(&mut self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            let label = if self.running { "Pause" } else { "Run" };
+            if ui.button(label).on_hover_text("space").clicked() {
+                self.set_running(!self.running);
+            }
+            if ui.button("Step").on_hover_text("s: one batch of steps, paused").clicked() {
+                self.single_step();
+            }
+            if ui.button("Reset").on_hover_text("r: back to step 0, parameters kept").clicked() {
+                self.reset();
+            }
+        });
+        ui.label(format!("step {}", self.step()));
+        ui.horizontal(|ui| {
+            ui.label("steps per frame");
+            let mut n = self.steps_per_frame;
+            if ui.add(egui::DragValue::new(&mut n).range(1..=10_000).speed(1.0)).changed() {
+                self.steps_per_frame = n;
+                self.worker.send(Command::SetStepsPerBatch(n));
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.label("rollback checkpoint every");
+            let mut k = self.checkpoint_every;
+            if ui.add(egui::DragValue::new(&mut k).range(10..=1_000_000).suffix(" steps")).changed() {
+                self.checkpoint_every = k;
+                self.worker.send(Command::SetCheckpointEvery(k));
+            }
+        });
+        let Some(snap) = self.snap.clone() else {
+            ui.label("starting the solver…");
+            return;
+        };
+        ui.separator();
+        let info = &snap.info;
+        ui.label(format!("{} {}, {}, {}", info.lattice, info.scheme, info.precision, snap.params.collide.kind.name()));
+        ui.horizontal(|ui| {
+            ui.label("tau");
+            let mut tau = self.tau_edit;
+            let r = ui
+                .add(egui::DragValue::new(&mut tau).range(0.5001..=5.0).speed(0.0005).max_decimals(5))
+                .on_hover_text("relaxation time; viscosity = (tau - 0.5) / 3");
+            if r.changed() {
+                self.set_tau(tau);
+            }
+            ui.label("viscosity");
+            let mut nu = (self.tau_edit - 0.5) / 3.0;
+            if ui
+                .add(egui::DragValue::new(&mut nu).range(0.00003..=1.5).speed(0.0001).max_decimals(6))
+                .on_hover_text("kinematic viscosity, cells²/step")
+                .changed()
+            {
+                self.set_tau(3.0 * nu + 0.5);
+            }
+        });
+        // Boundary velocities: inlets and moving walls (wall id 0 is the resting wall).
+        let mut params = snap.params.clone();
+        let mut changed = false;
+        for (k, v) in params.inlets.iter_mut().enumerate() {
+            ui.horizontal(|ui| {
+                ui.label(format!("inflow {k} velocity"));
+                changed |= vec_edit(ui, v, self.is_2d());
+            });
+        }
+        for (k, v) in params.walls.iter_mut().enumerate().skip(1) {
+            ui.horizontal(|ui| {
+                ui.label(format!("lid/wall {k} velocity"));
+                changed |= vec_edit(ui, v, self.is_2d());
+            });
+        }
+        if changed {
+            match params.validate() {
+                Ok(()) => {
+                    if let Some(s) = self.snap.as_mut() {
+                        s.params = params.clone();
+                    }
+                    self.worker.send(Command::SetParams(params.clone()));
+                }
+                Err(e) => self.message(format!("not applied: {e}"), true),
+            }
+        }
+        let n = numbers(&self.scene, &params, self.tau_edit, snap.stats.max_u);
+        ui.label(format!("Reynolds {:.1}  (U {:.4} x L {:.1} / nu {:.5})", n.reynolds, n.u_ref, n.length, n.viscosity));
+        ui.label(format!(
+            "Mach {:.3} at the boundaries, {:.3} in the flow (max |u| {:.4})",
+            n.mach_boundary, n.mach_flow, snap.stats.max_u
+        ));
+        for w in &n.warnings {
+            ui.colored_label(Color32::from_rgb(255, 170, 60), format!("⚠ {w}"));
+        }
+    }
+
+    fn visualization_ui(&mut self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            ui.label("field");
+            let mut f = self.view.field;
+            egui::ComboBox::from_id_salt("field").selected_text(f.name()).show_ui(ui, |ui| {
+                for k in FieldKind::ALL {
+                    ui.selectable_value(&mut f, k, k.name());
+                }
+            });
+            self.set_field(f);
+        });
+        ui.horizontal(|ui| {
+            ui.label("colour map");
+            egui::ComboBox::from_id_salt("cmap").selected_text(self.view.cmap.name()).show_ui(ui, |ui| {
+                for m in ColorMap::ALL {
+                    ui.selectable_value(&mut self.view.cmap, m, m.name());
+                }
+            });
+        });
+        ui.horizontal(|ui| {
+            ui.radio_value(&mut self.view.auto_range, true, "auto range");
+            if ui.radio_value(&mut self.view.auto_range, false, "fixed").clicked() {
+                self.view.fixed = self.range();
+            }
+        });
+        if !self.view.auto_range {
+            ui.horizontal(|ui| {
+                let (mut lo, mut hi) = self.view.fixed;
+                let speed = ((hi - lo).abs() * 0.005).max(1e-7);
+                ui.label("min");
+                ui.add(egui::DragValue::new(&mut lo).speed(speed).max_decimals(6));
+                ui.label("max");
+                ui.add(egui::DragValue::new(&mut hi).speed(speed).max_decimals(6));
+                self.view.fixed = (lo, hi);
+            });
+            if self.view.fixed.1 <= self.view.fixed.0 {
+                ui.colored_label(Color32::from_rgb(255, 170, 60), "max must be above min");
+            }
+        }
+        let n = self.scene.derived.size;
+        if self.is_2d() {
+            ui.label("2D: drag to pan, scroll to zoom, double-click to reset the view");
+        } else {
+            for (a, name) in ["x", "y", "z"].iter().enumerate() {
+                ui.horizontal(|ui| {
+                    ui.checkbox(&mut self.view.show[a], format!("{name} slice"));
+                    ui.add(egui::Slider::new(&mut self.view.slices[a], 0..=n[a].saturating_sub(1)));
+                });
+            }
+            ui.label("drag: orbit · right/middle drag: pan · scroll: zoom");
+        }
+        if ui.button("Reset camera").clicked() {
+            self.view.camera.reset();
+        }
+    }
+
+    fn stats_ui(&mut self, ui: &mut Ui) {
+        let Some(s) = self.snap.clone() else {
+            ui.label("no data yet");
+            return;
+        };
+        let t = self.times;
+        egui::Grid::new("stats").num_columns(2).striped(true).show(ui, |ui| {
+            let mut row = |k: &str, v: String| {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            };
+            row("backend", format!("{} ({})", s.info.backend, s.info.device));
+            row("grid", format!("{} x {} x {} = {} cells", s.size[0], s.size[1], s.size[2], s.size.iter().product::<usize>()));
+            row("MLUPS", format!("{:.1}", s.mlups));
+            row("steps/s", format!("{:.0}", s.steps_per_sec));
+            row("FPS", format!("{:.1}", t.fps));
+            row("frame", format!("{:.1} ms", t.frame_secs * 1e3));
+            row(
+                "  solver",
+                format!("{:.2} ms ({} steps)", s.solver_secs_per_step * self.steps_per_frame as f64 * 1e3, self.steps_per_frame),
+            );
+            row("  fields", format!("{:.2} ms", s.fields_secs * 1e3));
+            row("  render", format!("{:.2} ms", t.render_secs * 1e3));
+            row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));
+            row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
+            let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
+            row("mass drift", format!("{drift:+.3e}"));
+            for (name, f) in s.obstacles.iter().zip(&s.stats.forces) {
+                row(&format!("force on {name}"), format!("({:.3e}, {:.3e}, {:.3e})", f[0], f[1], f[2]));
+            }
+            if !self.gpu_note.is_empty() {
+                row("view GPU", self.gpu_note.clone());
+            }
+        });
+        let pts = |k: usize| -> Vec<[f64; 2]> { self.history.iter().map(|h| [h[0], h[k]]).collect() };
+        ui.label("mass drift");
+        egui_plot::Plot::new("mass").height(90.0).show_x(false).allow_scroll(false).show(ui, |p| {
+            p.line(egui_plot::Line::new("mass drift", pts(1)));
+        });
+        if !s.obstacles.is_empty() {
+            ui.label("force on obstacles (fx, fy)");
+            egui_plot::Plot::new("force").height(90.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
+                p.line(egui_plot::Line::new("fx", pts(2)));
+                p.line(egui_plot::Line::new("fy", pts(3)));
+            });
+        }
+    }
+
+    fn scene_ui(&mut self, ui: &mut Ui) {
+        ui.label(format!("now: {}", self.scene.origin));
+        if !self.scene.scene.description.is_empty() {
+            ui.label(RichText::new(&self.scene.scene.description).small());
+        }
+        if ui.button("Open scene file…").clicked() {
+            self.file_dialog(Dialog::OpenScene);
+        }
+        ui.horizontal(|ui| {
+            ui.add(egui::TextEdit::singleline(&mut self.scene_path_edit).hint_text("path/to/scene.toml").desired_width(180.0));
+            if ui.button("Load").clicked() {
+                let p = PathBuf::from(self.scene_path_edit.trim());
+                self.open_scene(Some(&p));
+            }
+        });
+        ui.label("presets");
+        if ui.button("cylinder_2d (built in)").clicked() {
+            self.open_scene(None);
+        }
+        for p in self.presets.clone() {
+            let name = p.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            if ui.button(name).on_hover_text(p.display().to_string()).clicked() {
+                self.open_scene(Some(&p));
+            }
+        }
+        if self.presets.is_empty() {
+            ui.label(RichText::new("(no scenes/ folder here: run from the repository to list the presets)").small());
+        }
+    }
+
+    fn export_ui(&mut self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            if ui.button("Screenshot (F12)").on_hover_text("into screenshots/").clicked() {
+                self.screenshot();
+            }
+            if ui.button("Save as…").clicked() {
+                self.file_dialog(Dialog::SaveScreenshot);
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.add(egui::TextEdit::singleline(&mut self.vtk_path).desired_width(160.0));
+            if ui.button("Export VTK").clicked() {
+                self.worker.send(Command::ExportVtk(PathBuf::from(self.vtk_path.trim())));
+            }
+            if ui.button("…").clicked() {
+                self.file_dialog(Dialog::ExportVtk);
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).desired_width(120.0));
+            if ui.button("Save checkpoint").clicked() {
+                self.worker.send(Command::SaveCheckpoint(PathBuf::from(self.ckpt_path.trim())));
+            }
+            if ui.button("Load").clicked() {
+                self.worker.send(Command::LoadCheckpoint(PathBuf::from(self.ckpt_path.trim())));
+            }
+        });
+        ui.horizontal(|ui| {
+            if ui.button("Save checkpoint as…").clicked() {
+                self.file_dialog(Dialog::SaveCheckpoint);
+            }
+            if ui.button("Load checkpoint…").clicked() {
+                self.file_dialog(Dialog::LoadCheckpoint);
+            }
+        });
+    }
+
+    fn central_ui(&mut self, ui: &mut Ui) {
+        let rect = ui.available_rect_before_wrap();
+        let ppp = ui.ctx().pixels_per_point();
+        self.view_px = [(rect.width() * ppp).round().max(0.0) as u32, (rect.height() * ppp).round().max(0.0) as u32];
+        let resp = ui.allocate_rect(rect, egui::Sense::click_and_drag());
+        if let Some(tex) = self.field_texture {
+            ui.painter().image(tex, rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), Color32::WHITE);
+        } else {
+            ui.painter().text(
+                rect.center(),
+                egui::Align2::CENTER_CENTER,
+                "waiting for the first frame…",
+                egui::FontId::proportional(16.0),
+                Color32::GRAY,
+            );
+        }
+        self.camera_input(ui, &resp, rect);
+        let legend = LegendInfo { field: self.view.field, cmap: self.view.cmap, range: self.range(), auto: self.view.auto_range };
+        let tex = self.legend_texture(ui.ctx(), self.view.cmap);
+        legend_ui(ui, rect, &legend, tex);
+        // Status and messages, bottom left.
+        let mut y = rect.bottom() - 8.0;
+        let mut lines: Vec<(String, Color32)> = self
+            .messages
+            .iter()
+            .rev()
+            .take(6)
+            .map(|m| (m.text.clone(), if m.error { Color32::from_rgb(255, 110, 100) } else { Color32::from_gray(220) }))
+            .collect();
+        if let Some(s) = &self.status {
+            lines.insert(0, (s.clone(), Color32::from_rgb(255, 170, 60)));
+        }
+        let state = if self.blowup.is_some() {
+            "BLOWN UP"
+        } else if self.running {
+            "running"
+        } else {
+            "paused"
+        };
+        lines.insert(0, (format!("step {} · {state} · h: help", self.step()), Color32::from_gray(200)));
+        for (text, color) in lines {
+            let galley = ui.painter().layout(text, egui::FontId::proportional(14.0), color, rect.width() * 0.6);
+            let pos = egui::pos2(rect.left() + 10.0, y - galley.size().y);
+            ui.painter().rect_filled(egui::Rect::from_min_size(pos, galley.size()).expand(3.0), 3.0, Color32::from_black_alpha(170));
+            y -= galley.size().y + 8.0;
+            ui.painter().galley(pos, galley, color);
+        }
+    }
+
+    fn camera_input(&mut self, ui: &Ui, resp: &egui::Response, rect: egui::Rect) {
+        let n = self.scene.derived.size;
+        let is_2d = self.is_2d();
+        let ppp = ui.ctx().pixels_per_point();
+        let size = [rect.width() * ppp, rect.height() * ppp];
+        if resp.double_clicked() {
+            self.view.camera.reset();
+        }
+        if resp.dragged() {
+            let d = resp.drag_delta() * ppp;
+            let pan = is_2d || resp.dragged_by(egui::PointerButton::Secondary) || resp.dragged_by(egui::PointerButton::Middle);
+            if pan {
+                self.view.camera.pan_by(n, d.x, d.y, size, is_2d);
+            } else {
+                self.view.camera.orbit(d.x, d.y);
+            }
+        }
+        if resp.hovered() {
+            let scroll = ui.ctx().input(|i| i.smooth_scroll_delta.y + (i.zoom_delta() - 1.0) * 200.0);
+            if scroll != 0.0 {
+                self.view.camera.zoom_by(scroll);
+            }
+        }
+    }
+
+    fn legend_texture(&mut self, ctx: &egui::Context, cmap: ColorMap) -> egui::TextureId {
+        if let Some((_, t)) = self.legend_tex.iter().find(|(m, _)| *m == cmap) {
+            return t.id();
+        }
+        let t = legend_texture(ctx, cmap);
+        let id = t.id();
+        self.legend_tex.push((cmap, t));
+        id
+    }
+
+    fn help_ui(&mut self, ctx: &egui::Context) {
+        let mut open = self.show_help;
+        egui::Window::new("Help").open(&mut open).collapsible(false).resizable(false).anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(
+            ctx,
+            |ui| {
+                egui::Grid::new("keys").num_columns(2).show(ui, |ui| {
+                    for (k, v) in [
+                        ("space", "run / pause"),
+                        ("s", "one batch of steps (steps per frame)"),
+                        ("r", "reset to step 0 (parameters kept)"),
+                        ("h", "this help"),
+                        ("F12", "screenshot into screenshots/"),
+                        ("drag", "3D: orbit · 2D: pan"),
+                        ("right/middle drag", "pan"),
+                        ("scroll", "zoom"),
+                        ("double-click", "reset the camera"),
+                    ] {
+                        ui.label(RichText::new(k).monospace().strong());
+                        ui.label(v);
+                        ui.end_row();
+                    }
+                });
+                ui.separator();
+                ui.label("Units are lattice units: lengths in cells, time in steps, density around 1.");
+                ui.label("Keep tau above ~0.51 and Mach below 0.3 (velocities below ~0.17) for a stable, accurate run.");
+            },
+        );
+        self.show_help = open;
+    }
+
+    fn blowup_ui(&mut self, ctx: &egui::Context) {
+        let Some(b) = self.blowup.clone() else { return };
+        egui::Window::new("The simulation blew up").collapsible(false).resizable(false).anchor(egui::Align2::CENTER_TOP, [0.0, 40.0]).show(
+            ctx,
+            |ui| {
+                let at = b.cell.map(|c| format!(" First non-finite cell: x={}, y={}, z={}.", c[0], c[1], c[2])).unwrap_or_default();
+                ui.label(format!("Non-finite values at step {}.{at} The run is paused.", b.step));
+                ui.label("Raise tau (viscosity), lower the velocities, or switch to TRT / Smagorinsky in the scene.");
+                ui.horizontal(|ui| {
+                    if ui.button(format!("Roll back to step {}", b.last_good)).clicked() {
+                        self.worker.send(Command::Rollback);
+                        self.blowup = None;
+                    }
+                    if ui.button("Reset to step 0").clicked() {
+                        self.reset();
+                    }
+                });
+            },
+        );
+    }
+
+    /// Tell the solver thread to publish again (after the shell consumed a snapshot).
+    pub fn refresh(&self) {
+        self.worker.send(Command::Refresh);
+    }
+}
+
+fn vec_edit(ui: &mut Ui, v: &mut [f32; 3], is_2d: bool) -> bool {
+    let mut changed = false;
+    let dims = if is_2d { 2 } else { 3 };
+    for c in v.iter_mut().take(dims) {
+        changed |= ui.add(egui::DragValue::new(c).speed(0.0005).range(-0.3..=0.3).max_decimals(4)).changed();
+    }
+    changed
+}
+
+/// Reynolds and Mach numbers of the settings in force, with warnings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Numbers {
+    /// Viscosity (tau - 0.5) / 3.
+    pub viscosity: f32,
+    /// Reference velocity.
+    pub u_ref: f32,
+    /// Reference length.
+    pub length: f32,
+    /// U L / nu.
+    pub reynolds: f32,
+    /// Largest boundary velocity / c_s.
+    pub mach_boundary: f32,
+    /// Largest flow velocity / c_s.
+    pub mach_flow: f32,
+    /// What is unstable or inaccurate.
+    pub warnings: Vec<String>,
+}
+
+/// Reynolds and Mach numbers for a scene with parameters `p` and relaxation time `tau`.
+/// The reference velocity and length are the scene's (`fluid.velocity`, `fluid.length`),
+/// scaled with the boundary velocities as they change; without them, the largest boundary
+/// velocity and the domain height.
+#[must_use]
+pub fn numbers(ls: &LoadedScene, p: &sim_core::Params, tau: f32, max_u: f64) -> Numbers {
+    let norm = |v: &[f32; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    let vmax = p.inlets.iter().chain(p.walls.iter()).map(norm).fold(0.0f32, f32::max);
+    let scene_vmax = ls.derived.max_velocity;
+    let u_ref = match ls.scene.fluid.velocity {
+        Some(u) if scene_vmax > 0.0 => u * vmax / scene_vmax,
+        Some(u) => u,
+        None => vmax,
+    };
+    let length = ls.scene.fluid.length.unwrap_or(ls.derived.size[1] as f32);
+    let viscosity = (tau - 0.5) / 3.0;
+    let reynolds = if viscosity > 0.0 { u_ref * length / viscosity } else { f32::INFINITY };
+    let cs = 1.0 / 3f32.sqrt();
+    let mach_boundary = vmax / cs;
+    let mach_flow = max_u as f32 / cs;
+    let mut warnings = Vec::new();
+    if tau < 0.51 {
+        warnings.push(format!("tau = {tau:.4} is close to 0.5: the BGK collision becomes unstable (raise tau, or use TRT / Smagorinsky)"));
+    }
+    if mach_boundary > 0.3 || mach_flow > 0.3 {
+        warnings.push(format!("Mach {:.2} > 0.3: compressibility errors grow and the run may blow up", mach_boundary.max(mach_flow)));
+    }
+    Numbers { viscosity, u_ref, length, reynolds, mach_boundary, mach_flow, warnings }
+}
+
+/// Scene files in a folder, sorted.
+#[must_use]
+pub fn find_presets(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut v: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
+    v.sort();
+    v
+}
+
+/// An egui texture of a colour map (one row of the LUT).
+#[must_use]
+pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandle {
+    let px: Vec<Color32> = (0..super::colormap::LUT_SIZE)
+        .map(|i| {
+            let c = cmap.lut_entry(i);
+            Color32::from_rgb(c[0], c[1], c[2])
+        })
+        .collect();
+    let img = egui::ColorImage::new([super::colormap::LUT_SIZE, 1], px);
+    ctx.load_texture(format!("cmap-{}", cmap.name()), img, egui::TextureOptions::NEAREST)
+}
+
+/// Parse a field name (`speed`, `ux`, `rho`, `vorticity`, `q`, ...).
+#[must_use]
+pub fn parse_field(s: &str) -> Option<FieldKind> {
+    field_from_name(s)
+}
+
+/// Units of a field, for the legend.
+#[must_use]
+pub fn units(f: FieldKind) -> &'static str {
+    field_units(f)
+}

@@ -1,0 +1,373 @@
+//! The window shell: winit events, the wgpu surface (through egui-wgpu's painter, which
+//! reconfigures an outdated surface and recreates a lost one), the field view texture, and
+//! screenshots of the whole window.
+
+use super::app::ViewerApp;
+use super::render::FieldRenderer;
+use super::{ViewArgs, ViewSpec};
+use crate::run::{build_solver, load_scene};
+use anyhow::Context as _;
+use egui::ViewportId;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use winit::application::ApplicationHandler;
+use winit::event::{StartCause, WindowEvent};
+use winit::event_loop::{ActiveEventLoop, ControlFlow, EventLoop};
+use winit::window::{Window, WindowId};
+
+/// Frames before the screenshot of `--screenshot` when `--frames` is not given.
+const DEFAULT_SHOT_FRAMES: u64 = 60;
+
+type Shared<T> = Arc<Mutex<Vec<T>>>;
+
+fn drain<T>(m: &Shared<T>) -> Vec<T> {
+    std::mem::take(&mut *m.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+struct Gfx {
+    window: Arc<Window>,
+    state: egui_winit::State,
+    painter: egui_wgpu::winit::Painter,
+    render: egui_wgpu::RenderState,
+    field: FieldRenderer,
+    field_tex: Option<egui::TextureId>,
+}
+
+struct Shell {
+    app: ViewerApp,
+    ctx: egui::Context,
+    gfx: Option<Gfx>,
+    title: String,
+    uploaded: Option<(u64, u64)>,
+    solid_uploaded: Option<u64>,
+    drawn: Option<(u64, [u32; 2], super::render::ViewParams)>,
+    surface_events: Shared<String>,
+    shots: Shared<Result<PathBuf, String>>,
+    frames: u64,
+    max_frames: Option<u64>,
+    final_shot: Option<PathBuf>,
+    final_shot_requested: bool,
+    exit: Option<ExitCode>,
+    last_frame: Instant,
+    zero_size: bool,
+}
+
+/// Open the window on the scene `args` names and run until it is closed.
+///
+/// # Errors
+/// The scene cannot be loaded, no display or GPU can be opened.
+pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
+    let ls = load_scene(args.scene.as_deref(), &args.set)?;
+    for w in &ls.derived.warnings {
+        eprintln!("warning: {w}");
+    }
+    let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
+    let solver = build_solver(&ls, args.backend)?;
+    let event_loop = EventLoop::new()
+        .context("cannot open a window: no display found (set DISPLAY or WAYLAND_DISPLAY; `esoflow run` works without one)")?;
+    let title = format!("Esoflow — {}", ls.scene.name);
+    let mut app = ViewerApp::new(ls, solver, args.backend, !args.paused);
+    if let Some(s) = &spec {
+        app.set_field(s.field);
+        if let Some(c) = s.cmap {
+            app.view.cmap = c;
+        }
+        if let Some(r) = s.range {
+            app.view.auto_range = false;
+            app.view.fixed = r;
+        }
+        if let Some(sl) = s.slices {
+            app.view.slices = sl;
+        }
+    }
+    let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
+    let mut shell = Shell {
+        app,
+        ctx: egui::Context::default(),
+        gfx: None,
+        title,
+        uploaded: None,
+        solid_uploaded: None,
+        drawn: None,
+        surface_events: Arc::default(),
+        shots: Arc::default(),
+        frames: 0,
+        max_frames,
+        final_shot: args.screenshot.clone(),
+        final_shot_requested: false,
+        exit: None,
+        last_frame: Instant::now(),
+        zero_size: false,
+    };
+    event_loop.run_app(&mut shell).context("the window's event loop failed")?;
+    Ok(shell.exit.unwrap_or(ExitCode::SUCCESS))
+}
+
+fn painter_config(events: &Shared<String>) -> egui_wgpu::WgpuConfiguration {
+    let mut setup = egui_wgpu::WgpuSetupCreateNew::without_display_handle();
+    setup.device_descriptor = Arc::new(|adapter| {
+        let a = adapter.limits();
+        let base = if adapter.get_info().backend == wgpu::Backend::Gl {
+            wgpu::Limits::downlevel_webgl2_defaults()
+        } else {
+            wgpu::Limits::default()
+        };
+        wgpu::DeviceDescriptor {
+            label: Some("esoflow window"),
+            required_limits: wgpu::Limits {
+                max_texture_dimension_2d: 8192.min(a.max_texture_dimension_2d),
+                max_texture_dimension_3d: a.max_texture_dimension_3d,
+                ..base
+            },
+            ..Default::default()
+        }
+    });
+    let ev = Arc::clone(events);
+    egui_wgpu::WgpuConfiguration {
+        surface: egui_wgpu::SurfaceConfig::LOW_LATENCY,
+        wgpu_setup: setup.into(),
+        on_surface_status: Arc::new(move |status| {
+            let (msg, action) = match status {
+                wgpu::CurrentSurfaceTexture::Outdated => {
+                    ("the window surface was outdated: reconfigured", egui_wgpu::SurfaceErrorAction::Reconfigure)
+                }
+                wgpu::CurrentSurfaceTexture::Lost => {
+                    ("the window surface was lost: recreated", egui_wgpu::SurfaceErrorAction::RecreateSurface)
+                }
+                wgpu::CurrentSurfaceTexture::Occluded => ("", egui_wgpu::SurfaceErrorAction::SkipFrame),
+                wgpu::CurrentSurfaceTexture::Timeout => {
+                    ("the GPU timed out presenting a frame: skipped", egui_wgpu::SurfaceErrorAction::SkipFrame)
+                }
+                _ => ("the window surface reported an error: frame skipped", egui_wgpu::SurfaceErrorAction::SkipFrame),
+            };
+            if !msg.is_empty() {
+                ev.lock().unwrap_or_else(PoisonError::into_inner).push(msg.to_string());
+            }
+            action
+        }),
+    }
+}
+
+impl Shell {
+    fn init(&mut self, event_loop: &ActiveEventLoop) -> anyhow::Result<()> {
+        let attrs = Window::default_attributes().with_title(&self.title).with_inner_size(winit::dpi::LogicalSize::new(1440.0, 820.0));
+        let window = Arc::new(event_loop.create_window(attrs).context("cannot create the window")?);
+        let mut painter = pollster::block_on(egui_wgpu::winit::Painter::new(
+            self.ctx.clone(),
+            painter_config(&self.surface_events),
+            false,
+            egui_wgpu::RendererOptions::default(),
+        ));
+        pollster::block_on(painter.set_window(ViewportId::ROOT, Some(Arc::clone(&window))))
+            .context("no GPU adapter can draw to this window (on Linux without a GPU, install mesa-vulkan-drivers)")?;
+        let render = painter.render_state().context("the GPU device did not start")?;
+        let info = render.adapter.get_info();
+        self.app.gpu_note = format!("{} ({:?})", info.name, info.backend);
+        let state = egui_winit::State::new(
+            self.ctx.clone(),
+            ViewportId::ROOT,
+            &window,
+            Some(window.scale_factor() as f32),
+            window.theme(),
+            painter.max_texture_side(),
+        );
+        let field = FieldRenderer::new(&render.device, &render.queue);
+        window.request_redraw();
+        self.gfx = Some(Gfx { window, state, painter, render, field, field_tex: None });
+        Ok(())
+    }
+
+    fn redraw(&mut self, event_loop: &ActiveEventLoop) {
+        let Some(g) = self.gfx.as_mut() else { return };
+        let size = g.window.inner_size();
+        if size.width == 0 || size.height == 0 {
+            return;
+        }
+        for m in drain(&self.surface_events) {
+            self.app.message(m, false);
+        }
+        for r in drain(&self.shots) {
+            let done = match r {
+                Ok(p) => {
+                    self.app.message(format!("saved screenshot {}", p.display()), false);
+                    Some(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    self.app.message(e.clone(), true);
+                    eprintln!("error: {e}");
+                    Some(ExitCode::from(2))
+                }
+            };
+            if self.final_shot_requested {
+                self.exit = done;
+                event_loop.exit();
+                return;
+            }
+        }
+        let t0 = Instant::now();
+        let input = g.state.take_egui_input(&g.window);
+        let app = &mut self.app;
+        let mut out = self.ctx.run_ui(input, |ui| app.ui(ui));
+        g.state.handle_platform_output(&g.window, std::mem::take(&mut out.platform_output));
+
+        // The field view: upload a new snapshot, draw when something changed.
+        let tr = Instant::now();
+        let (device, queue) = (&g.render.device, &g.render.queue);
+        if let Some(snap) = &self.app.snap {
+            let key = (snap.solver_serial, snap.serial);
+            if self.uploaded != Some(key) {
+                let solid = (self.solid_uploaded != Some(snap.solver_serial)).then(|| snap.solid.as_slice());
+                match g.field.upload(device, queue, snap.size, &snap.values, solid) {
+                    Ok(()) => {
+                        self.uploaded = Some(key);
+                        self.solid_uploaded = Some(snap.solver_serial);
+                        self.app.status = None;
+                    }
+                    Err(e) => self.app.status = Some(e.to_string()),
+                }
+            }
+        }
+        let params = self.app.view_params();
+        let px = self.app.view_px;
+        let draw_key = (self.uploaded.map_or(0, |k| k.1), px, params.clone());
+        if self.drawn.as_ref() != Some(&draw_key) && px[0] > 0 && px[1] > 0 {
+            let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
+            let reallocated = g.field.render(device, queue, &mut encoder, px, &params);
+            queue.submit([encoder.finish()]);
+            if let Some((_, view)) = g.field.target() {
+                let mut renderer = g.render.renderer.write();
+                match g.field_tex {
+                    Some(id) if reallocated => renderer.update_egui_texture_from_wgpu_texture(device, view, wgpu::FilterMode::Nearest, id),
+                    Some(_) => {}
+                    None => g.field_tex = Some(renderer.register_native_texture(device, view, wgpu::FilterMode::Nearest)),
+                }
+            }
+            self.app.field_texture = g.field_tex;
+            self.drawn = Some(draw_key);
+        }
+        let render_secs = tr.elapsed().as_secs_f64();
+
+        let prims = self.ctx.tessellate(std::mem::take(&mut out.shapes), out.pixels_per_point);
+        self.frames += 1;
+        let mut captures = Vec::new();
+        if let Some(p) = self.app.screenshot_request.take() {
+            captures.push(screenshot_callback(p, Arc::clone(&self.shots)));
+        }
+        if let (Some(p), Some(n)) = (&self.final_shot, self.max_frames) {
+            if self.frames >= n && !self.final_shot_requested {
+                self.final_shot_requested = true;
+                captures.push(screenshot_callback(p.clone(), Arc::clone(&self.shots)));
+            }
+        }
+        let tp = Instant::now();
+        g.painter.paint_and_update_textures(
+            ViewportId::ROOT,
+            out.pixels_per_point,
+            [0.0, 0.0, 0.0, 1.0],
+            &prims,
+            &mut out.textures_delta,
+            captures,
+            &g.window,
+        );
+        let render_secs = render_secs + tp.elapsed().as_secs_f64();
+
+        let dt = self.last_frame.elapsed().as_secs_f64();
+        self.last_frame = Instant::now();
+        let t = &mut self.app.times;
+        t.fps = if t.fps > 0.0 { 0.9 * t.fps + 0.1 / dt.max(1e-6) } else { 1.0 / dt.max(1e-6) };
+        t.render_secs = render_secs;
+        t.frame_secs = t0.elapsed().as_secs_f64();
+
+        if self.final_shot.is_none() && self.max_frames.is_some_and(|n| self.frames >= n) {
+            event_loop.exit();
+            return;
+        }
+        let delay = out.viewport_output.get(&ViewportId::ROOT).map_or(Duration::from_millis(100), |v| v.repaint_delay);
+        // Paused and idle: look for news from the solver thread ten times a second.
+        let delay =
+            if self.final_shot_requested || self.max_frames.is_some() { Duration::ZERO } else { delay.min(Duration::from_millis(100)) };
+        if delay.is_zero() {
+            g.window.request_redraw();
+        } else {
+            event_loop.set_control_flow(ControlFlow::WaitUntil(Instant::now() + delay));
+        }
+    }
+}
+
+fn screenshot_callback(path: PathBuf, shots: Shared<Result<PathBuf, String>>) -> egui::ScreenshotCallback {
+    egui::ScreenshotCallback::new(move |img: Arc<egui::ColorImage>| {
+        let r = save_color_image(&img, &path).map(|()| path.clone()).map_err(|e| format!("screenshot {} failed: {e:#}", path.display()));
+        shots.lock().unwrap_or_else(PoisonError::into_inner).push(r);
+    })
+}
+
+/// Write an egui image (opaque) as PNG, creating the folder.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn save_color_image(img: &egui::ColorImage, path: &Path) -> anyhow::Result<()> {
+    let [w, h] = img.size;
+    let bytes: Vec<u8> = img.pixels.iter().flat_map(|c| c.to_array()).collect();
+    let out = image::RgbaImage::from_raw(w as u32, h as u32, bytes).context("image of the wrong size")?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    out.save(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+impl ApplicationHandler for Shell {
+    fn resumed(&mut self, event_loop: &ActiveEventLoop) {
+        if self.gfx.is_some() {
+            return;
+        }
+        if let Err(e) = self.init(event_loop) {
+            eprintln!("error: {e:#}");
+            self.exit = Some(ExitCode::from(2));
+            event_loop.exit();
+        }
+    }
+
+    fn new_events(&mut self, _event_loop: &ActiveEventLoop, cause: StartCause) {
+        if matches!(cause, StartCause::ResumeTimeReached { .. }) {
+            if let Some(g) = &self.gfx {
+                g.window.request_redraw();
+            }
+        }
+    }
+
+    fn window_event(&mut self, event_loop: &ActiveEventLoop, _id: WindowId, event: WindowEvent) {
+        let Some(g) = self.gfx.as_mut() else { return };
+        let resp = g.state.on_window_event(&g.window, &event);
+        match event {
+            WindowEvent::CloseRequested => event_loop.exit(),
+            WindowEvent::Resized(size) => {
+                if let (Some(w), Some(h)) = (NonZeroU32::new(size.width), NonZeroU32::new(size.height)) {
+                    g.painter.on_window_resized(ViewportId::ROOT, w, h);
+                    if self.zero_size {
+                        self.zero_size = false;
+                        self.app.message("the window was minimised or of zero size: drawing was paused (the solver kept running)", false);
+                    }
+                } else {
+                    self.zero_size = true;
+                }
+            }
+            WindowEvent::RedrawRequested => self.redraw(event_loop),
+            _ => {}
+        }
+        if resp.repaint {
+            if let Some(g) = &self.gfx {
+                g.window.request_redraw();
+            }
+        }
+    }
+
+    fn exiting(&mut self, _event_loop: &ActiveEventLoop) {
+        if let Some(g) = self.gfx.as_mut() {
+            g.painter.destroy();
+        }
+    }
+}

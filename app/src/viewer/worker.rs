@@ -1,0 +1,445 @@
+//! The solver thread. It owns the solver, steps it in batches and hands the UI a snapshot of
+//! the field it shows whenever the UI has taken the previous one: the UI never waits for the
+//! solver, and steps that are not drawn cost no field computation.
+
+use sim_core::checkpoint::Checkpoint;
+use sim_core::fields::FieldKind;
+use sim_core::{Params, Solver, SolverInfo, Stats};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the UI asks the solver thread to do.
+pub enum Command {
+    /// Run or pause.
+    SetRunning(bool),
+    /// Do these steps now (paused or not), then publish.
+    Step(u64),
+    /// Steps per batch (one batch per published snapshot at most).
+    SetStepsPerBatch(u64),
+    /// The field to publish.
+    SetField(FieldKind),
+    /// Keep a rollback checkpoint every K steps.
+    SetCheckpointEvery(u64),
+    /// Change parameters.
+    SetParams(Params),
+    /// Back to the initial state (the current parameters stay).
+    Reset,
+    /// Restore the last good checkpoint after a blow-up (stays paused).
+    Rollback,
+    /// Replace the solver (a new scene), starting paused or running as now.
+    Replace(Box<dyn Solver>, String),
+    /// Write the current fields as VTK image data.
+    ExportVtk(PathBuf),
+    /// Save a checkpoint file.
+    SaveCheckpoint(PathBuf),
+    /// Load a checkpoint file.
+    LoadCheckpoint(PathBuf),
+    /// Publish a snapshot even if nothing changed (e.g. after the UI uploaded a new view).
+    Refresh,
+    /// Stop the thread.
+    Quit,
+}
+
+/// Messages from the solver thread.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Something to tell the user.
+    Info(String),
+    /// Something failed; the run goes on.
+    Error(String),
+    /// The state became non-finite; the thread paused itself.
+    BlownUp {
+        /// Step at which the blow-up was seen.
+        step: u64,
+        /// First non-finite cell.
+        cell: Option<[usize; 3]>,
+        /// Step of the last good checkpoint kept in memory.
+        last_good: u64,
+    },
+}
+
+/// One published state: the field to draw and the numbers for the panels.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Counts up with every snapshot.
+    pub serial: u64,
+    /// Steps done.
+    pub step: u64,
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// Which field `values` holds.
+    pub field: FieldKind,
+    /// The field, x fastest.
+    pub values: Vec<f32>,
+    /// Smallest and largest finite value over fluid cells.
+    pub min_max: (f32, f32),
+    /// Solid mask (1 = solid), shared between snapshots of one solver.
+    pub solid: Arc<Vec<u8>>,
+    /// Bumped when the solver (and so the solid mask) changes.
+    pub solver_serial: u64,
+    /// Stats of this state.
+    pub stats: Stats,
+    /// Parameters in force.
+    pub params: Params,
+    /// Solver description.
+    pub info: SolverInfo,
+    /// Obstacle names (for forces).
+    pub obstacles: Vec<String>,
+    /// Whether the thread is running.
+    pub running: bool,
+    /// Mass at step 0 (for the drift).
+    pub mass0: f64,
+    /// Average solver time per step over the last batch (seconds).
+    pub solver_secs_per_step: f64,
+    /// Time to compute this snapshot's field and stats (seconds).
+    pub fields_secs: f64,
+    /// Million lattice updates per second over the last batch.
+    pub mlups: f64,
+    /// Steps per second (wall clock, stepping plus snapshots).
+    pub steps_per_sec: f64,
+}
+
+/// The mailbox the solver thread writes and the UI takes from.
+type Mailbox = Arc<Mutex<Option<Snapshot>>>;
+
+/// The UI's handle on the solver thread.
+pub struct WorkerHandle {
+    tx: Sender<Command>,
+    events: Receiver<Event>,
+    mailbox: Mailbox,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WorkerHandle {
+    /// Start the thread with a solver (paused or running).
+    #[must_use]
+    pub fn start(solver: Box<dyn Solver>, name: String, running: bool, field: FieldKind, steps_per_batch: u64) -> WorkerHandle {
+        let (tx, rx) = mpsc::channel();
+        let (etx, events) = mpsc::channel();
+        let mailbox: Mailbox = Arc::new(Mutex::new(None));
+        let mb = Arc::clone(&mailbox);
+        let thread = std::thread::Builder::new()
+            .name("esoflow-solver".into())
+            .spawn(move || {
+                let mut w = Worker::new(solver, name, mb, etx, running, field, steps_per_batch);
+                w.run(&rx);
+            })
+            .ok();
+        WorkerHandle { tx, events, mailbox, thread }
+    }
+
+    /// Send a command (ignored if the thread has gone, which it only does on `Quit`).
+    pub fn send(&self, c: Command) {
+        let _ = self.tx.send(c);
+    }
+
+    /// Take the newest snapshot, if a new one is there.
+    #[must_use]
+    pub fn take(&self) -> Option<Snapshot> {
+        self.mailbox.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// Messages since the last call.
+    #[must_use]
+    pub fn events(&self) -> Vec<Event> {
+        self.events.try_iter().collect()
+    }
+
+    /// Whether the thread is alive.
+    #[must_use]
+    pub fn alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Quit);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Worker {
+    solver: Box<dyn Solver>,
+    name: String,
+    mailbox: Mailbox,
+    events: Sender<Event>,
+    running: bool,
+    field: FieldKind,
+    steps_per_batch: u64,
+    checkpoint_every: u64,
+    initial: Checkpoint,
+    last_good: Checkpoint,
+    solid: Arc<Vec<u8>>,
+    solver_serial: u64,
+    serial: u64,
+    mass0: f64,
+    dirty: bool,
+    blown: bool,
+    solver_secs_per_step: f64,
+    mlups: f64,
+    rate_t0: Instant,
+    rate_steps0: u64,
+    steps_per_sec: f64,
+}
+
+fn solid_mask(s: &dyn Solver) -> Arc<Vec<u8>> {
+    let d = s.domain();
+    Arc::new(d.flags.iter().map(|&f| u8::from(sim_core::domain::is_solid(f))).collect())
+}
+
+impl Worker {
+    fn new(
+        solver: Box<dyn Solver>,
+        name: String,
+        mailbox: Mailbox,
+        events: Sender<Event>,
+        running: bool,
+        field: FieldKind,
+        spb: u64,
+    ) -> Worker {
+        let initial = solver.checkpoint();
+        let last_good = initial.clone();
+        let solid = solid_mask(solver.as_ref());
+        let mass0 = solver.stats().mass;
+        let t = solver.time_step();
+        Worker {
+            solver,
+            name,
+            mailbox,
+            events,
+            running,
+            field,
+            steps_per_batch: spb.max(1),
+            checkpoint_every: 1000,
+            initial,
+            last_good,
+            solid,
+            solver_serial: 0,
+            serial: 0,
+            mass0,
+            dirty: true,
+            blown: false,
+            solver_secs_per_step: 0.0,
+            mlups: 0.0,
+            rate_t0: Instant::now(),
+            rate_steps0: t,
+            steps_per_sec: 0.0,
+        }
+    }
+
+    fn event(&self, e: Event) {
+        let _ = self.events.send(e);
+    }
+
+    fn run(&mut self, rx: &Receiver<Command>) {
+        loop {
+            // Commands first; when idle, block until one comes (or a short timeout to publish).
+            let idle = !self.running && !self.dirty;
+            let first = if idle { rx.recv_timeout(Duration::from_millis(50)).ok() } else { rx.try_recv().ok() };
+            let mut cmds: Vec<Command> = first.into_iter().collect();
+            cmds.extend(rx.try_iter());
+            for c in cmds {
+                if !self.handle(c) {
+                    return;
+                }
+            }
+            if self.running && !self.blown {
+                self.step(self.steps_per_batch);
+            }
+            if self.dirty && self.mailbox_empty() {
+                self.publish();
+            } else if self.running {
+                // The UI has not taken the last snapshot yet: keep stepping, publish later.
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn mailbox_empty(&self) -> bool {
+        self.mailbox.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+
+    fn handle(&mut self, c: Command) -> bool {
+        match c {
+            Command::SetRunning(r) => {
+                if r && self.blown {
+                    self.event(Event::Error("the state has blown up: roll back (or reset) before running again".into()));
+                } else {
+                    self.running = r;
+                }
+            }
+            Command::Step(n) => {
+                if self.blown {
+                    self.event(Event::Error("the state has blown up: roll back (or reset) before stepping".into()));
+                } else {
+                    self.step(n.max(1));
+                }
+            }
+            Command::SetStepsPerBatch(n) => self.steps_per_batch = n.clamp(1, 1_000_000),
+            Command::SetField(f) => self.field = f,
+            Command::SetCheckpointEvery(k) => self.checkpoint_every = k.max(1),
+            Command::SetParams(p) => {
+                if let Err(e) = self.solver.set_params(p) {
+                    self.event(Event::Error(e.to_string()));
+                }
+            }
+            Command::Reset => {
+                let params = self.solver.params();
+                self.restore(&self.initial.clone(), "reset");
+                if let Err(e) = self.solver.set_params(params) {
+                    self.event(Event::Error(e.to_string()));
+                }
+                self.last_good = self.solver.checkpoint();
+                self.rate_steps0 = self.solver.time_step();
+            }
+            Command::Rollback => {
+                let good = self.last_good.clone();
+                self.restore(&good, "rollback");
+                self.running = false;
+                self.rate_steps0 = self.solver.time_step();
+            }
+            Command::Replace(s, name) => {
+                self.solver = s;
+                self.name = name;
+                self.initial = self.solver.checkpoint();
+                self.last_good = self.initial.clone();
+                self.solid = solid_mask(self.solver.as_ref());
+                self.solver_serial += 1;
+                self.mass0 = self.solver.stats().mass;
+                self.blown = false;
+                self.rate_steps0 = self.solver.time_step();
+                self.rate_t0 = Instant::now();
+                self.event(Event::Info(format!("loaded {}", self.name)));
+            }
+            Command::ExportVtk(p) => {
+                let f = self.solver.fields();
+                if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                match sim_core::export::write_fields_vti(&p, &f) {
+                    Ok(()) => self.event(Event::Info(format!("wrote {} (step {})", p.display(), self.solver.time_step()))),
+                    Err(e) => self.event(Event::Error(format!("VTK export to {} failed: {e}", p.display()))),
+                }
+            }
+            Command::SaveCheckpoint(p) => {
+                if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                match self.solver.checkpoint().save(&p) {
+                    Ok(()) => self.event(Event::Info(format!("saved checkpoint {} (step {})", p.display(), self.solver.time_step()))),
+                    Err(e) => self.event(Event::Error(format!("saving {} failed: {e}", p.display()))),
+                }
+            }
+            Command::LoadCheckpoint(p) => match Checkpoint::load(&p) {
+                Ok(c) => self.restore(&c, &format!("checkpoint {}", p.display())),
+                Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
+            },
+            Command::Refresh => {}
+            Command::Quit => return false,
+        }
+        self.dirty = true;
+        true
+    }
+
+    fn restore(&mut self, c: &Checkpoint, what: &str) {
+        match self.solver.restore(c) {
+            Ok(()) => {
+                self.blown = false;
+                self.event(Event::Info(format!("{what}: back at step {}", self.solver.time_step())));
+            }
+            Err(e) => self.event(Event::Error(format!("{what} refused: {e}"))),
+        }
+    }
+
+    fn step(&mut self, n: u64) {
+        // Stop at checkpoint boundaries so the rollback state is at most `checkpoint_every` old.
+        let mut left = n;
+        while left > 0 {
+            let now = self.solver.time_step();
+            let to_ckpt = self.checkpoint_every - now % self.checkpoint_every;
+            let k = left.min(to_ckpt);
+            let t = Instant::now();
+            if let Err(e) = self.solver.step(k).and_then(|()| self.solver.synchronize()) {
+                self.running = false;
+                self.event(Event::Error(format!("the solver failed: {e}")));
+                return;
+            }
+            let secs = t.elapsed().as_secs_f64().max(1e-9);
+            self.solver_secs_per_step = secs / k as f64;
+            let cells: usize = self.solver.info().size.iter().product();
+            self.mlups = cells as f64 * k as f64 / secs / 1e6;
+            left -= k;
+            if (now + k) % self.checkpoint_every == 0 {
+                let st = self.solver.stats();
+                if st.blown_up() {
+                    self.blow_up(&st);
+                    return;
+                }
+                self.last_good = self.solver.checkpoint();
+            }
+        }
+        let dt = self.rate_t0.elapsed().as_secs_f64();
+        if dt > 0.5 {
+            self.steps_per_sec = (self.solver.time_step().saturating_sub(self.rate_steps0)) as f64 / dt;
+            self.rate_t0 = Instant::now();
+            self.rate_steps0 = self.solver.time_step();
+        }
+        self.dirty = true;
+    }
+
+    fn blow_up(&mut self, st: &Stats) {
+        self.blown = true;
+        self.running = false;
+        self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.step });
+    }
+
+    fn publish(&mut self) {
+        let t = Instant::now();
+        let values = self.solver.scalar_field(self.field);
+        let stats = self.solver.stats();
+        if stats.blown_up() && !self.blown {
+            self.blow_up(&stats);
+        }
+        let mut lo = f32::INFINITY;
+        let mut hi = f32::NEG_INFINITY;
+        for (v, &s) in values.iter().zip(self.solid.iter()) {
+            if s == 0 && v.is_finite() {
+                lo = lo.min(*v);
+                hi = hi.max(*v);
+            }
+        }
+        if lo > hi {
+            (lo, hi) = (0.0, 0.0);
+        }
+        let d = self.solver.domain();
+        let snap = Snapshot {
+            serial: self.serial,
+            step: self.solver.time_step(),
+            size: d.n,
+            field: self.field,
+            values,
+            min_max: (lo, hi),
+            solid: Arc::clone(&self.solid),
+            solver_serial: self.solver_serial,
+            stats,
+            params: self.solver.params(),
+            info: self.solver.info(),
+            obstacles: d.obstacles.clone(),
+            running: self.running,
+            mass0: self.mass0,
+            solver_secs_per_step: self.solver_secs_per_step,
+            fields_secs: t.elapsed().as_secs_f64(),
+            mlups: self.mlups,
+            steps_per_sec: if self.running { self.steps_per_sec } else { 0.0 },
+        };
+        self.serial += 1;
+        *self.mailbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(snap);
+        self.dirty = false;
+    }
+}
