@@ -5,7 +5,7 @@ use super::camera::Camera;
 use super::colormap::ColorMap;
 use super::render::ViewParams;
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
-use super::{field_from_name, field_units, legend_ui, LegendInfo};
+use super::{legend_ui, LegendInfo};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
@@ -218,6 +218,7 @@ impl ViewerApp {
     }
 
     /// Messages on screen now.
+    #[cfg(test)]
     #[must_use]
     pub fn messages(&self) -> &[Message] {
         &self.messages
@@ -283,6 +284,7 @@ impl ViewerApp {
     }
 
     /// Tau the UI shows (the value last set, or the solver's).
+    #[cfg(test)]
     #[must_use]
     pub fn tau(&self) -> f32 {
         self.tau_edit
@@ -505,17 +507,17 @@ impl ViewerApp {
         });
         ui.label(format!("step {}", self.step()));
         ui.horizontal(|ui| {
-            ui.label("steps per frame");
+            let label = ui.label("steps per frame");
             let mut n = self.steps_per_frame;
-            if ui.add(egui::DragValue::new(&mut n).range(1..=10_000).speed(1.0)).changed() {
+            if ui.add(egui::DragValue::new(&mut n).range(1..=10_000).speed(1.0)).labelled_by(label.id).changed() {
                 self.steps_per_frame = n;
                 self.worker.send(Command::SetStepsPerBatch(n));
             }
         });
         ui.horizontal(|ui| {
-            ui.label("rollback checkpoint every");
+            let label = ui.label("rollback checkpoint every");
             let mut k = self.checkpoint_every;
-            if ui.add(egui::DragValue::new(&mut k).range(10..=1_000_000).suffix(" steps")).changed() {
+            if ui.add(egui::DragValue::new(&mut k).range(10..=1_000_000).suffix(" steps")).labelled_by(label.id).changed() {
                 self.checkpoint_every = k;
                 self.worker.send(Command::SetCheckpointEvery(k));
             }
@@ -551,14 +553,14 @@ impl ViewerApp {
         let mut changed = false;
         for (k, v) in params.inlets.iter_mut().enumerate() {
             ui.horizontal(|ui| {
-                ui.label(format!("inflow {k} velocity"));
-                changed |= vec_edit(ui, v, self.is_2d());
+                let label = ui.label(format!("inflow {k} velocity"));
+                changed |= vec_edit(ui, v, self.is_2d(), label.id);
             });
         }
         for (k, v) in params.walls.iter_mut().enumerate().skip(1) {
             ui.horizontal(|ui| {
-                ui.label(format!("lid/wall {k} velocity"));
-                changed |= vec_edit(ui, v, self.is_2d());
+                let label = ui.label(format!("lid/wall {k} velocity"));
+                changed |= vec_edit(ui, v, self.is_2d(), label.id);
             });
         }
         if changed {
@@ -579,28 +581,30 @@ impl ViewerApp {
             n.mach_boundary, n.mach_flow, snap.stats.max_u
         ));
         for w in &n.warnings {
-            ui.colored_label(Color32::from_rgb(255, 170, 60), format!("⚠ {w}"));
+            ui.colored_label(Color32::from_rgb(255, 170, 60), format!("warning: {w}"));
         }
     }
 
     fn visualization_ui(&mut self, ui: &mut Ui) {
         ui.horizontal(|ui| {
-            ui.label("field");
+            let label = ui.label("field");
             let mut f = self.view.field;
-            egui::ComboBox::from_id_salt("field").selected_text(f.name()).show_ui(ui, |ui| {
+            let r = egui::ComboBox::from_id_salt("field").selected_text(f.name()).show_ui(ui, |ui| {
                 for k in FieldKind::ALL {
                     ui.selectable_value(&mut f, k, k.name());
                 }
             });
+            r.response.labelled_by(label.id);
             self.set_field(f);
         });
         ui.horizontal(|ui| {
-            ui.label("colour map");
-            egui::ComboBox::from_id_salt("cmap").selected_text(self.view.cmap.name()).show_ui(ui, |ui| {
+            let label = ui.label("colour map");
+            let r = egui::ComboBox::from_id_salt("cmap").selected_text(self.view.cmap.name()).show_ui(ui, |ui| {
                 for m in ColorMap::ALL {
                     ui.selectable_value(&mut self.view.cmap, m, m.name());
                 }
             });
+            r.response.labelled_by(label.id);
         });
         ui.horizontal(|ui| {
             ui.radio_value(&mut self.view.auto_range, true, "auto range");
@@ -612,10 +616,10 @@ impl ViewerApp {
             ui.horizontal(|ui| {
                 let (mut lo, mut hi) = self.view.fixed;
                 let speed = ((hi - lo).abs() * 0.005).max(1e-7);
-                ui.label("min");
-                ui.add(egui::DragValue::new(&mut lo).speed(speed).max_decimals(6));
-                ui.label("max");
-                ui.add(egui::DragValue::new(&mut hi).speed(speed).max_decimals(6));
+                let l = ui.label("min");
+                ui.add(egui::DragValue::new(&mut lo).speed(speed).max_decimals(6)).labelled_by(l.id);
+                let l = ui.label("max");
+                ui.add(egui::DragValue::new(&mut hi).speed(speed).max_decimals(6)).labelled_by(l.id);
                 self.view.fixed = (lo, hi);
             });
             if self.view.fixed.1 <= self.view.fixed.0 {
@@ -889,18 +893,13 @@ impl ViewerApp {
             },
         );
     }
-
-    /// Tell the solver thread to publish again (after the shell consumed a snapshot).
-    pub fn refresh(&self) {
-        self.worker.send(Command::Refresh);
-    }
 }
 
-fn vec_edit(ui: &mut Ui, v: &mut [f32; 3], is_2d: bool) -> bool {
+fn vec_edit(ui: &mut Ui, v: &mut [f32; 3], is_2d: bool, label: egui::Id) -> bool {
     let mut changed = false;
     let dims = if is_2d { 2 } else { 3 };
     for c in v.iter_mut().take(dims) {
-        changed |= ui.add(egui::DragValue::new(c).speed(0.0005).range(-0.3..=0.3).max_decimals(4)).changed();
+        changed |= ui.add(egui::DragValue::new(c).speed(0.0005).range(-0.3..=0.3).max_decimals(4)).labelled_by(label).changed();
     }
     changed
 }
@@ -974,16 +973,4 @@ pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandl
         .collect();
     let img = egui::ColorImage::new([super::colormap::LUT_SIZE, 1], px);
     ctx.load_texture(format!("cmap-{}", cmap.name()), img, egui::TextureOptions::NEAREST)
-}
-
-/// Parse a field name (`speed`, `ux`, `rho`, `vorticity`, `q`, ...).
-#[must_use]
-pub fn parse_field(s: &str) -> Option<FieldKind> {
-    field_from_name(s)
-}
-
-/// Units of a field, for the legend.
-#[must_use]
-pub fn units(f: FieldKind) -> &'static str {
-    field_units(f)
 }

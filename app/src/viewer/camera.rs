@@ -96,6 +96,7 @@ impl Camera {
     }
 
     /// Pixel position (x right, y down) of a world point in a view of `size` pixels, if in front.
+    #[cfg(test)]
     #[must_use]
     pub fn project(&self, n: [usize; 3], size: [u32; 2], is_2d: bool, p: [f32; 3]) -> Option<[f32; 2]> {
         let m = self.clip_from_world(n, size[0] as f32 / size[1] as f32, is_2d);

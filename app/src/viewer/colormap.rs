@@ -65,6 +65,7 @@ impl ColorMap {
     }
 
     /// The colour the renderer draws for value `v` in the range `lo..hi`.
+    #[cfg(test)]
     #[must_use]
     pub fn color_of(self, v: f32, lo: f32, hi: f32) -> [u8; 4] {
         let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
@@ -73,6 +74,7 @@ impl ColorMap {
 }
 
 /// LUT index of a normalised value (keep in sync with `field.wgsl`).
+#[cfg(test)]
 #[must_use]
 pub fn lut_index(t: f32) -> usize {
     let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };
@@ -152,7 +154,8 @@ mod tests {
         assert!(close(ColorMap::Turbo.lut_entry(255), [0x7a, 0x04, 0x03], 40), "{:?}", ColorMap::Turbo.lut_entry(255));
         let mid = ColorMap::Turbo.lut_entry(128);
         assert!(mid[1] > mid[0] && mid[1] > mid[2], "{mid:?}");
-        assert_eq!(ColorMap::Diverging.lut_entry(lut_index(0.5))[0], ColorMap::Diverging.lut_entry(lut_index(0.5))[1]);
+        let mid = ColorMap::Diverging.lut_entry(lut_index(0.5));
+        assert!(mid[0].abs_diff(mid[1]) <= 3 && mid[1].abs_diff(mid[2]) <= 3, "the diverging centre is grey: {mid:?}");
     }
 
     #[test]

@@ -248,12 +248,6 @@ impl FieldRenderer {
         Ok(())
     }
 
-    /// Size of the uploaded field, if any.
-    #[must_use]
-    pub fn field_size(&self) -> Option<[usize; 3]> {
-        self.field.as_ref().map(|f| f.size)
-    }
-
     /// The view texture (created by [`FieldRenderer::render`]).
     #[must_use]
     pub fn target(&self) -> Option<(&wgpu::Texture, &wgpu::TextureView)> {

@@ -37,8 +37,6 @@ pub enum Command {
     SaveCheckpoint(PathBuf),
     /// Load a checkpoint file.
     LoadCheckpoint(PathBuf),
-    /// Publish a snapshot even if nothing changed (e.g. after the UI uploaded a new view).
-    Refresh,
     /// Stop the thread.
     Quit,
 }
@@ -88,8 +86,6 @@ pub struct Snapshot {
     pub info: SolverInfo,
     /// Obstacle names (for forces).
     pub obstacles: Vec<String>,
-    /// Whether the thread is running.
-    pub running: bool,
     /// Mass at step 0 (for the drift).
     pub mass0: f64,
     /// Average solver time per step over the last batch (seconds).
@@ -340,7 +336,6 @@ impl Worker {
                 Ok(c) => self.restore(&c, &format!("checkpoint {}", p.display())),
                 Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
             },
-            Command::Refresh => {}
             Command::Quit => return false,
         }
         self.dirty = true;
@@ -431,7 +426,6 @@ impl Worker {
             params: self.solver.params(),
             info: self.solver.info(),
             obstacles: d.obstacles.clone(),
-            running: self.running,
             mass0: self.mass0,
             solver_secs_per_step: self.solver_secs_per_step,
             fields_secs: t.elapsed().as_secs_f64(),
