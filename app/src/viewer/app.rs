@@ -963,7 +963,6 @@ pub fn find_presets(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// An egui texture of a colour map (one row of the LUT).
-#[must_use]
 pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandle {
     let px: Vec<Color32> = (0..super::colormap::LUT_SIZE)
         .map(|i| {

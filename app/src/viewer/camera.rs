@@ -110,7 +110,7 @@ impl Camera {
 }
 
 /// Vertical field of view of the 3D camera.
-const FOV: f32 = 0.785_398_2;
+const FOV: f32 = std::f32::consts::FRAC_PI_4;
 
 /// World width and height a 2D view of `aspect` shows at zoom 1: the domain fits, aspect kept.
 fn fit_2d(nf: Vec3, aspect: f32) -> (f32, f32) {
