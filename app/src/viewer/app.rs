@@ -382,7 +382,7 @@ impl ViewerApp {
         let Ok((what, path)) = rx.try_recv() else { return };
         self.dialog = None;
         let Some(p) = path else {
-            self.message("dialog cancelled", false);
+            self.message("no file chosen (dialog cancelled, or no file-dialog service here: type the path instead)", false);
             return;
         };
         match what {
