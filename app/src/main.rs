@@ -63,6 +63,8 @@ fn main() -> ExitCode {
                 frames: None,
                 screenshot: None,
                 view: None,
+                steps_per_frame: 20,
+                bench: None,
             };
             viewer::window::run_window(&a)
         }

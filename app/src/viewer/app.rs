@@ -9,8 +9,12 @@ use super::{legend_ui, LegendInfo};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
+use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
+use sim_core::lattice::Lattice;
+use sim_core::precision::Precision;
 use sim_core::scene::LoadedScene;
+use sim_core::schemes::Scheme;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
@@ -154,6 +158,7 @@ pub struct ViewerApp {
     vtk_path: String,
     ckpt_path: String,
     dialog: Option<Receiver<(Dialog, Option<PathBuf>)>>,
+    pending_scene: Option<Receiver<Result<(LoadedScene, Box<dyn sim_core::Solver>), String>>>,
     presets: Vec<PathBuf>,
     /// The egui texture of the field view (set by the shell once it exists).
     pub field_texture: Option<egui::TextureId>,
@@ -194,6 +199,7 @@ impl ViewerApp {
             vtk_path: "out/esoflow.vti".into(),
             ckpt_path: "out/esoflow.ckpt".into(),
             dialog: None,
+            pending_scene: None,
             presets: find_presets(Path::new("scenes")),
             field_texture: None,
             view_px: [0, 0],
@@ -246,6 +252,12 @@ impl ViewerApp {
         self.worker.send(Command::SetRunning(r));
     }
 
+    /// Steps per frame (the solver thread's batch).
+    pub fn set_steps_per_frame(&mut self, n: u64) {
+        self.steps_per_frame = n.clamp(1, 1_000_000);
+        self.worker.send(Command::SetStepsPerBatch(self.steps_per_frame));
+    }
+
     /// One batch of steps (`steps_per_frame`), paused.
     pub fn single_step(&mut self) {
         self.set_running(false);
@@ -290,22 +302,160 @@ impl ViewerApp {
         self.tau_edit
     }
 
-    /// Replace the scene (load a file, or the built-in default with `None`).
+    /// Replace the scene (load a file, or the built-in default with `None`). The scene is read
+    /// and its solver built on a helper thread; the old scene runs on until the new one is ready,
+    /// and stays if the new one fails (with a message).
     pub fn open_scene(&mut self, path: Option<&Path>) {
-        let ls = match load_scene(path, &[]) {
-            Ok(ls) => ls,
-            Err(e) => {
-                self.message(format!("cannot open the scene: {e:#}"), true);
+        if self.pending_scene.is_some() {
+            self.message("a scene is already loading", false);
+            return;
+        }
+        let path = path.map(Path::to_path_buf);
+        let backend = self.backend;
+        let (tx, rx) = mpsc::channel();
+        let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
+        let spawned = std::thread::Builder::new().name("scene-loader".into()).spawn(move || {
+            let r = load_scene(path.as_deref(), &[]).map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
+                let s = build_solver(&ls, backend).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
+                Ok((ls, s))
+            });
+            let _ = tx.send(r);
+        });
+        match spawned {
+            Ok(_) => {
+                self.pending_scene = Some(rx);
+                self.message(format!("loading {what}…"), false);
+            }
+            Err(e) => self.message(format!("cannot start loading the scene: {e}"), true),
+        }
+    }
+
+    /// Rebuild the solver with changed solver settings (lattice, scheme, precision, collision).
+    /// The run starts again from step 0 (said in a message); tau and the boundary velocities in
+    /// force are kept.
+    pub fn rebuild_with(&mut self, what: &str, change: impl FnOnce(&mut sim_core::scene::Scene)) {
+        if self.pending_scene.is_some() {
+            self.message("a scene is already loading", false);
+            return;
+        }
+        let mut ls = self.scene.clone();
+        change(&mut ls.scene);
+        match sim_core::scene::validate(&ls.scene) {
+            Ok(d) => ls.derived = d,
+            Err((key, msg)) => {
+                self.message(format!("cannot switch to {what}: {key}: {msg}"), true);
                 return;
             }
-        };
-        let solver = match build_solver(&ls, self.backend) {
-            Ok(s) => s,
-            Err(e) => {
-                self.message(format!("cannot build a solver for {}: {e:#}", ls.origin), true);
-                return;
+        }
+        let params = self.snap.as_ref().map(|s| s.params.clone());
+        let backend = self.backend;
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("solver-rebuild".into()).spawn(move || {
+            let r = build_solver(&ls, backend).map_err(|e| format!("cannot rebuild the solver: {e:#}")).map(|mut s| {
+                if let Some(mut p) = params {
+                    // The new collision kind comes from the scene; tau and velocities stay.
+                    p.collide.kind = s.params().collide.kind;
+                    let _ = s.set_params(p);
+                }
+                (ls, s)
+            });
+            let _ = tx.send(r);
+        });
+        match spawned {
+            Ok(_) => {
+                self.pending_scene = Some(rx);
+                self.message(format!("switching to {what}: the solver is rebuilt and starts again from step 0"), false);
             }
+            Err(e) => self.message(format!("cannot rebuild the solver: {e}"), true),
+        }
+    }
+
+    fn solver_settings_ui(&mut self, ui: &mut Ui) {
+        let s = self.scene.scene.solver.clone();
+        let lattice = self.scene.derived.lattice;
+        let lattices: Vec<Lattice> = if self.is_2d() { vec![Lattice::D2Q9] } else { vec![Lattice::D3Q19, Lattice::D3Q27] };
+        egui::Grid::new("solver settings").num_columns(2).show(ui, |ui| {
+            let label = ui.label("lattice");
+            let mut l = lattice;
+            egui::ComboBox::from_id_salt("lattice")
+                .selected_text(l.name())
+                .show_ui(ui, |ui| {
+                    for k in &lattices {
+                        ui.selectable_value(&mut l, *k, k.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("scheme");
+            let mut sc = s.scheme;
+            egui::ComboBox::from_id_salt("scheme")
+                .selected_text(sc.name())
+                .show_ui(ui, |ui| {
+                    for k in Scheme::ALL {
+                        ui.selectable_value(&mut sc, k, k.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("precision");
+            let mut pr = s.precision;
+            egui::ComboBox::from_id_salt("precision")
+                .selected_text(pr.name())
+                .show_ui(ui, |ui| {
+                    for k in Precision::ALL {
+                        ui.selectable_value(&mut pr, k, k.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            let label = ui.label("collision");
+            let mut co = s.collision;
+            egui::ComboBox::from_id_salt("collision")
+                .selected_text(co.name())
+                .show_ui(ui, |ui| {
+                    for k in Collision::ALL {
+                        ui.selectable_value(&mut co, k, k.name());
+                    }
+                })
+                .response
+                .labelled_by(label.id);
+            ui.end_row();
+            if l != lattice {
+                self.rebuild_with(l.name(), |sc| sc.domain.lattice = Some(l));
+            } else if sc != s.scheme {
+                self.rebuild_with(sc.name(), |x| x.solver.scheme = sc);
+            } else if pr != s.precision {
+                self.rebuild_with(pr.name(), |x| x.solver.precision = pr);
+            } else if co != s.collision {
+                self.rebuild_with(co.name(), |x| x.solver.collision = co);
+            }
+        });
+    }
+
+    /// Whether a scene is being loaded.
+    #[must_use]
+    pub fn loading(&self) -> bool {
+        self.pending_scene.is_some()
+    }
+
+    fn poll_scene(&mut self) {
+        let Some(rx) = &self.pending_scene else { return };
+        let r = match rx.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => Err("the scene loader stopped without an answer".into()),
         };
+        self.pending_scene = None;
+        match r {
+            Ok((ls, solver)) => self.replace_scene(ls, solver),
+            Err(e) => self.message(e, true),
+        }
+    }
+
+    fn replace_scene(&mut self, ls: LoadedScene, solver: Box<dyn sim_core::Solver>) {
         let n = solver.domain().n;
         self.tau_edit = solver.params().collide.tau;
         for w in &ls.derived.warnings {
@@ -472,6 +622,7 @@ impl ViewerApp {
         let ctx = ui.ctx().clone();
         self.poll_worker();
         self.poll_dialog();
+        self.poll_scene();
         self.shortcuts(&ctx);
         egui::Panel::left("panels").resizable(true).default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
@@ -487,7 +638,7 @@ impl ViewerApp {
         egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
         self.help_ui(&ctx);
         self.blowup_ui(&ctx);
-        if self.running || self.dialog.is_some() || !self.messages.is_empty() {
+        if self.running || self.dialog.is_some() || self.pending_scene.is_some() || !self.messages.is_empty() {
             ctx.request_repaint_after(Duration::from_millis(if self.running { 0 } else { 100 }));
         }
     }
@@ -510,8 +661,7 @@ impl ViewerApp {
             let label = ui.label("steps per frame");
             let mut n = self.steps_per_frame;
             if ui.add(egui::DragValue::new(&mut n).range(1..=10_000).speed(1.0)).labelled_by(label.id).changed() {
-                self.steps_per_frame = n;
-                self.worker.send(Command::SetStepsPerBatch(n));
+                self.set_steps_per_frame(n);
             }
         });
         ui.horizontal(|ui| {
@@ -527,8 +677,9 @@ impl ViewerApp {
             return;
         };
         ui.separator();
+        self.solver_settings_ui(ui);
         let info = &snap.info;
-        ui.label(format!("{} {}, {}, {}", info.lattice, info.scheme, info.precision, snap.params.collide.kind.name()));
+        ui.label(format!("running: {} {}, {}, {}", info.lattice, info.scheme, info.precision, snap.params.collide.kind.name()));
         ui.horizontal(|ui| {
             ui.label("tau");
             let mut tau = self.tau_edit;
@@ -694,6 +845,12 @@ impl ViewerApp {
 
     fn scene_ui(&mut self, ui: &mut Ui) {
         ui.label(format!("now: {}", self.scene.origin));
+        if self.loading() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("loading…");
+            });
+        }
         if !self.scene.scene.description.is_empty() {
             ui.label(RichText::new(&self.scene.scene.description).small());
         }

@@ -190,3 +190,94 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     img.save(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(gpu.adapter)
 }
+
+/// The viewer's pipeline without a window, timed: first the solver alone, then the solver thread
+/// running while this thread takes every new snapshot, uploads it and draws the view (as the
+/// window does, less egui and presenting). Prints frames per second and MLUPS both ways.
+///
+/// # Errors
+/// No GPU adapter, or the solver cannot be built.
+pub fn render_bench(
+    ls: &sim_core::scene::LoadedScene,
+    backend: crate::BackendChoice,
+    secs: f64,
+    spec: ViewSpec,
+    steps_per_frame: u64,
+) -> anyhow::Result<std::process::ExitCode> {
+    use super::worker::WorkerHandle;
+    use std::time::{Duration, Instant};
+    let gpu = gpu().map_err(anyhow::Error::msg)?;
+    let secs = secs.max(0.5);
+    let spf = steps_per_frame.max(1);
+    let mut solver = crate::run::build_solver(ls, backend)?;
+    let info = solver.info();
+    let n = solver.domain().n;
+    let cells = (n[0] * n[1] * n[2]) as f64;
+    eprintln!(
+        "render bench: {} {}x{}x{} {} {} on {} ({}); view on {}; {spf} steps per frame; {secs} s each",
+        info.lattice, n[0], n[1], n[2], info.scheme, info.precision, info.backend, info.device, gpu.adapter
+    );
+    // 1. The solver alone, in the same batches.
+    solver.step(spf)?;
+    solver.synchronize()?;
+    let t0 = Instant::now();
+    let mut steps = 0u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        solver.step(spf)?;
+        solver.synchronize()?;
+        steps += spf;
+    }
+    let alone = cells * steps as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    // 2. The solver thread runs; this thread draws every new snapshot.
+    let size = spec.size.unwrap_or_else(|| default_size(n));
+    let cmap = spec.cmap.unwrap_or_else(|| default_cmap(spec.field));
+    let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+    let worker = WorkerHandle::start(solver, ls.origin.clone(), true, spec.field, spf);
+    let mut frames = 0u64;
+    let mut first: Option<(Instant, u64)> = None;
+    let mut last_step = 0;
+    let (mut upload_s, mut draw_s) = (0.0f64, 0.0f64);
+    let mut solid_done = false;
+    let t_end = Instant::now() + Duration::from_secs_f64(secs + 1.0);
+    while Instant::now() < t_end {
+        let Some(snap) = worker.take() else {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        };
+        let tu = Instant::now();
+        fr.upload(&gpu.device, &gpu.queue, snap.size, &snap.values, (!solid_done).then(|| snap.solid.as_slice()))?;
+        solid_done = true;
+        let td = Instant::now();
+        let params = ViewParams {
+            cmap,
+            range: spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap)),
+            slices: spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]),
+            show: [true, false, false],
+            camera: Camera::default(),
+        };
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
+        fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
+        gpu.queue.submit([enc.finish()]);
+        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
+        let done = Instant::now();
+        // Count from the first frame on (the first one includes allocating the textures).
+        match first {
+            None => first = Some((done, snap.step)),
+            Some(_) => {
+                frames += 1;
+                upload_s += (td - tu).as_secs_f64();
+                draw_s += (done - td).as_secs_f64();
+            }
+        }
+        last_step = snap.step;
+    }
+    let Some((t_first, step_first)) = first else { anyhow::bail!("no frame arrived from the solver thread") };
+    let dt = t_end.min(Instant::now()).duration_since(t_first).as_secs_f64().max(1e-9);
+    let drawing = cells * (last_step - step_first) as f64 / dt / 1e6;
+    let f = frames.max(1) as f64;
+    println!("frames drawn (each a new field):  {frames} in {dt:.2} s = {:.1} FPS", frames as f64 / dt);
+    println!("per frame: upload {:.2} ms, draw {:.2} ms ({}x{} px, one x slice)", upload_s / f * 1e3, draw_s / f * 1e3, size[0], size[1]);
+    println!("MLUPS alone:          {alone:.1}");
+    println!("MLUPS while drawing:  {drawing:.1} ({:+.1} %)", (drawing / alone - 1.0) * 100.0);
+    Ok(std::process::ExitCode::SUCCESS)
+}

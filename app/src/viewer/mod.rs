@@ -46,6 +46,13 @@ pub struct ViewArgs {
     /// Initial view, as for `run --view`: field=speed,cmap=turbo,range=0:0.1,slices=10:20:5.
     #[arg(long, value_name = "SPEC")]
     pub view: Option<String>,
+    /// Steps per frame (the solver thread's batch between two pictures).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub steps_per_frame: u64,
+    /// No window: measure the viewer's pipeline offscreen for SECONDS: the solver alone, then the
+    /// solver thread running while the main thread uploads and draws every new field (FPS, MLUPS).
+    #[arg(long, value_name = "SECONDS")]
+    pub bench: Option<f64>,
 }
 
 /// Parse a field name.

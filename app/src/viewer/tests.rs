@@ -322,9 +322,23 @@ fn ui_bad_scene_path_shows_a_message_and_keeps_running() {
     let mut h = harness(small_app(false));
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
     h.state_mut().open_scene(Some(std::path::Path::new("/nonexistent/scene.toml")));
+    run_until(&mut h, "the load to fail", |a| !a.loading());
     h.step();
     assert!(h.state().messages().iter().any(|m| m.error && m.text.contains("cannot open the scene")));
     assert_eq!(h.state().scene.scene.name, "test channel", "the old scene stays");
+    // A scene that parses but is invalid: also a message, old scene kept.
+    let bad = std::env::temp_dir().join(format!("esoflow-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "[domain]\nsize = [0, 10]\n").expect("temp file");
+    h.state_mut().open_scene(Some(&bad));
+    run_until(&mut h, "the load to fail", |a| !a.loading());
+    assert_eq!(h.state().messages().iter().filter(|m| m.error && m.text.contains("cannot open the scene")).count(), 2);
+    let _ = std::fs::remove_file(&bad);
+    // A preset loads and replaces the running scene.
+    let cavity = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenes/lid_driven_cavity_2d.toml");
+    h.state_mut().open_scene(Some(&cavity));
+    run_until(&mut h, "the new scene", |a| !a.loading());
+    assert_ne!(h.state().scene.scene.name, "test channel");
+    run_until(&mut h, "a snapshot of the new scene", |a| a.snap.as_ref().is_some_and(|s| s.size[0] == a.scene.derived.size[0]));
 }
 
 #[test]
@@ -340,4 +354,19 @@ fn blow_up_pauses_and_rolls_back() {
     h.step();
     h.get_by_label(&format!("Roll back to step {good}")).click();
     run_until(&mut h, "the rollback", |a| a.blowup.is_none() && a.snap.as_ref().is_some_and(|s| s.step == good && !s.stats.blown_up()));
+}
+
+#[test]
+fn ui_switching_the_scheme_rebuilds_the_solver() {
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.get_by_label("scheme").click();
+    h.run_steps(3);
+    h.get_by_label("aa").click();
+    h.run_steps(2);
+    run_until(&mut h, "the rebuilt solver", |a| {
+        !a.loading() && a.snap.as_ref().is_some_and(|s| s.info.scheme == sim_core::schemes::Scheme::Aa)
+    });
+    assert!(h.state().messages().iter().any(|m| m.text.contains("starts again from step 0")));
+    assert_eq!(h.state().scene.scene.solver.scheme, sim_core::schemes::Scheme::Aa);
 }

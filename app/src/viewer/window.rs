@@ -65,11 +65,15 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
+    if let Some(secs) = args.bench {
+        return super::headless::render_bench(&ls, args.backend, secs, spec.unwrap_or_default(), args.steps_per_frame);
+    }
     let solver = build_solver(&ls, args.backend)?;
     let event_loop = EventLoop::new()
         .context("cannot open a window: no display found (set DISPLAY or WAYLAND_DISPLAY; `esoflow run` works without one)")?;
     let title = format!("Esoflow — {}", ls.scene.name);
     let mut app = ViewerApp::new(ls, solver, args.backend, !args.paused);
+    app.set_steps_per_frame(args.steps_per_frame);
     if let Some(s) = &spec {
         app.set_field(s.field);
         if let Some(c) = s.cmap {
