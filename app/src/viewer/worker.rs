@@ -169,8 +169,13 @@ struct Worker {
     field: FieldKind,
     steps_per_batch: u64,
     checkpoint_every: u64,
-    initial: Checkpoint,
-    last_good: Checkpoint,
+    initial: Arc<Checkpoint>,
+    last_good: Arc<Checkpoint>,
+    /// When the last rollback checkpoint was taken and how long it took (seconds).
+    last_ckpt_at: Instant,
+    ckpt_secs: f64,
+    cells: f64,
+    stats: Option<(Instant, Stats)>,
     solid: Arc<Vec<u8>>,
     solver_serial: u64,
     serial: u64,
@@ -199,9 +204,12 @@ impl Worker {
         field: FieldKind,
         spb: u64,
     ) -> Worker {
-        let initial = solver.checkpoint();
-        let last_good = initial.clone();
+        let t = Instant::now();
+        let initial = Arc::new(solver.checkpoint());
+        let ckpt_secs = t.elapsed().as_secs_f64();
+        let last_good = Arc::clone(&initial);
         let solid = solid_mask(solver.as_ref());
+        let cells = solver.domain().cells() as f64;
         let mass0 = solver.stats().mass;
         let t = solver.time_step();
         Worker {
@@ -215,6 +223,10 @@ impl Worker {
             checkpoint_every: 1000,
             initial,
             last_good,
+            last_ckpt_at: Instant::now(),
+            ckpt_secs,
+            cells,
+            stats: None,
             solid,
             solver_serial: 0,
             serial: 0,
@@ -287,25 +299,33 @@ impl Worker {
             }
             Command::Reset => {
                 let params = self.solver.params();
-                self.restore(&self.initial.clone(), "reset");
+                let initial = Arc::clone(&self.initial);
+                self.restore(&initial, "reset");
                 if let Err(e) = self.solver.set_params(params) {
                     self.event(Event::Error(e.to_string()));
                 }
-                self.last_good = self.solver.checkpoint();
+                self.last_good = Arc::clone(&self.initial);
+                self.stats = None;
                 self.rate_steps0 = self.solver.time_step();
             }
             Command::Rollback => {
-                let good = self.last_good.clone();
+                let good = Arc::clone(&self.last_good);
                 self.restore(&good, "rollback");
+                self.stats = None;
                 self.running = false;
                 self.rate_steps0 = self.solver.time_step();
             }
             Command::Replace(s, name) => {
                 self.solver = s;
                 self.name = name;
-                self.initial = self.solver.checkpoint();
-                self.last_good = self.initial.clone();
+                let t = Instant::now();
+                self.initial = Arc::new(self.solver.checkpoint());
+                self.ckpt_secs = t.elapsed().as_secs_f64();
+                self.last_ckpt_at = Instant::now();
+                self.last_good = Arc::clone(&self.initial);
                 self.solid = solid_mask(self.solver.as_ref());
+                self.cells = self.solver.domain().cells() as f64;
+                self.stats = None;
                 self.solver_serial += 1;
                 self.mass0 = self.solver.stats().mass;
                 self.blown = false;
@@ -333,7 +353,10 @@ impl Worker {
                 }
             }
             Command::LoadCheckpoint(p) => match Checkpoint::load(&p) {
-                Ok(c) => self.restore(&c, &format!("checkpoint {}", p.display())),
+                Ok(c) => {
+                    self.restore(&c, &format!("checkpoint {}", p.display()));
+                    self.stats = None;
+                }
                 Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
             },
             Command::Quit => return false,
@@ -367,16 +390,21 @@ impl Worker {
             }
             let secs = t.elapsed().as_secs_f64().max(1e-9);
             self.solver_secs_per_step = secs / k as f64;
-            let cells: usize = self.solver.info().size.iter().product();
-            self.mlups = cells as f64 * k as f64 / secs / 1e6;
+            self.mlups = self.cells * k as f64 / secs / 1e6;
             left -= k;
-            if (now + k) % self.checkpoint_every == 0 {
+            // A rollback state every `checkpoint_every` steps, but spaced in wall time so that
+            // copying the state (a GiB on a large GPU grid) costs at most ~5 % of the run.
+            let due = (now + k) % self.checkpoint_every == 0 && self.last_ckpt_at.elapsed().as_secs_f64() >= 20.0 * self.ckpt_secs;
+            if due {
                 let st = self.solver.stats();
                 if st.blown_up() {
                     self.blow_up(&st);
                     return;
                 }
-                self.last_good = self.solver.checkpoint();
+                let t = Instant::now();
+                self.last_good = Arc::new(self.solver.checkpoint());
+                self.ckpt_secs = t.elapsed().as_secs_f64();
+                self.last_ckpt_at = Instant::now();
             }
         }
         let dt = self.rate_t0.elapsed().as_secs_f64();
@@ -397,17 +425,29 @@ impl Worker {
     fn publish(&mut self) {
         let t = Instant::now();
         let values = self.solver.scalar_field(self.field);
-        let stats = self.solver.stats();
-        if stats.blown_up() && !self.blown {
-            self.blow_up(&stats);
-        }
         let mut lo = f32::INFINITY;
         let mut hi = f32::NEG_INFINITY;
+        let mut finite = true;
         for (v, &s) in values.iter().zip(self.solid.iter()) {
-            if s == 0 && v.is_finite() {
-                lo = lo.min(*v);
-                hi = hi.max(*v);
+            if s == 0 {
+                if v.is_finite() {
+                    lo = lo.min(*v);
+                    hi = hi.max(*v);
+                } else {
+                    finite = false;
+                }
             }
+        }
+        // Stats (mass, forces: reductions over the grid) at most 10 times a second, and at
+        // once when the field shows non-finite values or the step went back.
+        let step = self.solver.time_step();
+        let fresh = self.stats.as_ref().is_some_and(|(at, st)| at.elapsed() < Duration::from_millis(100) && st.step <= step && finite);
+        if !fresh {
+            self.stats = Some((Instant::now(), self.solver.stats()));
+        }
+        let stats = self.stats.as_ref().map(|(_, st)| st.clone()).unwrap_or_default();
+        if stats.blown_up() && !self.blown {
+            self.blow_up(&stats);
         }
         if lo > hi {
             (lo, hi) = (0.0, 0.0);
