@@ -117,6 +117,9 @@ enum Dialog {
     LoadCheckpoint,
 }
 
+/// What a scene loader thread hands back: the scene and its solver, or a message.
+type SceneResult = Result<(LoadedScene, Box<dyn sim_core::Solver>), String>;
+
 /// Frame timings the shell measures.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FrameTimes {
@@ -158,7 +161,7 @@ pub struct ViewerApp {
     vtk_path: String,
     ckpt_path: String,
     dialog: Option<Receiver<(Dialog, Option<PathBuf>)>>,
-    pending_scene: Option<Receiver<Result<(LoadedScene, Box<dyn sim_core::Solver>), String>>>,
+    pending_scene: Option<Receiver<SceneResult>>,
     presets: Vec<PathBuf>,
     /// The egui texture of the field view (set by the shell once it exists).
     pub field_texture: Option<egui::TextureId>,
