@@ -1,16 +1,14 @@
 // Esoflow dense-grid kernels. Prepended by the generated header and common.cuh.
-// Bricks: BX x BY x BZ cells, one CUDA block each; x fastest so a warp reads 32 consecutive
-// cells (coalesced SoA). Bricks are classified on the host: all-solid bricks are skipped,
-// plain-fluid bricks run `stream_collide_lean` (no flag reads), the rest `stream_collide_boundary`.
+// Bricks: BX x BY x BZ cells, one CUDA block each; x fastest so a warp reads consecutive cells
+// (coalesced SoA). Bricks are classified on the host: all-solid bricks are skipped, plain-fluid
+// bricks run the lean path (no flag reads), the rest the boundary path; either as two kernels
+// (`stream_collide_lean` + `stream_collide_boundary`) or one (`stream_collide_fused`).
 
-#define BX 32
-#if DEF_D == 3
-#define BY 2
-#define BZ 2
-#else
-#define BY 4
-#define BZ 1
-#endif
+// Brick shape: DEF_BX x DEF_BY x DEF_BZ from the generated header (the host classifies bricks
+// with the same shape).
+#define BX DEF_BX
+#define BY DEF_BY
+#define BZ DEF_BZ
 #define BRICK_THREADS (BX * BY * BZ)
 // Minimum resident bricks per SM for the lean kernel (caps its registers; tuned per card).
 #ifndef DEF_MIN_BLOCKS
@@ -18,8 +16,11 @@
 #endif
 #define NBX ((DEF_NX + BX - 1) / BX)
 #define NBY ((DEF_NY + BY - 1) / BY)
+// In the list of all bricks (fused dispatch), this bit marks a brick with boundaries.
+#define BRICK_BOUNDARY 0x80000000u
 
 __device__ __forceinline__ bool brick_cell(u32 brick, u32& x, u32& y, u32& z) {
+    brick &= ~BRICK_BOUNDARY;
     const u32 bx = brick % NBX, r = brick / NBX, by = r % NBY, bz = r / NBY;
     const u32 t = threadIdx.x;
     x = bx * BX + t % BX;
@@ -28,40 +29,34 @@ __device__ __forceinline__ bool brick_cell(u32 brick, u32& x, u32& y, u32& z) {
     return x < DEF_NX && y < DEF_NY && z < DEF_NZ;
 }
 
-// Plain fluid bricks: no flag reads, fewest registers.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
-    u32 x, y, z;
-    if (!brick_cell(bricks[blockIdx.x], x, y, z)) return;
+// A plain fluid cell: no flag reads.
+__device__ __forceinline__ void lean_cell(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 x, u32 y, u32 z, bool odd, const Params& p) {
     const idx_t n = idx3(x, y, z);
     idx_t j[DEF_Q];
     neighbours(x, y, z, j);
-    const bool odd = t & 1ull;
     float f[DEF_Q];
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) f[i] = dec(ldf(fi + load_slot(i, n, j, odd)));
-    const Params p = {tau, cs, fx, fy, fz};
     collide(f, p);
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) stf(fo + store_slot(i, n, j, odd), enc(f[i]));
 }
 
-// Bricks with boundaries: bounce-back, moving walls, inlets/outlets, obstacle forces.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
-    __shared__ double acc[16 * 3];
+// A brick with boundaries: bounce-back, moving walls, inlets/outlets, obstacle forces (summed
+// per brick in shared memory `acc`, then once into `forces`). Every thread of the block calls it.
+__device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 brick, const unsigned char* __restrict__ flags, bool odd, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, double* acc) {
     if (threadIdx.x < 48) acc[threadIdx.x] = 0.0;
     __syncthreads();
     u32 x, y, z;
-    const bool inside = brick_cell(bricks[blockIdx.x], x, y, z);
+    const bool inside = brick_cell(brick, x, y, z);
     const idx_t n = inside ? idx3(x, y, z) : (idx_t)0;
     const unsigned char flag = inside ? flags[n] : (unsigned char)KIND_SOLID;
     if (!is_solid(flag)) {
         idx_t j[DEF_Q];
         neighbours(x, y, z, j);
-        const bool odd = t & 1ull;
         const bool near = flag & FLAG_NEAR;
         float f[DEF_Q];
         load_incoming(fi, n, j, odd, near, flags, f);
-        const Params p = {tau, cs, fx, fy, fz};
         if (near) {
             moving_walls(f, flags, j, walls);
             const u32 k = flag & FLAG_KIND;
@@ -92,6 +87,134 @@ extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_bound
     __syncthreads();
     if (threadIdx.x < 48 && acc[threadIdx.x] != 0.0) atomicAdd(&forces[threadIdx.x], acc[threadIdx.x]);
 }
+
+// Plain fluid bricks: no flag reads, fewest registers.
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+    u32 x, y, z;
+    if (!brick_cell(bricks[blockIdx.x], x, y, z)) return;
+    const Params p = {tau, cs, fx, fy, fz};
+    lean_cell(fi, fo, x, y, z, t & 1ull, p);
+}
+
+// Bricks with boundaries.
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
+    __shared__ double acc[16 * 3];
+    const Params p = {tau, cs, fx, fy, fz};
+    boundary_brick(fi, fo, bricks[blockIdx.x], flags, t & 1ull, p, walls, inlets, outlets, forces, acc);
+}
+
+// Every brick in one launch, in memory order: each block takes the lean or the boundary path by
+// its brick's class (a block-uniform branch: no divergence, plain bricks read no flags).
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
+    __shared__ double acc[16 * 3];
+    const Params p = {tau, cs, fx, fy, fz};
+    const u32 brick = bricks[blockIdx.x];
+    if (brick & BRICK_BOUNDARY) {
+        boundary_brick(fi, fo, brick, flags, t & 1ull, p, walls, inlets, outlets, forces, acc);
+    } else {
+        u32 x, y, z;
+        if (brick_cell(brick, x, y, z)) lean_cell(fi, fo, x, y, z, t & 1ull, p);
+    }
+}
+
+// ---------------------------------------------------------------- whole rows (DEF_ROWS)
+// One block per x row of plain fluid cells (ROWW >= NX threads). Every DDF array is accessed at
+// a uniform x shift per step (0 or +-1, the row wraps periodically), so a block loads and stores
+// whole aligned rows and moves the shifted values through shared memory: no partial 32-byte
+// sectors at brick edges, which is what holds narrow bricks below the copy ceiling.
+#if DEF_ROWS
+#define ROWW (((DEF_NX + 31u) / 32u) * 32u)
+// Rank of direction i among the directions with an x component (their shared-memory row). The
+// table is built in a constant expression, so an unrolled loop's lookups fold to constants.
+struct XRanks { int r[DEF_Q + 1]; };
+__device__ __forceinline__ constexpr XRanks make_xranks() {
+    XRanks x{};
+    for (int k = 0; k < DEF_Q; k++) x.r[k + 1] = x.r[k] + (lat_cx(k) != 0 ? 1 : 0);
+    return x;
+}
+__device__ __forceinline__ constexpr int xrank(int i) {
+    constexpr XRanks x = make_xranks();
+    return x.r[i];
+}
+__device__ __forceinline__ constexpr int xdirs() { return xrank(DEF_Q); }
+
+// x step of the cell whose slot load_slot (LOAD) or store_slot picks for direction i, relative
+// to this cell: the same choices as those two functions, as constants the compiler folds.
+__device__ __forceinline__ constexpr int opp_c(int i) { return i == 0 ? 0 : ((i & 1) ? i + 1 : i - 1); }
+__device__ __forceinline__ constexpr int load_dx(int i, bool odd) {
+#if DEF_SCHEME == 0
+    return lat_cx(opp_c(i));
+#elif DEF_SCHEME == 1
+    return odd ? 0 : lat_cx(opp_c(i));
+#elif DEF_SCHEME == 2
+    return (i == 0 || (i & 1)) ? 0 : lat_cx(i - 1);
+#elif DEF_SCHEME == 3
+    return (i == 0 || !(i & 1)) ? 0 : lat_cx(i + 1);
+#else
+    return 0;
+#endif
+}
+template <bool ODD, bool LOAD>
+__device__ __forceinline__ constexpr int slot_sx(int i) {
+#if DEF_SCHEME == 0 || DEF_SCHEME == 4
+    return LOAD ? load_dx(i, ODD) : 0;
+#else
+    return LOAD ? load_dx(i, ODD) : load_dx(opp_c(i), ODD);
+#endif
+}
+
+template <bool ODD>
+__device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWW]) {
+    const u32 x = threadIdx.x;
+    const bool inside = x < DEF_NX;
+    const u32 xc = inside ? x : 0u;
+    const idx_t n = idx3(xc, y, z);
+    idx_t j[DEF_Q], j0[DEF_Q];
+    neighbours(xc, y, z, j);
+    // The same neighbours without their x step: the aligned slot of this thread's position.
+#pragma unroll
+    for (int k = 0; k < DEF_Q; k++) j0[k] = j[k] - (idx_t)((xc + DEF_NX + lat_cx(k)) % DEF_NX) + (idx_t)xc;
+    float f[DEF_Q];
+    fpxx raw[DEF_Q];
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        raw[i] = inside ? ldf(fi + load_slot(i, n, j0, ODD)) : (fpxx)0;
+        if (slot_sx<ODD, true>(i) != 0) sh[xrank(i)][x] = raw[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const int sx = slot_sx<ODD, true>(i);
+        f[i] = dec(sx == 0 ? raw[i] : sh[xrank(i)][(xc + DEF_NX + sx) % DEF_NX]);
+    }
+    __syncthreads();
+    collide(f, p);
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const int sx = slot_sx<ODD, false>(i);
+        if (sx == 0) {
+            if (inside) stf(fo + store_slot(i, n, j0, ODD), enc(f[i]));
+        } else if (inside) {
+            sh[xrank(i)][(xc + DEF_NX + sx) % DEF_NX] = enc(f[i]);
+        }
+    }
+    __syncthreads();
+    if (inside) {
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) {
+            if (slot_sx<ODD, false>(i) != 0) stf(fo + store_slot(i, n, j0, ODD), sh[xrank(i)][x]);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ROWW) stream_collide_rows(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ rows, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+    __shared__ fpxx sh[xdirs() > 0 ? xdirs() : 1][ROWW];
+    const u32 r = rows[blockIdx.x], y = r % DEF_NY, z = r / DEF_NY;
+    const Params p = {tau, cs, fx, fy, fz};
+    if (t & 1ull) row_cells<true>(fi, fo, y, z, p, sh);
+    else row_cells<false>(fi, fo, y, z, p, sh);
+}
+#endif
 
 // LBM-Swap streaming pass: swap each outgoing DDF with the neighbour's opposite one.
 extern "C" __global__ void swap_stream(fpxx* __restrict__ f, const unsigned char* __restrict__ flags) {

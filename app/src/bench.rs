@@ -247,6 +247,7 @@ pub fn date_utc() -> String {
 /// bricks through the lean kernel and the rest through the boundary kernel, against every
 /// brick through the boundary kernel.
 fn disaggregation_gain(a: &BenchArgs) -> anyhow::Result<()> {
+    use sim_core::backend::cuda::Dispatch;
     let n = a.size;
     let text = format!(
         "[domain]\nsize = [{n}, {h}, {h}]\n[boundaries]\nx_min = {{ type = \"inlet\", velocity = [0.05, 0, 0] }}\nx_max = \"outlet\"\ny_min = \"wall\"\ny_max = \"wall\"\nz_min = \"wall\"\nz_max = \"wall\"\n[fluid]\nreynolds = 200\nlength = {d}\nvelocity = 0.05\n[[obstacles]]\nshape = \"sphere\"\ncenter = [{cx}, {c}, {c}]\nradius = {r}\n",
@@ -258,14 +259,18 @@ fn disaggregation_gain(a: &BenchArgs) -> anyhow::Result<()> {
     );
     let ls = sim_core::scene::from_str(&text, "bench channel", PathBuf::from("."), &[])?;
     let mut s = sim_core::backend::cuda::CudaSolver::from_scene(&ls)?;
-    let (regs_lean, regs_boundary) = s.registers();
+    let (regs_lean, regs_boundary, regs_fused) = s.registers();
     let (bl, bb) = s.brick_counts();
+    let brick = s.brick();
     println!();
     println!("disaggregation: D3Q19 esoteric_pull fp32, channel {}x{}x{} with a sphere, inlet, outlet, walls", n, n / 2, n / 2);
-    println!("  bricks: {bl} plain fluid (lean kernel, {regs_lean} registers), {bb} with boundaries (boundary kernel, {regs_boundary} registers)");
+    println!(
+        "  bricks of {}x{}x{}: {bl} plain fluid, {bb} with boundaries; registers: lean {regs_lean}, boundary {regs_boundary}, fused {regs_fused}",
+        brick[0], brick[1], brick[2]
+    );
     let cells = (n * (n / 2) * (n / 2)) as f64;
-    let mut time = |on: bool| -> anyhow::Result<f64> {
-        s.set_disaggregated(on);
+    let mut time = |d: Dispatch| -> anyhow::Result<f64> {
+        s.set_dispatch(d);
         s.step(20)?;
         s.synchronize()?;
         let t = Instant::now();
@@ -277,8 +282,11 @@ fn disaggregation_gain(a: &BenchArgs) -> anyhow::Result<()> {
         }
         Ok(cells * steps as f64 / t.elapsed().as_secs_f64() / 1e6)
     };
-    let split = time(true)?;
-    let single = time(false)?;
-    println!("  MLUPS: {split:.0} split (lean + boundary) vs {single:.0} all through the boundary kernel: {:.2}x", split / single);
+    let base = time(Dispatch::BoundaryOnly)?;
+    let split = time(Dispatch::Split)?;
+    let fused = time(Dispatch::Fused)?;
+    println!("  MLUPS: {base:.0} every brick through the boundary kernel (baseline)");
+    println!("         {split:.0} split: lean kernel + boundary kernel, two launches ({:.2}x)", split / base);
+    println!("         {fused:.0} fused: one launch, lean or boundary path per brick ({:.2}x)", fused / base);
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! warnings. Needs libnvrtc (CUDA toolkit or `pip install nvidia-cuda-nvrtc`), not a GPU. Skips
 //! with a message where NVRTC is missing, unless ESOFLOW_REQUIRE_NVRTC=1 (CI sets it).
 
-use sim_core::backend::cuda::{compile, nvrtc_present, KernelConfig};
+use sim_core::backend::cuda::{compile, nvrtc_present, KernelConfig, BRICK_SHAPES};
 use sim_core::collision::Collision;
 use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
@@ -12,16 +12,39 @@ fn configs() -> Vec<KernelConfig> {
     let mut v = Vec::new();
     for lattice in Lattice::ALL {
         let n = if lattice.dims() == 2 { [64, 48, 1] } else { [40, 24, 16] };
+        let pick = |s: &([usize; 3], [usize; 3], f64, f64)| if lattice.dims() == 3 { s.0 } else { s.1 };
+        let brick = pick(&BRICK_SHAPES[0]);
         for scheme in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
             for precision in Precision::ALL {
-                v.push(KernelConfig { lattice, scheme, precision, collision: Collision::Bgk, force: false, n });
+                v.push(KernelConfig { lattice, scheme, precision, collision: Collision::Bgk, force: false, n, brick, rows: true });
             }
         }
         for collision in Collision::ALL {
             for force in [false, true] {
-                v.push(KernelConfig { lattice, scheme: Scheme::EsotericPull, precision: Precision::Fp32, collision, force, n });
+                v.push(KernelConfig {
+                    lattice,
+                    scheme: Scheme::EsotericPull,
+                    precision: Precision::Fp32,
+                    collision,
+                    force,
+                    n,
+                    brick,
+                    rows: false,
+                });
             }
         }
+        // The other brick shape compiles too (the loop above also builds the whole-row kernel).
+        let other = pick(&BRICK_SHAPES[1]);
+        v.push(KernelConfig {
+            lattice,
+            scheme: Scheme::EsotericPull,
+            precision: Precision::Fp16s,
+            collision: Collision::Bgk,
+            force: false,
+            n,
+            brick: other,
+            rows: false,
+        });
     }
     v
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call that proves the CUDA backend: GPU tests, the issue's bench table (CSV), the
+# whole-row kernel against bricks only, and every shipped scene on --backend cuda.
+# Run on the GPU host from the repository root after scripts/stage-gpu.sh: bash scripts/gpu-session.sh
+# Writes logs under $OUT (or out/gpu-session) and prints a short table last. Arguments, if any,
+# are test-name filters for the GPU tests (default: all of them).
+set -uo pipefail
+OUT=${OUT:-out/gpu-session}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+# GPU tests and the scene runs together (neither is timed), then the bench alone.
+timeout "${TEST_SECONDS:-400}" stage/test-cuda --nocapture --test-threads 1 "$@" > "$OUT/test-cuda.log" 2>&1 &
+tests_pid=$!
+: > "$OUT/scenes.log"
+for s in scenes/*.toml; do
+  timeout 60 stage/esoflow run "$s" --backend cuda --steps 3000 > /tmp/scene.log 2>&1
+  echo "$(basename "$s") rc=$? $(grep -E '^done' /tmp/scene.log | head -c 160)" >> "$OUT/scenes.log"
+done
+wait $tests_pid
+tests_rc=$?
+timeout 150 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19,D3Q27 --scheme esoteric_pull,one_step_pull,aa \
+  --seconds "${BENCH_SECONDS:-0.6}" --csv "$OUT/bench.csv" > "$OUT/bench.log" 2>&1
+bench_rc=$?
+ESOFLOW_CUDA_ROWS=0 timeout 60 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull \
+  --precision fp32,fp16s --seconds 0.6 > "$OUT/bench-bricks-only.log" 2>&1
+echo "== $(cat "$OUT/gpu.txt")"
+echo "== GPU tests rc=$tests_rc"; grep -E "^test |test result" "$OUT/test-cuda.log"
+echo "== bench rc=$bench_rc"; grep -E "copy bandwidth|D3Q|bricks|MLUPS|split|fused" "$OUT/bench.log"
+echo "== bricks only (ESOFLOW_CUDA_ROWS=0)"; grep -E "D3Q19" "$OUT/bench-bricks-only.log"
+echo "== scenes on --backend cuda"; cat "$OUT/scenes.log"
