@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the release binary and the GPU test binaries, strip them, and stage them in stage/
-# (git-ignored) for a GPU host. On the GPU host run stage/run-gpu-tests.sh.
+# (git-ignored) for a GPU host. On the GPU host run stage/gpu-session.sh (tests, bench, scenes)
+# or stage/run-gpu-tests.sh (tests only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf stage && mkdir -p stage
@@ -13,6 +14,7 @@ for t in cuda nvrtc; do
 done
 strip stage/*
 cp -r scenes stage/
+cp scripts/gpu-session.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh
