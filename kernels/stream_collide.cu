@@ -263,11 +263,12 @@ extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned ch
     out[3 * DEF_N + n] = u[2];
 }
 
-// Vorticity magnitude and Q criterion from the velocity planes (central differences, periodic).
+// Vorticity magnitude, Q criterion (central differences, periodic) and speed from the velocity
+// planes, into three planes of `out`.
 extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned char* __restrict__ flags, float* __restrict__ out) {
     const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= DEF_N) return;
-    if (is_solid(flags[n])) { out[n] = 0.0f; out[DEF_N + n] = 0.0f; return; }
+    if (is_solid(flags[n])) { out[n] = 0.0f; out[DEF_N + n] = 0.0f; out[2 * DEF_N + n] = 0.0f; return; }
     const u32 p[3] = {(u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY))};
     const u32 dims[3] = {DEF_NX, DEF_NY, DEF_NZ};
     float g[3][3];
@@ -291,6 +292,8 @@ extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned 
         }
     out[n] = sqrtf(wx * wx + wy * wy + wz * wz);
     out[DEF_N + n] = 0.5f * (o2 - s2);
+    const float ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
+    out[2 * DEF_N + n] = sqrtf(ux * ux + uy * uy + uz * uz);
 }
 
 // Mass, largest speed and the first non-finite cell, from the field planes.

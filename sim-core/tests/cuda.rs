@@ -243,7 +243,7 @@ fn gpu_derived_fields_match_cpu() {
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     c.step(200).unwrap();
     g.step(200).unwrap();
-    for kind in [FieldKind::Vorticity, FieldKind::Q] {
+    for kind in FieldKind::ALL {
         let (a, b) = (g.scalar_field(kind), c.scalar_field(kind));
         let m = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
         assert!(a.iter().all(|x| x.is_finite()), "{kind:?}: non-finite GPU values");

@@ -779,13 +779,22 @@ impl Solver for CudaSolver {
         out
     }
     fn scalar_field(&self, kind: FieldKind) -> Vec<f32> {
-        if !matches!(kind, FieldKind::Vorticity | FieldKind::Q) {
-            return crate::fields::scalar(&self.fields(), kind);
-        }
+        // One plane comes back to the host (4 bytes per cell): density and velocity components
+        // straight from the field planes, speed, vorticity and Q from the derived kernel.
         let cells = self.mirror.domain().cells();
         let Ok(g) = self.run_fields() else { return vec![f32::NAN; cells] };
         let Some(planes) = g.as_ref() else { return vec![f32::NAN; cells] };
-        let Ok(mut outbuf) = self.stream.alloc_zeros::<f32>(2 * cells) else { return vec![f32::NAN; cells] };
+        let plane = match kind {
+            FieldKind::Density => Some(0),
+            FieldKind::Ux => Some(1),
+            FieldKind::Uy => Some(2),
+            FieldKind::Uz => Some(3),
+            FieldKind::Speed | FieldKind::Vorticity | FieldKind::Q => None,
+        };
+        if let Some(k) = plane {
+            return self.stream.clone_dtoh(&planes.slice(k * cells..(k + 1) * cells)).unwrap_or_else(|_| vec![f32::NAN; cells]);
+        }
+        let Ok(mut outbuf) = self.stream.alloc_zeros::<f32>(3 * cells) else { return vec![f32::NAN; cells] };
         let cfg = threads(cells);
         let mut b = self.stream.launch_builder(&self.k.derived);
         b.arg(planes).arg(&self.flags).arg(&mut outbuf);
@@ -793,7 +802,11 @@ impl Solver for CudaSolver {
         if unsafe { b.launch(cfg) }.is_err() {
             return vec![f32::NAN; cells];
         }
-        let off = if kind == FieldKind::Vorticity { 0 } else { cells };
+        let off = match kind {
+            FieldKind::Vorticity => 0,
+            FieldKind::Q => cells,
+            _ => 2 * cells,
+        };
         self.stream.clone_dtoh(&outbuf.slice(off..off + cells)).unwrap_or_else(|_| vec![f32::NAN; cells])
     }
     fn synchronize(&self) -> Result<(), SolverError> {
