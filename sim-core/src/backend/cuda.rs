@@ -452,6 +452,11 @@ impl CudaSolver {
         let cells = dom.cells();
         let copies = if scheme == Scheme::OneStepPull { 2 } else { 1 };
         let ddf_bytes = dom.lattice.q() * cells * precision.bytes();
+        // Whole plain-fluid rows go to the row kernel when they hold at least half the cells;
+        // the other rows are cut into one-row bricks. Otherwise the cost model picks the bricks.
+        let row_ids = if rows_wanted() && rows_fit(dom.n, dom.lattice, precision) { plain_rows(&dom) } else { Vec::new() };
+        let rows = !row_ids.is_empty() && 2 * row_ids.len() * dom.n[0] >= cells;
+        let row_ids = if rows { row_ids } else { Vec::new() };
         let cfg = KernelConfig {
             lattice: dom.lattice,
             scheme,
@@ -459,14 +464,9 @@ impl CudaSolver {
             collision: params.collide.kind,
             force: params.collide.has_force(),
             n: dom.n,
-            brick: choose_brick(&dom),
-            rows: false,
+            brick: if rows { BRICK_SHAPES[0].0 } else { choose_brick(&dom) },
+            rows,
         };
-        // Whole plain-fluid rows go to the row kernel when they hold at least half the cells;
-        // the other rows are cut into one-row bricks.
-        let row_ids = if rows_wanted() && rows_fit(dom.n, dom.lattice, precision) { plain_rows(&dom) } else { Vec::new() };
-        let cfg = if 2 * row_ids.len() * dom.n[0] >= cells { KernelConfig { rows: true, brick: BRICK_SHAPES[0].0, ..cfg } } else { cfg };
-        let row_ids = if cfg.rows { row_ids } else { Vec::new() };
         let k = load_kernels(&ctx, &cfg, &dev)?;
         let (lean_ids, bound_ids) = classify_except(&dom, cfg.brick, &row_ids);
         let mut mirror = build_mirror(dom, scheme, precision, params.clone(), 16, init);
