@@ -8,6 +8,10 @@
 //   DEF_STORE                    0 fp32, 1 fp16s, 2 fp16c
 //   DEF_COLLISION                0 bgk, 1 trt, 2 smagorinsky
 //   DEF_FORCE                    1 if a body force is applied (Guo)
+//   DEF_SLOTS                    DDF slots of the state buffer (q x cells, more with ghost layers)
+//   DEF_GB0..2 DEF_GNB0..2 DEF_GPD0..2 DEF_GPV
+//                                LBM-Ghost: block edge, blocks and padded block edge per axis,
+//                                padded block volume (see sim-core/src/backend/ghost.rs)
 // Every function here mirrors sim-core/src (collision.rs, backend/cpu.rs): keep them in sync.
 
 #define FLAG_KIND 7u
@@ -29,7 +33,7 @@ __device__ __forceinline__ constexpr int lat_cz(int i) { constexpr int t[DEF_Q] 
 __device__ __forceinline__ constexpr float lat_w(int i) { constexpr float t[DEF_Q] = DEF_W; return t[i]; }
 
 // Slot indices fit 32 bits on most grids (fewer registers and integer instructions).
-#if (DEF_N * DEF_Q * 2ull) < 4294967296ull
+#if (DEF_SLOTS * 2ull) < 4294967296ull
 typedef unsigned int idx_t;
 #else
 typedef unsigned long long idx_t;
@@ -96,10 +100,27 @@ __device__ __forceinline__ void neighbours(u32 x, u32 y, u32 z, idx_t* j) {
 }
 
 // ---------------------------------------------------------------- streaming schemes
+#if DEF_SCHEME == 5
+// LBM-Ghost: blocks of GB cells, each stored padded by one ghost layer (GPD = GB + 2 on the
+// lattice's axes), direction-major within a block. Slot of direction 0 of a cell's own copy.
+__device__ __forceinline__ idx_t ghost_base(idx_t n) {
+    const u32 x = (u32)(n % DEF_NX), y = (u32)((n / DEF_NX) % DEF_NY), z = (u32)(n / ((idx_t)DEF_NX * DEF_NY));
+    const u32 blk = x / DEF_GB0 + DEF_GNB0 * (y / DEF_GB1 + DEF_GNB1 * (z / DEF_GB2));
+    const u32 lx = x % DEF_GB0 + (DEF_GPD0 > 1 ? 1u : 0u), ly = y % DEF_GB1 + (DEF_GPD1 > 1 ? 1u : 0u), lz = z % DEF_GB2 + (DEF_GPD2 > 1 ? 1u : 0u);
+    return (idx_t)blk * DEF_Q * DEF_GPV + lx + DEF_GPD0 * (ly + DEF_GPD1 * lz);
+}
+#endif
+
 // Slot of incoming DDF i of cell n before the step of parity `odd` (see backend/cpu.rs).
 __device__ __forceinline__ idx_t load_slot(int i, idx_t n, const idx_t* j, bool odd) {
+#if DEF_SCHEME == 5
+    // The value the neighbour upstream stored for direction i, in its own block.
+    return ghost_base(j[opposite(i)]) + (idx_t)i * DEF_GPV;
+#else
     const idx_t N = (idx_t)DEF_N;
-#if DEF_SCHEME == 0
+#endif
+#if DEF_SCHEME == 5
+#elif DEF_SCHEME == 0
     return (idx_t)i * N + j[opposite(i)];
 #elif DEF_SCHEME == 1
     return odd ? (idx_t)opposite(i) * N + n : (idx_t)i * N + j[opposite(i)];
@@ -117,7 +138,9 @@ __device__ __forceinline__ idx_t load_slot(int i, idx_t n, const idx_t* j, bool 
 }
 // Slot of the halfway bounce-back value when the source of DDF i is solid.
 __device__ __forceinline__ idx_t bb_slot(int i, idx_t n, const idx_t* j, bool odd) {
-#if DEF_SCHEME == 0
+#if DEF_SCHEME == 5
+    return ghost_base(n) + (idx_t)opposite(i) * DEF_GPV;
+#elif DEF_SCHEME == 0
     return (idx_t)opposite(i) * DEF_N + n;
 #else
     return load_slot(i, n, j, !odd);
@@ -125,7 +148,9 @@ __device__ __forceinline__ idx_t bb_slot(int i, idx_t n, const idx_t* j, bool od
 }
 // Slot the outgoing DDF i is stored to.
 __device__ __forceinline__ idx_t store_slot(int i, idx_t n, const idx_t* j, bool odd) {
-#if DEF_SCHEME == 0
+#if DEF_SCHEME == 5
+    return ghost_base(n) + (idx_t)i * DEF_GPV;
+#elif DEF_SCHEME == 0
     return (idx_t)i * DEF_N + n;
 #elif DEF_SCHEME == 4
     return (idx_t)opposite(i) * DEF_N + n;
@@ -294,4 +319,30 @@ __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx
         }
     }
 #endif
+}
+
+// Collide one non-solid cell that touches a boundary (its incoming DDFs in f, halfway
+// bounce-back already applied): moving walls, inlet/outlet equilibrium or the collision, then
+// the momentum exchange with obstacles summed into `acc` (shared, 3 doubles per obstacle id).
+__device__ __forceinline__ void update_boundary_cell(float* f, unsigned char flag, u32 x, u32 y, u32 z, const idx_t* j, const unsigned char* __restrict__ flags, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* acc) {
+    moving_walls(f, flags, j, walls);
+    const u32 k = flag & FLAG_KIND;
+    if (k == KIND_INLET || k == KIND_OUTLET) {
+        float rho_m1, u[3];
+        boundary_moments(f, flag, x, y, z, inlets, outlets, rho_m1, u);
+        equilibrium(rho_m1, u[0], u[1], u[2], f);
+    } else {
+        collide(f, p);
+    }
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i++) {
+        const unsigned char df = flags[j[i]];
+        if ((df & FLAG_KIND) == KIND_SOLID && (df >> 4) > 0) {
+            const double v = 2.0 * (double)(f[i] + lat_w(i));
+            const u32 id = df >> 4;
+            if (lat_cx(i)) atomicAdd(&acc[3 * id], (double)lat_cx(i) * v);
+            if (lat_cy(i)) atomicAdd(&acc[3 * id + 1], (double)lat_cy(i) * v);
+            if (lat_cz(i)) atomicAdd(&acc[3 * id + 2], (double)lat_cz(i) * v);
+        }
+    }
 }

@@ -58,26 +58,7 @@ __device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __re
         float f[DEF_Q];
         load_incoming(fi, n, j, odd, near, flags, f);
         if (near) {
-            moving_walls(f, flags, j, walls);
-            const u32 k = flag & FLAG_KIND;
-            if (k == KIND_INLET || k == KIND_OUTLET) {
-                float rho_m1, u[3];
-                boundary_moments(f, flag, x, y, z, inlets, outlets, rho_m1, u);
-                equilibrium(rho_m1, u[0], u[1], u[2], f);
-            } else {
-                collide(f, p);
-            }
-#pragma unroll
-            for (int i = 1; i < DEF_Q; i++) {
-                const unsigned char df = flags[j[i]];
-                if ((df & FLAG_KIND) == KIND_SOLID && (df >> 4) > 0) {
-                    const double v = 2.0 * (double)(f[i] + lat_w(i));
-                    const u32 id = df >> 4;
-                    if (lat_cx(i)) atomicAdd(&acc[3 * id], (double)lat_cx(i) * v);
-                    if (lat_cy(i)) atomicAdd(&acc[3 * id + 1], (double)lat_cy(i) * v);
-                    if (lat_cz(i)) atomicAdd(&acc[3 * id + 2], (double)lat_cz(i) * v);
-                }
-            }
+            update_boundary_cell(f, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc);
         } else {
             collide(f, p);
         }
@@ -233,6 +214,85 @@ extern "C" __global__ void swap_stream(fpxx* __restrict__ f, const unsigned char
     }
 }
 
+#if DEF_SCHEME == 5
+// ---------------------------------------------------------------- LBM-Ghost (seed 001)
+// Step 1: refresh every block's ghost layer from the neighbouring blocks' own cells. One thread
+// per ghost cell: `dst` is the ghost's slot of direction 0, `src` the source cell's.
+extern "C" __global__ void ghost_refresh(fpxx* __restrict__ f, const u64* __restrict__ dst, const u64* __restrict__ src, const u32 count) {
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= count) return;
+    const idx_t d = (idx_t)dst[k], s = (idx_t)src[k];
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[d + (idx_t)i * DEF_GPV] = f[s + (idx_t)i * DEF_GPV];
+}
+
+// Padded-storage offset of the upstream neighbour along c_i (a constant in unrolled loops).
+__device__ __forceinline__ constexpr int ghost_off(int i) { return lat_cx(i) + DEF_GPD0 * (lat_cy(i) + DEF_GPD1 * lat_cz(i)); }
+
+// Step 2: one CUDA block per LBM block, one thread per (x, y) column of it, walking up the
+// block's z layers (2D: one layer). A cell pulls from its own block only (own cells and
+// ghosts); the new values of layer z are written back after a barrier in the next layer's
+// turn, once every thread has read layer z for its pulls: the scratch block is the registers.
+extern "C" __global__ void __launch_bounds__(DEF_GB0 * DEF_GB1) stream_collide_ghost(fpxx* __restrict__ f, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
+    __shared__ double acc[16 * 3];
+    if (threadIdx.x < 48) acc[threadIdx.x] = 0.0;
+    const Params p = {tau, cs, fx, fy, fz};
+    const u32 blk = blockIdx.x, bx = blk % DEF_GNB0, by = (blk / DEF_GNB0) % DEF_GNB1, bz = blk / (DEF_GNB0 * DEF_GNB1);
+    const u32 tx = threadIdx.x % DEF_GB0, ty = threadIdx.x / DEF_GB0;
+    const u32 x = bx * DEF_GB0 + tx, y = by * DEF_GB1 + ty, z0 = bz * DEF_GB2;
+    const bool column = x < DEF_NX && y < DEF_NY;
+    const u32 layers = min((u32)DEF_GB2, DEF_NZ - z0);
+    const idx_t base = (idx_t)blk * DEF_Q * DEF_GPV;
+    const u32 lx = tx + (DEF_GPD0 > 1 ? 1u : 0u), ly = ty + (DEF_GPD1 > 1 ? 1u : 0u), lz0 = DEF_GPD2 > 1 ? 1u : 0u;
+    float prev[DEF_Q];
+    bool prev_live = false;
+    idx_t prev_li = 0;
+    __syncthreads();
+    for (u32 l = 0; l < layers; l++) {
+        const u32 z = z0 + l;
+        const idx_t li = lx + DEF_GPD0 * (ly + DEF_GPD1 * (lz0 + l));
+        float fn[DEF_Q] = {};
+        bool live = false;
+        if (column) {
+            const idx_t n = idx3(x, y, z);
+            const unsigned char flag = flags[n];
+            if (!is_solid(flag)) {
+                live = true;
+#pragma unroll
+                for (int i = 0; i < DEF_Q; i++) fn[i] = dec(f[base + (idx_t)i * DEF_GPV + li - ghost_off(i)]);
+                if (flag & FLAG_NEAR) {
+                    idx_t j[DEF_Q];
+                    neighbours(x, y, z, j);
+#pragma unroll
+                    for (int i = 1; i < DEF_Q; i++) {
+                        if (is_solid(flags[j[opposite(i)]])) fn[i] = dec(f[base + (idx_t)opposite(i) * DEF_GPV + li]);
+                    }
+                    update_boundary_cell(fn, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc);
+                } else {
+                    collide(fn, p);
+                }
+            }
+        }
+        // Every thread has read layer l - 1 (and l) for its pulls: layer l - 1 may be written.
+        __syncthreads();
+        if (prev_live) {
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) f[base + (idx_t)i * DEF_GPV + prev_li] = enc(prev[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) prev[i] = fn[i];
+        prev_live = live;
+        prev_li = li;
+    }
+    if (prev_live) {
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) f[base + (idx_t)i * DEF_GPV + prev_li] = enc(prev[i]);
+    }
+    __syncthreads();
+    if (threadIdx.x < 48 && acc[threadIdx.x] != 0.0) atomicAdd(&forces[threadIdx.x], acc[threadIdx.x]);
+}
+#endif
+
 // Density and velocity of every cell from its incoming DDFs (parity-aware); only when a frame
 // or the stats need them. Output: rho, ux, uy, uz as four planes of N floats.
 extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
@@ -263,12 +323,17 @@ extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned ch
     out[3 * DEF_N + n] = u[2];
 }
 
-// Vorticity magnitude, Q criterion (central differences, periodic) and speed from the velocity
-// planes, into three planes of `out`.
-extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned char* __restrict__ flags, float* __restrict__ out) {
+// One derived field from the velocity planes of `fl` into `out` (N floats): which = 0 vorticity
+// magnitude, 1 Q criterion (central differences, periodic), 2 speed. Solid cells get 0.
+extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 which, float* __restrict__ out) {
     const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= DEF_N) return;
-    if (is_solid(flags[n])) { out[n] = 0.0f; out[DEF_N + n] = 0.0f; out[2 * DEF_N + n] = 0.0f; return; }
+    if (is_solid(flags[n])) { out[n] = 0.0f; return; }
+    if (which == 2u) {
+        const float ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
+        out[n] = sqrtf(ux * ux + uy * uy + uz * uz);
+        return;
+    }
     const u32 p[3] = {(u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY))};
     const u32 dims[3] = {DEF_NX, DEF_NY, DEF_NZ};
     float g[3][3];
@@ -281,7 +346,11 @@ extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned 
 #pragma unroll
         for (int a = 0; a < 3; a++) g[a][b] = dims[b] < 3 ? 0.0f : 0.5f * (fl[(a + 1) * DEF_N + nh] - fl[(a + 1) * DEF_N + nl]);
     }
-    const float wx = g[2][1] - g[1][2], wy = g[0][2] - g[2][0], wz = g[1][0] - g[0][1];
+    if (which == 0u) {
+        const float wx = g[2][1] - g[1][2], wy = g[0][2] - g[2][0], wz = g[1][0] - g[0][1];
+        out[n] = sqrtf(wx * wx + wy * wy + wz * wz);
+        return;
+    }
     float s2 = 0.0f, o2 = 0.0f;
 #pragma unroll
     for (int a = 0; a < 3; a++)
@@ -290,10 +359,7 @@ extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned 
             const float s = 0.5f * (g[a][b] + g[b][a]), o = 0.5f * (g[a][b] - g[b][a]);
             s2 += s * s; o2 += o * o;
         }
-    out[n] = sqrtf(wx * wx + wy * wy + wz * wz);
-    out[DEF_N + n] = 0.5f * (o2 - s2);
-    const float ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
-    out[2 * DEF_N + n] = sqrtf(ux * ux + uy * uy + uz * uz);
+    out[n] = 0.5f * (o2 - s2);
 }
 
 // Mass, largest speed and the first non-finite cell, from the field planes.

@@ -108,7 +108,6 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("measuring copy bandwidth ...");
         (format!("{} ({} threads)", crate::cpu_name(), rayon::current_num_threads()), copy_bandwidth_gbs())
     };
-    let schemes: Vec<Scheme> = schemes.into_iter().filter(|&s| !(cuda && s == Scheme::Ghost)).collect();
     let backend = if cuda { "cuda" } else { "cpu" };
     println!("device: {device}");
     println!("copy bandwidth: {copy:.2} GB/s (read + write, best of several large copies)");

@@ -107,9 +107,14 @@ fn rel_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
 }
 
 fn compare(text: &str, lattice: &str) {
-    for s in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
+    compare_schemes(text, lattice, &Scheme::ALL, &[]);
+}
+
+fn compare_schemes(text: &str, lattice: &str, schemes: &[Scheme], extra: &[(&str, &str)]) {
+    for &s in schemes {
         for p in ["fp32", "fp16s", "fp16c"] {
-            let ov = [("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
+            let mut ov = vec![("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
+            ov.extend_from_slice(extra);
             let ls = scene(text, &ov);
             let mut c = cpu::from_scene(&ls).unwrap();
             let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
@@ -151,6 +156,24 @@ fn gpu_matches_cpu_d3q27() {
     if gpu() {
         compare(SCENE_3D, "D3Q27");
     }
+}
+
+/// LBM-Ghost with block edges that do not divide the grid (partial edge blocks) and the largest
+/// block the GPU runs.
+#[test]
+fn gpu_ghost_blocks_match_cpu() {
+    if !gpu() {
+        return;
+    }
+    for block in ["7", "32"] {
+        compare_schemes(SCENE_2D, "D2Q9", &[Scheme::Ghost], &[("solver.ghost_block", block)]);
+        compare_schemes(SCENE_3D, "D3Q19", &[Scheme::Ghost], &[("solver.ghost_block", block)]);
+    }
+    let e = cuda::CudaSolver::from_scene(&scene(SCENE_3D, &[("solver.scheme", "ghost"), ("solver.ghost_block", "40")]))
+        .err()
+        .expect("a 40-cell ghost block is refused")
+        .to_string();
+    assert!(e.contains("ghost_block") && e.contains("2 to 32"), "{e}");
 }
 
 #[test]

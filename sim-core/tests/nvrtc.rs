@@ -14,9 +14,19 @@ fn configs() -> Vec<KernelConfig> {
         let n = if lattice.dims() == 2 { [64, 48, 1] } else { [40, 24, 16] };
         let pick = |s: &([usize; 3], [usize; 3], f64, f64)| if lattice.dims() == 3 { s.0 } else { s.1 };
         let brick = pick(&BRICK_SHAPES[0]);
-        for scheme in Scheme::ALL.into_iter().filter(|&s| s != Scheme::Ghost) {
+        for scheme in Scheme::ALL {
             for precision in Precision::ALL {
-                v.push(KernelConfig { lattice, scheme, precision, collision: Collision::Bgk, force: false, n, brick, rows: true });
+                v.push(KernelConfig {
+                    lattice,
+                    scheme,
+                    precision,
+                    collision: Collision::Bgk,
+                    force: false,
+                    n,
+                    brick,
+                    rows: true,
+                    ghost_block: 16,
+                });
             }
         }
         for collision in Collision::ALL {
@@ -30,6 +40,7 @@ fn configs() -> Vec<KernelConfig> {
                     n,
                     brick,
                     rows: false,
+                    ghost_block: 16,
                 });
             }
         }
@@ -44,6 +55,7 @@ fn configs() -> Vec<KernelConfig> {
             n,
             brick: other,
             rows: false,
+            ghost_block: 16,
         });
     }
     v

@@ -91,6 +91,37 @@ impl GhostLayout {
         g
     }
 
+    /// The layout of a domain of any lattice.
+    pub(crate) fn for_domain(dom: &Domain, block: usize) -> GhostLayout {
+        use crate::lattice::{Lattice, D2Q9, D3Q19, D3Q27};
+        match dom.lattice {
+            Lattice::D2Q9 => GhostLayout::new::<D2Q9>(dom, block),
+            Lattice::D3Q19 => GhostLayout::new::<D3Q19>(dom, block),
+            Lattice::D3Q27 => GhostLayout::new::<D3Q27>(dom, block),
+        }
+    }
+
+    /// Block edge, blocks and padded edge per axis, and the padded block volume (what the
+    /// CUDA kernels are built with).
+    #[cfg(test)]
+    pub(crate) fn geometry(&self) -> ([usize; 3], [usize; 3], [usize; 3], usize) {
+        (self.b, self.nb, self.pd, self.pv)
+    }
+
+    /// Ghost copies for a device: per ghost cell, the storage slot of its direction 0 and the
+    /// source cell's (add `i * pv` for direction i).
+    pub(crate) fn device_pairs(&self) -> (Vec<u64>, Vec<u64>) {
+        let mut dst = Vec::with_capacity(self.pairs.len());
+        let mut src = Vec::with_capacity(self.pairs.len());
+        for (blk, &(a, e)) in self.ranges.iter().enumerate() {
+            for &(li, s) in &self.pairs[a..e] {
+                dst.push((blk * self.q * self.pv + li as usize) as u64);
+                src.push(s);
+            }
+        }
+        (dst, src)
+    }
+
     pub(crate) fn block(&self) -> usize {
         self.b[0]
     }
