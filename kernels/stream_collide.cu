@@ -105,6 +105,12 @@ extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused
 // sectors at brick edges, which is what holds narrow bricks below the copy ceiling.
 #if DEF_ROWS
 #define ROWW (((DEF_NX + 31u) / 32u) * 32u)
+// Threads per row block: one per cell, or one per pair of cells (DEF_ROW_PAIRS).
+#if DEF_ROW_PAIRS
+#define ROWT (((DEF_NX / 2u + 31u) / 32u) * 32u)
+#else
+#define ROWT ROWW
+#endif
 // Rank of direction i among the directions with an x component (their shared-memory row). The
 // table is built in a constant expression, so an unrolled loop's lookups fold to constants.
 struct XRanks { int r[DEF_Q + 1]; };
@@ -145,7 +151,7 @@ __device__ __forceinline__ constexpr int slot_sx(int i) {
 }
 
 template <bool ODD>
-__device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWW]) {
+__device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT]) {
     const u32 x = threadIdx.x;
     const bool inside = x < DEF_NX;
     const u32 xc = inside ? x : 0u;
@@ -188,12 +194,106 @@ __device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restric
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ROWW) stream_collide_rows(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ rows, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
-    __shared__ fpxx sh[xdirs() > 0 ? xdirs() : 1][ROWW];
+#if DEF_ROW_PAIRS
+// Two cells per thread (NX even): every DDF row moves as aligned pairs (one 32-bit access for
+// 16-bit storage, 64-bit for FP32), halving the load/store and shared-memory instructions per
+// cell. A shifted direction needs one value from the neighbouring thread (the row wraps).
+#if DEF_STORE == 0
+typedef float2 fpair;
+__device__ __forceinline__ fpxx pair_lo(fpair v) { return v.x; }
+__device__ __forceinline__ fpxx pair_hi(fpair v) { return v.y; }
+__device__ __forceinline__ fpair make_pair(fpxx lo, fpxx hi) { return make_float2(lo, hi); }
+#else
+typedef u32 fpair;
+__device__ __forceinline__ fpxx pair_lo(fpair v) { return (fpxx)(v & 0xFFFFu); }
+__device__ __forceinline__ fpxx pair_hi(fpair v) { return (fpxx)(v >> 16); }
+__device__ __forceinline__ fpair make_pair(fpxx lo, fpxx hi) { return (u32)lo | ((u32)hi << 16); }
+#endif
+// Two values encoded into one pair (FP16S: one packed conversion).
+__device__ __forceinline__ fpair enc_pair(float lo, float hi) {
+#if DEF_STORE == 1
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi * 32768.0f), "f"(lo * 32768.0f));
+    return r;
+#else
+    return make_pair(enc(lo), enc(hi));
+#endif
+}
+#define PAIRS (DEF_NX / 2u)
+
+template <bool ODD>
+__device__ __forceinline__ void row_pairs(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT]) {
+    const u32 t = threadIdx.x;
+    const bool inside = t < PAIRS;
+    const u32 xc = inside ? 2u * t : 0u;
+    const idx_t n = idx3(xc, y, z);
+    idx_t j[DEF_Q], j0[DEF_Q];
+    neighbours(xc, y, z, j);
+#pragma unroll
+    for (int k = 0; k < DEF_Q; k++) j0[k] = j[k] - (idx_t)((xc + DEF_NX + lat_cx(k)) % DEF_NX) + (idx_t)xc;
+    const u32 left = (t + PAIRS - 1u) % PAIRS, right = (t + 1u) % PAIRS;
+    float a[DEF_Q], b[DEF_Q];
+    fpair raw[DEF_Q];
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        raw[i] = inside ? *(const fpair*)(fi + load_slot(i, n, j0, ODD)) : make_pair((fpxx)0, (fpxx)0);
+        // Shift -1 needs the left thread's high cell, +1 the right thread's low cell.
+        const int sx = slot_sx<ODD, true>(i);
+        if (sx < 0) sh[xrank(i)][t] = pair_hi(raw[i]);
+        if (sx > 0) sh[xrank(i)][t] = pair_lo(raw[i]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const int sx = slot_sx<ODD, true>(i);
+        if (sx == 0) {
+            a[i] = dec(pair_lo(raw[i]));
+            b[i] = dec(pair_hi(raw[i]));
+        } else if (sx < 0) {
+            a[i] = dec(sh[xrank(i)][left]);
+            b[i] = dec(pair_lo(raw[i]));
+        } else {
+            a[i] = dec(pair_hi(raw[i]));
+            b[i] = dec(sh[xrank(i)][right]);
+        }
+    }
+    __syncthreads();
+    collide(a, p);
+    collide(b, p);
+    // Outgoing values bound for a shifted slot: shift +1 sends the high cell to the right
+    // thread's low slot, shift -1 the low cell to the left thread's high slot.
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const int sx = slot_sx<ODD, false>(i);
+        if (sx > 0) sh[xrank(i)][t] = enc(b[i]);
+        if (sx < 0) sh[xrank(i)][t] = enc(a[i]);
+    }
+    __syncthreads();
+    if (inside) {
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) {
+            const int sx = slot_sx<ODD, false>(i);
+            fpair v;
+            if (sx == 0) v = enc_pair(a[i], b[i]);
+            else if (sx > 0) v = make_pair(sh[xrank(i)][left], enc(a[i]));
+            else v = make_pair(enc(b[i]), sh[xrank(i)][right]);
+            *(fpair*)(fo + store_slot(i, n, j0, ODD)) = v;
+        }
+    }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(ROWT) stream_collide_rows(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ rows, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+    __shared__ fpxx sh[xdirs() > 0 ? xdirs() : 1][ROWT];
     const u32 r = rows[blockIdx.x], y = r % DEF_NY, z = r / DEF_NY;
     const Params p = {tau, cs, fx, fy, fz};
+#if DEF_ROW_PAIRS
+    if (t & 1ull) row_pairs<true>(fi, fo, y, z, p, sh);
+    else row_pairs<false>(fi, fo, y, z, p, sh);
+#else
     if (t & 1ull) row_cells<true>(fi, fo, y, z, p, sh);
     else row_cells<false>(fi, fo, y, z, p, sh);
+#endif
 }
 #endif
 

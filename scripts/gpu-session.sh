@@ -24,8 +24,14 @@ timeout 150 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19,D3Q27 
 bench_rc=$?
 ESOFLOW_CUDA_ROWS=0 timeout 60 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull \
   --precision fp32,fp16s --seconds 0.6 > "$OUT/bench-bricks-only.log" 2>&1
+# Variants: the row kernel one cell per thread (pairs off), and LBM-Ghost.
+{ ESOFLOW_CUDA_PAIRS=0 timeout 60 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19,D3Q27 --scheme esoteric_pull \
+    --precision fp32,fp16s --seconds 0.6 2>&1 | sed 's/^/pairs-off /'
+  timeout 60 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme ghost --precision fp32,fp16s --seconds 0.6 2>&1
+} > "$OUT/bench-variants.log"
 echo "== $(cat "$OUT/gpu.txt")"
 echo "== GPU tests rc=$tests_rc"; grep -E "^test |test result" "$OUT/test-cuda.log"
 echo "== bench rc=$bench_rc"; grep -E "copy bandwidth|D3Q|bricks|MLUPS|split|fused" "$OUT/bench.log"
 echo "== bricks only (ESOFLOW_CUDA_ROWS=0)"; grep -E "D3Q19" "$OUT/bench-bricks-only.log"
+echo "== variants"; grep -E "D3Q" "$OUT/bench-variants.log"
 echo "== scenes on --backend cuda"; cat "$OUT/scenes.log"
