@@ -1,4 +1,6 @@
-// Slice planes of a scalar field, coloured through a lookup table; solid cells grey.
+// Slice planes of a scalar field, coloured through a lookup table; solid cells grey; the brick
+// overlay on the slices; the isosurface and the solid obstacles' surfaces (vertices made by
+// marching_cubes.wgsl), lit by a headlight; the domain box.
 // 2D scenes draw only the z plane (nz = 1) with an orthographic camera that fits the domain.
 // World space: cell (x, y, z) fills [x, x+1] x [y, y+1] x [z, z+1].
 // Keep `Globals` in sync with `gpu_data::FieldGlobals` in app/src/viewer/render.rs.
@@ -9,14 +11,26 @@ struct Globals {
     size: vec4<u32>,
     // slice index along x, y, z; w = bit mask of the planes to draw (1 = x, 2 = y, 4 = z)
     slices: vec4<u32>,
-    // lo, hi of the colour range; z = 1 to draw NaN cells magenta, w unused
+    // lo, hi of the colour range; z = how much of the class colour a brick's inside takes in the
+    // overlay (the rest is the field); w unused
     range: vec4<f32>,
+    // camera position (world space); w unused
+    eye: vec4<f32>,
+    // lo, hi of the isosurface's colour range (velocity magnitude); z = grey of the solid
+    // obstacles' surfaces; w unused
+    iso_range: vec4<f32>,
+    // brick size x, y, z; w = 1 when the brick overlay is drawn
+    bricks: vec4<u32>,
+    // overlay colour of each brick class: all solid, plain fluid, boundary
+    brick_colors: array<vec4<f32>, 3>,
 };
 
 @group(0) @binding(0) var<uniform> g: Globals;
 @group(0) @binding(1) var field: texture_3d<f32>;
 @group(0) @binding(2) var solid: texture_3d<u32>;
 @group(0) @binding(3) var lut: texture_2d<f32>;
+@group(0) @binding(4) var speed: texture_3d<f32>;
+@group(0) @binding(5) var brick_class: texture_3d<u32>;
 
 struct VsOut {
     @builtin(position) clip: vec4<f32>,
@@ -59,28 +73,110 @@ fn lut_color(t: f32) -> vec3<f32> {
     return textureLoad(lut, vec2<u32>(i, g.size.w), 0).rgb;
 }
 
-// The target is a plain (non-sRGB) RGBA8 texture holding gamma-encoded colours, as egui's own
-// textures do: the stored bytes are the LUT's sRGB bytes.
-@fragment
-fn fs_slice(in: VsOut) -> @location(0) vec4<f32> {
-    let nmax = vec3<i32>(g.size.xyz) - vec3<i32>(1);
-    var cell = clamp(vec3<i32>(floor(in.world)), vec3<i32>(0), nmax);
-    cell[in.axis] = i32(g.slices[in.axis]);
-    if textureLoad(solid, cell, 0).r != 0u {
-        return vec4<f32>(0.5, 0.5, 0.5, 1.0);
+fn is_finite(v: f32) -> bool {
+    return abs(v) <= 3.0e38;
+}
+
+// The colour of a value in the range lo..hi; NaN and infinities (a blown-up state): magenta.
+fn value_color(v: f32, lo: f32, hi: f32) -> vec3<f32> {
+    if !is_finite(v) {
+        return vec3<f32>(1.0, 0.0, 1.0);
     }
-    let v = textureLoad(field, cell, 0).r;
-    // NaN and infinities (a blown-up state): magenta.
-    if !(abs(v) <= 3.0e38) {
-        return vec4<f32>(1.0, 0.0, 1.0, 1.0);
-    }
-    let lo = g.range.x;
-    let hi = g.range.y;
     var t = 0.5;
     if hi > lo {
         t = (v - lo) / (hi - lo);
     }
-    return vec4<f32>(lut_color(t), 1.0);
+    return lut_color(t);
+}
+
+// The target is a plain (non-sRGB) RGBA8 texture holding gamma-encoded colours, as egui's own
+// textures do: the stored bytes are the LUT's sRGB bytes.
+@fragment
+fn fs_slice(in: VsOut) -> @location(0) vec4<f32> {
+    // World units per pixel (derivatives first: they need uniform control flow).
+    let per_px = fwidth(in.world);
+    let nmax = vec3<i32>(g.size.xyz) - vec3<i32>(1);
+    var cell = clamp(vec3<i32>(floor(in.world)), vec3<i32>(0), nmax);
+    cell[in.axis] = i32(g.slices[in.axis]);
+    var color = vec3<f32>(0.5, 0.5, 0.5);
+    if textureLoad(solid, cell, 0).r == 0u {
+        color = value_color(textureLoad(field, cell, 0).r, g.range.x, g.range.y);
+    }
+    if g.bricks.w == 1u {
+        // The brick overlay: the inside tinted with the class colour, the brick's edges (within
+        // about a pixel of a brick boundary in the plane) in the class colour.
+        let b = vec3<i32>(g.bricks.xyz);
+        let cls = min(textureLoad(brick_class, cell / b, 0).r, 2u);
+        let tint = g.brick_colors[cls].rgb;
+        let bf = vec3<f32>(g.bricks.xyz);
+        let q = in.world / bf;
+        let px = abs(q - round(q)) * bf / max(per_px, vec3<f32>(1e-6));
+        var edge = false;
+        for (var a = 0u; a < 3u; a++) {
+            if a != in.axis && px[a] < 0.75 {
+                edge = true;
+            }
+        }
+        if edge {
+            color = tint;
+        } else {
+            color = mix(color, tint, g.range.z);
+        }
+    }
+    return vec4<f32>(color, 1.0);
+}
+
+struct SurfaceOut {
+    @builtin(position) clip: vec4<f32>,
+    @location(0) world: vec3<f32>,
+    @location(1) normal: vec3<f32>,
+    @location(2) color: vec3<f32>,
+};
+
+fn surface_vertex(v: vec4<u32>, color: vec3<f32>) -> SurfaceOut {
+    var out: SurfaceOut;
+    out.world = bitcast<vec3<f32>>(v.xyz);
+    out.normal = unpack4x8snorm(v.w).xyz;
+    out.color = color;
+    out.clip = g.clip_from_world * vec4<f32>(out.world, 1.0);
+    return out;
+}
+
+// Velocity magnitude at a world point: trilinear between the cell centres.
+fn speed_at(p: vec3<f32>) -> f32 {
+    let nmax = vec3<i32>(g.size.xyz) - vec3<i32>(1);
+    let q = clamp(p - vec3<f32>(0.5), vec3<f32>(0.0), vec3<f32>(nmax));
+    let i0 = vec3<i32>(floor(q));
+    let f = q - vec3<f32>(i0);
+    var s = 0.0;
+    for (var c = 0u; c < 8u; c++) {
+        let o = vec3<i32>(i32(c & 1u), i32((c >> 1u) & 1u), i32((c >> 2u) & 1u));
+        let w = mix(vec3<f32>(1.0) - f, f, vec3<f32>(o));
+        s += w.x * w.y * w.z * textureLoad(speed, min(i0 + o, nmax), 0).r;
+    }
+    return s;
+}
+
+// Isosurface vertices: coloured by the velocity magnitude through the colour map.
+@vertex
+fn vs_iso(@location(0) v: vec4<u32>) -> SurfaceOut {
+    let p = bitcast<vec3<f32>>(v.xyz);
+    return surface_vertex(v, value_color(speed_at(p), g.iso_range.x, g.iso_range.y));
+}
+
+// Solid obstacles: grey.
+@vertex
+fn vs_solid(@location(0) v: vec4<u32>) -> SurfaceOut {
+    return surface_vertex(v, vec3<f32>(g.iso_range.z));
+}
+
+// A headlight: ambient plus diffuse, two-sided (the inside of a surface cut by the box shows).
+@fragment
+fn fs_surface(in: SurfaceOut) -> @location(0) vec4<f32> {
+    let n = normalize(in.normal);
+    let l = normalize(g.eye.xyz - in.world);
+    let diffuse = abs(dot(n, l));
+    return vec4<f32>(in.color * (0.3 + 0.7 * diffuse), 1.0);
 }
 
 // The domain box: 12 edges, 24 vertices, no vertex buffer.

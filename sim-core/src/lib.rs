@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bricks;
 pub mod checkpoint;
 pub mod collision;
 pub mod domain;
@@ -14,4 +15,5 @@ pub mod scene;
 pub mod schemes;
 pub mod solver;
 
+pub use bricks::{BrickClass, BrickMap};
 pub use solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};

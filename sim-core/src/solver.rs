@@ -2,6 +2,7 @@
 //! subgrids and blocks): build from a scene, step, read fields and stats, change parameters,
 //! checkpoint and restore.
 
+use crate::bricks::BrickMap;
 use crate::checkpoint::Checkpoint;
 use crate::collision::{CollideParams, Collision};
 use crate::domain::Domain;
@@ -154,6 +155,13 @@ pub trait Solver: Send {
     /// derived fields override this.
     fn scalar_field(&self, kind: crate::fields::FieldKind) -> Vec<f32> {
         crate::fields::scalar(&self.fields(), kind)
+    }
+    /// The bricks this solver tiles the domain in, with the class of each (all solid, plain
+    /// fluid, boundary). The default classifies the domain in bricks of
+    /// [`BrickMap::default_brick`] (8^3, 8x8 in 2D); backends that run bricks report their own.
+    fn bricks(&self) -> BrickMap {
+        let d = self.domain();
+        BrickMap::classify(d, BrickMap::default_brick(d.lattice.dims()))
     }
     /// Wait until queued steps have finished (device backends queue work asynchronously).
     ///

@@ -3,9 +3,9 @@
 
 use super::camera::Camera;
 use super::colormap::ColorMap;
-use super::render::ViewParams;
+use super::render::{IsoView, MeshStats, ViewParams};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
-use super::{legend_ui, LegendInfo};
+use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, ISO_FIELDS};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
@@ -42,6 +42,16 @@ pub struct ViewSettings {
     pub show: [bool; 3],
     /// Camera.
     pub camera: Camera,
+    /// Isosurface drawn (3D).
+    pub iso: bool,
+    /// Field of the isosurface (|vorticity| or Q).
+    pub iso_field: FieldKind,
+    /// Threshold of each isosurface field: [|vorticity|, Q].
+    pub iso_thresholds: [f32; 2],
+    /// Solid obstacles drawn as surfaces (3D).
+    pub solids: bool,
+    /// Brick overlay on the slices.
+    pub bricks: bool,
 }
 
 impl ViewSettings {
@@ -56,7 +66,29 @@ impl ViewSettings {
             slices: [n[0] / 2, n[1] / 2, n[2] / 2],
             show: [true, true, true],
             camera: Camera::default(),
+            iso: false,
+            iso_field: FieldKind::Vorticity,
+            iso_thresholds: [default_iso_threshold(FieldKind::Vorticity), default_iso_threshold(FieldKind::Q)],
+            solids: true,
+            bricks: false,
         }
+    }
+
+    /// Threshold of the isosurface's field.
+    #[must_use]
+    pub fn iso_threshold(&self) -> f32 {
+        self.iso_thresholds[usize::from(self.iso_field == FieldKind::Q)]
+    }
+}
+
+/// The range of the logarithmic threshold slider of an isosurface field (lattice units: a
+/// vorticity of 1/step or a Q of 1/step² is far beyond a stable flow).
+#[must_use]
+pub fn iso_slider_range(kind: FieldKind) -> (f32, f32) {
+    if kind == FieldKind::Q {
+        (1e-12, 1.0)
+    } else {
+        (1e-6, 1.0)
     }
 }
 
@@ -172,6 +204,14 @@ pub struct ViewerApp {
     pub gpu_note: String,
     /// Extra status line from the shell (surface state).
     pub status: Option<String>,
+    /// Triangles of the isosurface last made (from the shell's renderer).
+    pub iso_stats: Option<MeshStats>,
+    /// Triangles of the solid surfaces last made.
+    pub solid_stats: Option<MeshStats>,
+    /// Whether the shell's GPU can make surfaces (compute shaders).
+    pub surfaces_supported: bool,
+    iso_text: String,
+    iso_text_focused: bool,
 }
 
 impl ViewerApp {
@@ -209,6 +249,11 @@ impl ViewerApp {
             legend_tex: Vec::new(),
             gpu_note: String::new(),
             status: None,
+            iso_stats: None,
+            solid_stats: None,
+            surfaces_supported: true,
+            iso_text: String::new(),
+            iso_text_focused: false,
             scene,
         };
         for w in app.scene.derived.warnings.clone() {
@@ -281,6 +326,67 @@ impl ViewerApp {
             self.view.cmap = default_cmap(f);
             self.worker.send(Command::SetField(f));
         }
+    }
+
+    /// Turn the isosurface on or off (3D scenes only; a 2D scene says so).
+    pub fn set_iso(&mut self, on: bool) {
+        if on && self.is_2d() {
+            self.message("isosurfaces need a 3D scene", false);
+            return;
+        }
+        if on && !self.surfaces_supported {
+            self.message("this GPU or driver has no compute shaders: isosurfaces cannot be drawn", true);
+            return;
+        }
+        self.view.iso = on;
+        self.worker.send(Command::SetIso(self.iso_request()));
+    }
+
+    /// The isosurface's field (|vorticity| or Q; others are refused with a message).
+    pub fn set_iso_field(&mut self, kind: FieldKind) {
+        if !ISO_FIELDS.contains(&kind) {
+            self.message(format!("an isosurface shows |vorticity| or Q, not {}", kind.name()), true);
+            return;
+        }
+        if kind != self.view.iso_field {
+            self.view.iso_field = kind;
+            self.iso_text_focused = false;
+            if self.view.iso {
+                self.worker.send(Command::SetIso(self.iso_request()));
+            }
+        }
+    }
+
+    /// Set the isosurface threshold; a value that is not a finite number is refused with a
+    /// message (the threshold stays). Returns whether it was taken.
+    pub fn set_iso_threshold(&mut self, t: f32) -> bool {
+        if !t.is_finite() {
+            self.message(format!("isosurface threshold {t} refused: it must be a finite number"), true);
+            return false;
+        }
+        self.view.iso_thresholds[usize::from(self.view.iso_field == FieldKind::Q)] = t;
+        true
+    }
+
+    /// What the solver thread should publish for the isosurface.
+    fn iso_request(&self) -> Option<FieldKind> {
+        (self.view.iso && !self.is_2d()).then_some(self.view.iso_field)
+    }
+
+    /// The isosurface data of the latest snapshot, if it is of the field the view wants.
+    #[must_use]
+    pub fn iso_data(&self) -> Option<&super::worker::IsoData> {
+        self.snap.as_ref().and_then(|s| s.iso.as_deref()).filter(|d| d.kind == self.view.iso_field)
+    }
+
+    /// Colour range of the velocity magnitude on the isosurface: the slices' range when they
+    /// show |u| too, else the data's own (auto) range.
+    #[must_use]
+    pub fn iso_color_range(&self) -> (f32, f32) {
+        if self.view.field == FieldKind::Speed {
+            return self.range();
+        }
+        auto_range(self.iso_data().map_or((0.0, 0.1), |d| d.speed_min_max), self.view.cmap)
     }
 
     /// Set tau (live); refuses tau <= 0.5 with a message.
@@ -464,9 +570,18 @@ impl ViewerApp {
         for w in &ls.derived.warnings {
             self.message(format!("scene warning: {w}"), false);
         }
-        let field = self.view.field;
-        let cmap = self.view.cmap;
-        self.view = ViewSettings { field, cmap, ..ViewSettings::new(n) };
+        // Field, colour map and the surface and overlay choices stay; slices and camera start over.
+        let old = self.view.clone();
+        self.view = ViewSettings {
+            field: old.field,
+            cmap: old.cmap,
+            iso: old.iso,
+            iso_field: old.iso_field,
+            iso_thresholds: old.iso_thresholds,
+            solids: old.solids,
+            bricks: old.bricks,
+            ..ViewSettings::new(n)
+        };
         self.worker.send(Command::Replace(solver, ls.origin.clone()));
         self.scene = ls;
         self.snap = None;
@@ -487,7 +602,63 @@ impl ViewerApp {
     /// What the renderer should draw.
     #[must_use]
     pub fn view_params(&self) -> ViewParams {
-        ViewParams { cmap: self.view.cmap, range: self.range(), slices: self.view.slices, show: self.view.show, camera: self.view.camera }
+        let three_d = !self.is_2d();
+        let iso = (self.view.iso && three_d).then(|| IsoView {
+            kind: self.view.iso_field,
+            threshold: self.view.iso_threshold(),
+            color_range: self.iso_color_range(),
+        });
+        ViewParams {
+            cmap: self.view.cmap,
+            range: self.range(),
+            slices: self.view.slices,
+            show: self.view.show,
+            camera: self.view.camera,
+            iso,
+            solids: self.view.solids && three_d,
+            bricks: self.view.bricks,
+        }
+    }
+
+    /// A warning about the isosurface, if there is one: triangles capped, or no surface at
+    /// this threshold.
+    #[must_use]
+    pub fn iso_note(&self) -> Option<String> {
+        if !self.view.iso || self.is_2d() {
+            return None;
+        }
+        let st = self.iso_stats?;
+        if st.capped() {
+            return Some(format!(
+                "triangles capped: {} of {} drawn (the GPU's buffer limit); raise the threshold",
+                st.drawn(),
+                st.triangles()
+            ));
+        }
+        if st.wanted == 0 {
+            let d = self.iso_data()?;
+            return Some(format!(
+                "no surface at {}: {} ranges from {} to {}",
+                fmt_value(self.view.iso_threshold()),
+                d.kind.name(),
+                fmt_value(d.min_max.0),
+                fmt_value(d.min_max.1)
+            ));
+        }
+        None
+    }
+
+    /// What the legend shows now.
+    #[must_use]
+    pub fn legend(&self) -> LegendInfo {
+        let mut l = LegendInfo::field(self.view.field, self.view.cmap, self.range(), self.view.auto_range);
+        if let Some(iso) = self.view_params().iso {
+            l.iso = Some(IsoLegend { kind: iso.kind, threshold: iso.threshold, color_range: iso.color_range, note: self.iso_note() });
+        }
+        if self.view.bricks {
+            l.bricks = self.snap.as_ref().map(|s| BrickLegend::of(&s.bricks));
+        }
+        l
     }
 
     fn poll_worker(&mut self) {
@@ -590,7 +761,7 @@ impl ViewerApp {
         if ctx.egui_wants_keyboard_input() {
             return;
         }
-        let (space, s, r, h, f12, esc) = ctx.input(|i| {
+        let (space, s, r, h, f12, esc, iso) = ctx.input(|i| {
             (
                 i.key_pressed(Key::Space),
                 i.key_pressed(Key::S),
@@ -598,8 +769,12 @@ impl ViewerApp {
                 i.key_pressed(Key::H),
                 i.key_pressed(Key::F12),
                 i.key_pressed(Key::Escape),
+                i.key_pressed(Key::I),
             )
         });
+        if iso {
+            self.set_iso(!self.view.iso);
+        }
         if space {
             self.set_running(!self.running);
         }
@@ -795,6 +970,105 @@ impl ViewerApp {
         if ui.button("Reset camera").clicked() {
             self.view.camera.reset();
         }
+        ui.separator();
+        self.surfaces_ui(ui);
+    }
+
+    fn surfaces_ui(&mut self, ui: &mut Ui) {
+        if self.is_2d() {
+            ui.label("isosurfaces and solid surfaces: 3D scenes only (solid cells are grey in the image)");
+        } else if !self.surfaces_supported {
+            ui.colored_label(
+                Color32::from_rgb(255, 170, 60),
+                "this GPU or driver has no compute shaders: no isosurfaces or solid surfaces",
+            );
+        } else {
+            let mut on = self.view.iso;
+            if ui
+                .checkbox(&mut on, "isosurface")
+                .on_hover_text("i: marching cubes of |vorticity| or Q at the threshold, coloured by |u|")
+                .changed()
+            {
+                self.set_iso(on);
+            }
+            ui.horizontal(|ui| {
+                let label = ui.label("iso field");
+                let mut k = self.view.iso_field;
+                egui::ComboBox::from_id_salt("iso field")
+                    .selected_text(k.name())
+                    .show_ui(ui, |ui| {
+                        for f in ISO_FIELDS {
+                            ui.selectable_value(&mut k, f, f.name());
+                        }
+                    })
+                    .response
+                    .labelled_by(label.id);
+                self.set_iso_field(k);
+            });
+            let kind = self.view.iso_field;
+            ui.horizontal(|ui| {
+                let label = ui.label("threshold");
+                let (lo, hi) = iso_slider_range(kind);
+                let mut t = self.view.iso_threshold().clamp(lo, hi);
+                let r = ui.add(egui::Slider::new(&mut t, lo..=hi).logarithmic(true).show_value(false)).labelled_by(label.id);
+                if r.changed() {
+                    self.set_iso_threshold(t);
+                }
+            });
+            ui.horizontal(|ui| {
+                let label = ui.label("threshold value");
+                if !self.iso_text_focused {
+                    self.iso_text = format!("{}", self.view.iso_threshold());
+                }
+                let r = ui
+                    .add(egui::TextEdit::singleline(&mut self.iso_text).desired_width(110.0))
+                    .labelled_by(label.id)
+                    .on_hover_text("type a value (e.g. 0.02 or 1e-5) and press Enter");
+                self.iso_text_focused = r.has_focus();
+                if r.lost_focus() {
+                    match self.iso_text.trim().parse::<f32>() {
+                        Ok(t) => {
+                            self.set_iso_threshold(t);
+                        }
+                        Err(_) => self.message(format!("isosurface threshold {:?} refused: not a number", self.iso_text.trim()), true),
+                    }
+                    self.iso_text = format!("{}", self.view.iso_threshold());
+                }
+            });
+            match self.iso_data() {
+                Some(d) => ui.label(format!("{} now from {} to {}", kind.name(), fmt_value(d.min_max.0), fmt_value(d.min_max.1))),
+                None if self.view.iso => ui.label(format!("waiting for the {} field…", kind.name())),
+                None => ui.label(format!("{} range: shown when the isosurface is on", kind.name())),
+            };
+            if self.view.iso {
+                if let Some(st) = self.iso_stats {
+                    ui.label(format!("{} triangles", st.triangles()));
+                }
+                if let Some(n) = self.iso_note() {
+                    ui.colored_label(Color32::from_rgb(255, 170, 60), n);
+                }
+            }
+            ui.horizontal(|ui| {
+                ui.checkbox(&mut self.view.solids, "solid obstacles as surfaces");
+                if let Some(st) = self.solid_stats.filter(|_| self.view.solids) {
+                    ui.label(format!("{} triangles", st.triangles()));
+                    if st.capped() {
+                        ui.colored_label(Color32::from_rgb(255, 170, 60), format!("(capped: {} drawn)", st.drawn()));
+                    }
+                }
+            });
+        }
+        ui.checkbox(&mut self.view.bricks, "brick overlay")
+            .on_hover_text("the solver's bricks on the slices: all solid (skipped), plain fluid (lean kernel), boundary");
+        if self.view.bricks {
+            if let Some(s) = &self.snap {
+                let b = BrickLegend::of(&s.bricks);
+                ui.label(format!(
+                    "bricks of {}x{}x{}: {} all solid, {} plain fluid, {} boundary",
+                    b.brick[0], b.brick[1], b.brick[2], b.counts[0], b.counts[1], b.counts[2]
+                ));
+            }
+        }
     }
 
     fn stats_ui(&mut self, ui: &mut Ui) {
@@ -936,7 +1210,7 @@ impl ViewerApp {
             );
         }
         self.camera_input(ui, &resp, rect);
-        let legend = LegendInfo { field: self.view.field, cmap: self.view.cmap, range: self.range(), auto: self.view.auto_range };
+        let legend = self.legend();
         let tex = self.legend_texture(ui.ctx(), self.view.cmap);
         legend_ui(ui, rect, &legend, tex);
         // Status and messages, bottom left.
@@ -1014,6 +1288,7 @@ impl ViewerApp {
                         ("s", "one batch of steps (steps per frame)"),
                         ("r", "reset to step 0 (parameters kept)"),
                         ("h", "this help"),
+                        ("i", "isosurface on / off (3D)"),
                         ("F12", "screenshot into screenshots/"),
                         ("drag", "3D: orbit · 2D: pan"),
                         ("right/middle drag", "pan"),

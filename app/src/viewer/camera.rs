@@ -88,11 +88,19 @@ impl Camera {
         }
         let radius = diag(n) * 0.5;
         let dist = self.distance(n, aspect);
-        let (_, _, back) = self.basis();
-        let eye = target + back * dist;
+        let eye = self.eye(n, aspect);
         let view = Mat4::look_at_rh(eye, target, Vec3::Y);
         let proj = Mat4::perspective_rh(FOV, aspect, (dist - radius * 1.5).max(dist * 0.01), dist + radius * 2.0);
         proj * view
+    }
+
+    /// The 3D camera's position in world space (cells) for a view of `aspect` = width / height.
+    #[must_use]
+    pub fn eye(&self, n: [usize; 3], aspect: f32) -> Vec3 {
+        let nf = Vec3::new(n[0] as f32, n[1] as f32, n[2] as f32);
+        let target = nf * 0.5 + Vec3::from(self.pan) * nf;
+        let (_, _, back) = self.basis();
+        target + back * self.distance(n, aspect)
     }
 
     /// Pixel position (x right, y down) of a world point in a view of `size` pixels, if in front.

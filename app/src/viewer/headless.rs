@@ -3,9 +3,12 @@
 
 use super::app::{auto_range, default_cmap, legend_texture};
 use super::camera::Camera;
-use super::render::{read_texture, FieldRenderer, ViewParams};
-use super::{legend_ui, LegendInfo, ViewSpec};
+use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, ViewParams};
+use super::worker::{fluid_min_max, solid_mask};
+use super::{legend_ui, BrickLegend, IsoLegend, LegendInfo, ViewSpec};
 use anyhow::Context as _;
+use sim_core::bricks::BrickMap;
+use sim_core::fields::FieldKind;
 use sim_core::Solver;
 use std::path::Path;
 
@@ -41,8 +44,9 @@ pub fn gpu() -> Result<Gpu, String> {
         format!("no GPU adapter for offscreen rendering ({e}); on Debian/Ubuntu `apt-get install mesa-vulkan-drivers libvulkan1` gives a software one")
     })?;
     let info = adapter.get_info();
-    let limits = wgpu::Limits { max_texture_dimension_3d: adapter.limits().max_texture_dimension_3d, ..wgpu::Limits::downlevel_defaults() }
+    let base = wgpu::Limits { max_texture_dimension_3d: adapter.limits().max_texture_dimension_3d, ..wgpu::Limits::downlevel_defaults() }
         .using_resolution(adapter.limits());
+    let limits = super::render::wanted_limits(base, &adapter.limits());
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("esoflow offscreen"),
         required_limits: limits,
@@ -55,27 +59,97 @@ pub fn gpu() -> Result<Gpu, String> {
 /// Height of the legend strip under the field in offscreen pictures.
 pub const LEGEND_STRIP: u32 = 84;
 
+/// The data of an offscreen picture.
+#[derive(Clone, Copy, Debug)]
+pub struct PictureData<'a> {
+    /// Cells per axis.
+    pub n: [usize; 3],
+    /// The field on the slices, x fastest.
+    pub values: &'a [f32],
+    /// Solid mask (see [`solid_mask`]).
+    pub solid: &'a [u8],
+    /// The isosurface's field, its values and the velocity magnitude that colours it.
+    pub iso: Option<(FieldKind, &'a [f32], &'a [f32])>,
+    /// Brick classes for the overlay.
+    pub bricks: Option<&'a BrickMap>,
+}
+
+impl<'a> PictureData<'a> {
+    /// A field and its solid mask alone.
+    #[must_use]
+    pub fn field(n: [usize; 3], values: &'a [f32], solid: &'a [u8]) -> PictureData<'a> {
+        PictureData { n, values, solid, iso: None, bricks: None }
+    }
+}
+
+/// Upload `data` into a new renderer and draw it at `size` pixels, waiting for the surfaces'
+/// triangle counts (and drawing again if a surface's buffer had to grow). Returns the renderer
+/// (its target holds the view) and the isosurface's triangle counts.
+///
+/// # Errors
+/// Data that does not fit the renderer.
+pub fn draw_offscreen(
+    gpu: &Gpu,
+    data: &PictureData,
+    params: &ViewParams,
+    size: [u32; 2],
+) -> anyhow::Result<(FieldRenderer, Option<MeshStats>)> {
+    let (device, queue) = (&gpu.device, &gpu.queue);
+    let mut fr = FieldRenderer::new(device, queue);
+    fr.upload(device, queue, data.n, data.values, Some(data.solid))?;
+    if let Some((kind, values, speed)) = data.iso {
+        fr.upload_iso(device, queue, data.n, kind, values, speed)?;
+    }
+    if let Some(b) = data.bricks {
+        fr.upload_bricks(device, queue, b)?;
+    }
+    // A surface too large for its first buffer grows (at most ~10 times to the device's limit).
+    for _ in 0..12 {
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("picture") });
+        fr.render(device, queue, &mut encoder, size, params);
+        queue.submit([encoder.finish()]);
+        fr.poll(device, true);
+        if !fr.needs_redraw() {
+            break;
+        }
+    }
+    let stats = fr.iso_stats();
+    Ok((fr, stats))
+}
+
 /// Draw a field and its legend into an RGBA image of `size` pixels: the field fills the top,
 /// the legend sits in a strip of [`LEGEND_STRIP`] pixels at the bottom.
 ///
 /// # Errors
 /// Rendering or read-back failures.
+#[cfg(test)]
 pub fn render_picture(
     gpu: &Gpu,
-    n: [usize; 3],
-    values: &[f32],
-    solid: &[u8],
+    data: &PictureData,
     params: &ViewParams,
     legend: &LegendInfo,
     size: [u32; 2],
 ) -> anyhow::Result<image::RgbaImage> {
+    render_picture_with(gpu, data, params, size, |_| legend.clone())
+}
+
+/// Draw a field and its legend into an RGBA image of `size` pixels (the field fills the top,
+/// the legend sits in a strip of [`LEGEND_STRIP`] pixels at the bottom), the legend made once
+/// the isosurface's triangles are counted.
+///
+/// # Errors
+/// Rendering or read-back failures.
+pub fn render_picture_with(
+    gpu: &Gpu,
+    data: &PictureData,
+    params: &ViewParams,
+    size: [u32; 2],
+    legend: impl FnOnce(Option<MeshStats>) -> LegendInfo,
+) -> anyhow::Result<image::RgbaImage> {
     let (device, queue) = (&gpu.device, &gpu.queue);
     let field_px = [size[0], size[1].saturating_sub(LEGEND_STRIP).max(1)];
-    let mut fr = FieldRenderer::new(device, queue);
-    fr.upload(device, queue, n, values, Some(solid))?;
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("picture") });
-    fr.render(device, queue, &mut encoder, field_px, params);
-    queue.submit([encoder.finish()]);
+    let (fr, stats) = draw_offscreen(gpu, data, params, field_px)?;
+    let legend = &legend(stats);
     let (_, view) = fr.target().context("no view texture")?;
 
     let format = wgpu::TextureFormat::Rgba8Unorm;
@@ -164,26 +238,61 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     let gpu = gpu().map_err(anyhow::Error::msg)?;
     let d = solver.domain();
     let n = d.n;
-    let solid: Vec<u8> = d.flags.iter().map(|&f| u8::from(sim_core::domain::is_solid(f))).collect();
+    let three_d = n[2] > 1;
+    let solid = solid_mask(d);
     let values = solver.scalar_field(spec.field);
-    let mut lo = f32::INFINITY;
-    let mut hi = f32::NEG_INFINITY;
-    for (v, &s) in values.iter().zip(&solid) {
-        if s == 0 && v.is_finite() {
-            lo = lo.min(*v);
-            hi = hi.max(*v);
-        }
-    }
-    if lo > hi {
-        (lo, hi) = (0.0, 0.0);
-    }
+    let (min_max, _) = fluid_min_max(&values, &solid);
     let cmap = spec.cmap.unwrap_or_else(|| default_cmap(spec.field));
-    let range = spec.range.unwrap_or_else(|| auto_range((lo, hi), cmap));
+    let range = spec.range.unwrap_or_else(|| auto_range(min_max, cmap));
     let slices = spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]);
-    let params = ViewParams { cmap, range, slices, show: [true; 3], camera: Camera::default() };
-    let legend = LegendInfo { field: spec.field, cmap, range, auto: spec.range.is_none() };
+    let mut params = ViewParams::plain(cmap, range, slices, [true; 3], Camera::default());
+    params.solids = spec.solids.unwrap_or(true) && three_d;
+    params.bricks = spec.bricks;
+    let mut legend = LegendInfo::field(spec.field, cmap, range, spec.range.is_none());
+    // The isosurface: its field and |u| (the slices' own field where it is one of them).
+    let iso = spec.iso.filter(|_| three_d).map(|(kind, threshold)| {
+        let iso = if kind == spec.field { values.clone() } else { solver.scalar_field(kind) };
+        let speed = if spec.field == FieldKind::Speed { values.clone() } else { solver.scalar_field(FieldKind::Speed) };
+        let color_range = if spec.field == FieldKind::Speed { range } else { auto_range(fluid_min_max(&speed, &solid).0, cmap) };
+        (IsoView { kind, threshold, color_range }, iso, speed)
+    });
+    if spec.iso.is_some() && !three_d {
+        eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
+    }
+    params.iso = iso.as_ref().map(|(v, _, _)| *v);
+    let bricks = spec.bricks.then(|| solver.bricks());
+    if let Some(b) = &bricks {
+        legend.bricks = Some(BrickLegend::of(b));
+    }
+    let data = PictureData {
+        iso: iso.as_ref().map(|(v, i, s)| (v.kind, i.as_slice(), s.as_slice())),
+        bricks: bricks.as_ref(),
+        ..PictureData::field(n, &values, &solid)
+    };
     let size = spec.size.unwrap_or_else(|| default_size(n));
-    let img = render_picture(&gpu, n, &values, &solid, &params, &legend, size)?;
+    let img = render_picture_with(&gpu, &data, &params, size, |stats| {
+        if let Some((v, i, _)) = &iso {
+            let note = match stats {
+                None => Some("this GPU has no compute shaders: no isosurface".to_string()),
+                Some(st) if st.capped() => Some(format!("triangles capped: {} of {} drawn", st.drawn(), st.triangles())),
+                Some(st) if st.wanted == 0 => {
+                    let (lo, hi) = fluid_min_max(i, &solid).0;
+                    Some(format!(
+                        "no surface at this threshold: {} ranges from {} to {}",
+                        v.kind.name(),
+                        super::fmt_value(lo),
+                        super::fmt_value(hi)
+                    ))
+                }
+                Some(_) => None,
+            };
+            if let Some(st) = stats {
+                eprintln!("isosurface {} = {}: {} triangles", v.kind.name(), v.threshold, st.triangles());
+            }
+            legend.iso = Some(IsoLegend { kind: v.kind, threshold: v.threshold, color_range: v.color_range, note });
+        }
+        legend
+    })?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -245,16 +354,16 @@ pub fn render_bench(
             continue;
         };
         let tu = Instant::now();
-        fr.upload(&gpu.device, &gpu.queue, snap.size, &snap.values, (!solid_done).then(|| snap.solid.as_slice()))?;
+        fr.upload(&gpu.device, &gpu.queue, snap.size, snap.values.as_slice(), (!solid_done).then(|| snap.solid.as_slice()))?;
         solid_done = true;
         let td = Instant::now();
-        let params = ViewParams {
+        let params = ViewParams::plain(
             cmap,
-            range: spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap)),
-            slices: spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]),
-            show: [true, false, false],
-            camera: Camera::default(),
-        };
+            spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap)),
+            spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]),
+            [true, false, false],
+            Camera::default(),
+        );
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
         fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
         gpu.queue.submit([enc.finish()]);

@@ -3,7 +3,8 @@
 //!
 //! - `worker`: the solver thread (owns the solver; hands over field snapshots).
 //! - `app`: the viewer's state and panels (egui only; testable headless).
-//! - `render`, `camera`, `colormap`: the field renderer (wgpu, no egui).
+//! - `render`, `camera`, `colormap`: the field renderer (wgpu, no egui); `mc`: the marching-cubes
+//!   table of its isosurfaces.
 //! - `window`: the winit shell (surface, event loop, screenshots).
 //! - `headless`: offscreen GPU setup and screenshots without a window.
 
@@ -11,6 +12,7 @@ pub mod app;
 pub mod camera;
 pub mod colormap;
 pub mod headless;
+pub mod mc;
 pub mod render;
 pub mod window;
 pub mod worker;
@@ -20,6 +22,7 @@ mod tests;
 
 use colormap::ColorMap;
 use egui::{Color32, Rect, Ui};
+use sim_core::bricks::{BrickClass, BrickMap};
 use sim_core::fields::FieldKind;
 use std::path::PathBuf;
 
@@ -43,7 +46,8 @@ pub struct ViewArgs {
     /// Save a screenshot of the window to FILE (after --frames N frames, default 60) and exit.
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
-    /// Initial view, as for `run --view`: field=speed,cmap=turbo,range=0:0.1,slices=10:20:5.
+    /// Initial view, as for `run --view`: field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,
+    /// iso=vorticity:0.01,solids=on,overlay=bricks.
     #[arg(long, value_name = "SPEC")]
     pub view: Option<String>,
     /// Steps per frame (the solver thread's batch between two pictures).
@@ -84,7 +88,21 @@ pub fn field_units(f: FieldKind) -> &'static str {
     }
 }
 
-/// A view given on the command line: `field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,size=1200x400`.
+/// Default isosurface threshold of a field (`iso=vorticity` without a value).
+#[must_use]
+pub fn default_iso_threshold(kind: FieldKind) -> f32 {
+    if kind == FieldKind::Q {
+        1e-5
+    } else {
+        0.01
+    }
+}
+
+/// The fields an isosurface can show.
+pub const ISO_FIELDS: [FieldKind; 2] = [FieldKind::Vorticity, FieldKind::Q];
+
+/// A view given on the command line:
+/// `field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,size=1200x400,iso=vorticity:0.01,solids=on,overlay=bricks`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ViewSpec {
     /// Field.
@@ -97,15 +115,24 @@ pub struct ViewSpec {
     pub slices: Option<[usize; 3]>,
     /// Image size in pixels (default: fit the domain, about 1200 wide).
     pub size: Option<[u32; 2]>,
+    /// Isosurface field and threshold (3D; default: none).
+    pub iso: Option<(FieldKind, f32)>,
+    /// Solid obstacles as surfaces (3D; default: on).
+    pub solids: Option<bool>,
+    /// Brick overlay (default: off).
+    pub bricks: bool,
 }
 
 impl Default for ViewSpec {
     fn default() -> ViewSpec {
-        ViewSpec { field: FieldKind::Speed, cmap: None, range: None, slices: None, size: None }
+        ViewSpec { field: FieldKind::Speed, cmap: None, range: None, slices: None, size: None, iso: None, solids: None, bricks: false }
     }
 }
 
 impl ViewSpec {
+    /// The keys `--view` accepts.
+    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay";
+
     /// Parse `key=value` pairs separated by commas.
     ///
     /// # Errors
@@ -114,7 +141,7 @@ impl ViewSpec {
         let mut v = ViewSpec::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((k, val)) = part.split_once('=') else {
-                anyhow::bail!("--view {part}: expected KEY=VALUE (field, cmap, range, slices, size)");
+                anyhow::bail!("--view {part}: expected KEY=VALUE ({})", ViewSpec::KEYS);
             };
             let nums = |sep: char| -> anyhow::Result<Vec<f64>> {
                 val.split(sep).map(|x| x.trim().parse::<f64>().map_err(|e| anyhow::anyhow!("--view {part}: {e}"))).collect()
@@ -151,10 +178,75 @@ impl ViewSpec {
                     }
                     v.size = Some([r[0] as u32, r[1] as u32]);
                 }
-                other => anyhow::bail!("--view {other}: unknown key (field, cmap, range, slices, size)"),
+                "iso" => v.iso = parse_iso(val).map_err(|e| anyhow::anyhow!("--view iso={val}: {e}"))?,
+                "solids" => {
+                    v.solids = Some(match val.trim().to_ascii_lowercase().as_str() {
+                        "on" | "true" | "yes" | "1" => true,
+                        "off" | "false" | "no" | "0" => false,
+                        _ => anyhow::bail!("--view solids={val}: expected on or off"),
+                    });
+                }
+                "overlay" => {
+                    v.bricks = match val.trim().to_ascii_lowercase().as_str() {
+                        "bricks" => true,
+                        "none" | "off" => false,
+                        _ => anyhow::bail!("--view overlay={val}: expected bricks or none"),
+                    };
+                }
+                other => anyhow::bail!("--view {other}: unknown key ({})", ViewSpec::KEYS),
             }
         }
         Ok(v)
+    }
+}
+
+/// `vorticity:0.01`, `q:1e-5`, `vorticity` (the default threshold) or `off`.
+fn parse_iso(val: &str) -> Result<Option<(FieldKind, f32)>, String> {
+    const FORMS: &str = "expected vorticity:THRESHOLD or q:THRESHOLD (e.g. iso=vorticity:0.01, iso=q:1e-5), or off";
+    let (name, thr) = match val.split_once(':') {
+        Some((n, t)) => (n.trim(), Some(t.trim())),
+        None => (val.trim(), None),
+    };
+    if name.eq_ignore_ascii_case("off") || name.eq_ignore_ascii_case("none") {
+        return if thr.is_none() { Ok(None) } else { Err(FORMS.into()) };
+    }
+    let kind = field_from_name(name).filter(|k| ISO_FIELDS.contains(k)).ok_or_else(|| format!("field {name:?}: {FORMS}"))?;
+    let threshold = match thr {
+        None => default_iso_threshold(kind),
+        Some(t) => {
+            t.parse::<f32>().ok().filter(|x| x.is_finite()).ok_or_else(|| format!("threshold {t:?} is not a finite number: {FORMS}"))?
+        }
+    };
+    Ok(Some((kind, threshold)))
+}
+
+/// The isosurface line of the legend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IsoLegend {
+    /// Field of the surface.
+    pub kind: FieldKind,
+    /// Threshold.
+    pub threshold: f32,
+    /// Colour range of the velocity magnitude on it.
+    pub color_range: (f32, f32),
+    /// A warning (triangles capped, no surface at this threshold).
+    pub note: Option<String>,
+}
+
+/// The brick overlay's key in the legend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BrickLegend {
+    /// Cells per brick.
+    pub brick: [usize; 3],
+    /// Bricks of each class, indexed by `BrickClass as usize`.
+    pub counts: [usize; 3],
+}
+
+impl BrickLegend {
+    /// The key of a brick map.
+    #[must_use]
+    pub fn of(map: &BrickMap) -> BrickLegend {
+        BrickLegend { brick: map.brick, counts: BrickClass::ALL.map(|c| map.count_of(c)) }
     }
 }
 
@@ -169,6 +261,18 @@ pub struct LegendInfo {
     pub range: (f32, f32),
     /// Auto range (from the data) or fixed.
     pub auto: bool,
+    /// The isosurface, when one is drawn.
+    pub iso: Option<IsoLegend>,
+    /// The brick overlay's key, when it is drawn.
+    pub bricks: Option<BrickLegend>,
+}
+
+impl LegendInfo {
+    /// A legend of the field alone.
+    #[must_use]
+    pub fn field(field: FieldKind, cmap: ColorMap, range: (f32, f32), auto: bool) -> LegendInfo {
+        LegendInfo { field, cmap, range, auto, iso: None, bricks: None }
+    }
 }
 
 /// Where the legend's colour bar is drawn inside a view `rect` (points).
@@ -198,6 +302,61 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
         painter.line_segment([egui::pos2(x, bar.bottom()), egui::pos2(x, bar.bottom() + 4.0)], (1.0, Color32::from_gray(235)));
         let align = [egui::Align2::LEFT_TOP, egui::Align2::CENTER_TOP, egui::Align2::RIGHT_TOP][i];
         painter.text(egui::pos2(x, bar.bottom() + 5.0), align, fmt_value(v), font.clone(), Color32::from_gray(235));
+    }
+    // Above it, the isosurface: its field, threshold and colouring (and a warning).
+    let mut top = bg.top();
+    if let Some(iso) = &l.iso {
+        let mut lines = vec![(
+            format!(
+                "isosurface {} = {}, coloured by |u| from {} to {}",
+                iso.kind.name(),
+                fmt_value(iso.threshold),
+                fmt_value(iso.color_range.0),
+                fmt_value(iso.color_range.1)
+            ),
+            Color32::from_gray(235),
+        )];
+        if let Some(n) = &iso.note {
+            lines.push((n.clone(), Color32::from_rgb(255, 170, 60)));
+        }
+        for (text, color) in lines.into_iter().rev() {
+            let galley = painter.layout_no_wrap(text, font.clone(), color);
+            let r = Rect::from_min_size(egui::pos2(bar.right() - galley.size().x, top - 6.0 - galley.size().y), galley.size());
+            painter.rect_filled(r.expand(4.0), 4.0, Color32::from_black_alpha(190));
+            painter.galley(r.min, galley, color);
+            top = r.top() - 4.0;
+        }
+    }
+    if let Some(b) = &l.bricks {
+        bricks_legend_ui(ui, rect, b);
+    }
+}
+
+/// The brick overlay's key, top right of `rect`: brick size, then each class's colour, name and
+/// count.
+pub fn bricks_legend_ui(ui: &Ui, rect: Rect, b: &BrickLegend) {
+    let painter = ui.painter();
+    let font = egui::FontId::proportional(13.0);
+    let size =
+        if b.brick[2] == 1 { format!("{}x{}", b.brick[0], b.brick[1]) } else { format!("{}x{}x{}", b.brick[0], b.brick[1], b.brick[2]) };
+    let mut lines = vec![(format!("bricks of {size} cells"), None)];
+    for c in BrickClass::ALL {
+        let k = render::BRICK_COLORS[c as usize];
+        lines.push((format!("{}: {}", c.name(), b.counts[c as usize]), Some(Color32::from_rgb(k[0], k[1], k[2]))));
+    }
+    let galleys: Vec<_> = lines.into_iter().map(|(t, c)| (painter.layout_no_wrap(t, font.clone(), Color32::from_gray(235)), c)).collect();
+    let w = galleys.iter().map(|(g, _)| g.size().x).fold(0.0, f32::max) + 22.0;
+    let h: f32 = galleys.iter().map(|(g, _)| g.size().y + 3.0).sum();
+    let bg = Rect::from_min_size(egui::pos2(rect.right() - w - 22.0, rect.top() + 10.0), egui::vec2(w + 12.0, h + 10.0));
+    painter.rect_filled(bg, 4.0, Color32::from_black_alpha(190));
+    let mut y = bg.top() + 5.0;
+    for (g, c) in galleys {
+        let h = g.size().y;
+        if let Some(c) = c {
+            painter.rect_filled(Rect::from_min_size(egui::pos2(bg.left() + 6.0, y + h * 0.5 - 6.0), egui::vec2(12.0, 12.0)), 2.0, c);
+        }
+        painter.galley(egui::pos2(bg.left() + 24.0, y), g, Color32::from_gray(235));
+        y += h + 3.0;
     }
 }
 

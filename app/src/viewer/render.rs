@@ -1,12 +1,20 @@
-//! The field renderer: slice planes of a scalar field and the domain box, drawn with wgpu into
-//! a texture. Knows nothing of egui (the window shows the texture; tests read it back).
+//! The field renderer: slice planes of a scalar field (with the brick overlay), isosurfaces and
+//! solid obstacles as surfaces (marching cubes in a compute shader), and the domain box, drawn
+//! with wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it
+//! back).
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
 use bytemuck::{Pod, Zeroable};
+use sim_core::bricks::{BrickClass, BrickMap};
+use sim_core::fields::FieldKind;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// The WGSL of the field view.
 pub const FIELD_WGSL: &str = include_str!("../../../shaders/field.wgsl");
+/// The WGSL of the marching-cubes compute passes.
+pub const MARCHING_CUBES_WGSL: &str = include_str!("../../../shaders/marching_cubes.wgsl");
 
 /// Colour format of the view texture: plain RGBA8 holding gamma-encoded (sRGB) colours, the way
 /// egui treats its textures; the stored bytes are the colour map's sRGB bytes.
@@ -14,8 +22,20 @@ pub const VIEW_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8Unorm;
 const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
 /// Background colour of the view (sRGB).
 pub const BACKGROUND: wgpu::Color = wgpu::Color { r: 0.06, g: 0.065, b: 0.075, a: 1.0 };
+/// Colour of the brick classes in the overlay (sRGB bytes), indexed by `BrickClass as usize`.
+pub const BRICK_COLORS: [[u8; 3]; 3] = [[120, 120, 240], [60, 200, 90], [255, 140, 30]];
+/// How much of the class colour a brick's inside takes in the overlay (the rest is the field).
+pub const BRICK_TINT: f32 = 0.35;
+/// Grey of the solid obstacles' surfaces, before shading.
+pub const SOLID_GREY: f32 = 0.62;
+/// Bytes per isosurface vertex (position and packed normal).
+const VERTEX_BYTES: u64 = 16;
+/// Largest vertex buffer asked for (bytes), if the device allows it.
+const MAX_VERTEX_BUFFER: u64 = 1 << 30;
+/// First size of a vertex buffer (vertices, a multiple of 3); it grows when a surface needs more.
+const FIRST_CAPACITY: u32 = (1 << 20) / 3 * 3;
 
-/// GPU-side structs. Keep in sync with `shaders/field.wgsl`.
+/// GPU-side structs. Keep in sync with `shaders/field.wgsl` and `shaders/marching_cubes.wgsl`.
 pub mod gpu_data {
     use super::{Pod, Zeroable};
 
@@ -29,10 +49,45 @@ pub mod gpu_data {
         pub size: [u32; 4],
         /// Slice index along x, y, z; w = bit mask of planes drawn (1 = x, 2 = y, 4 = z).
         pub slices: [u32; 4],
-        /// lo, hi of the colour range.
+        /// lo, hi of the colour range; z = the brick overlay's tint ([`super::BRICK_TINT`]).
         pub range: [f32; 4],
+        /// Camera position (world space), for the surfaces' lighting.
+        pub eye: [f32; 4],
+        /// lo, hi of the isosurface's colour range (velocity magnitude); z = grey of the solid
+        /// surfaces ([`super::SOLID_GREY`]).
+        pub iso_range: [f32; 4],
+        /// Brick size x, y, z; w = 1 when the brick overlay is drawn.
+        pub bricks: [u32; 4],
+        /// Overlay colour of each brick class (linear 0..1 of the sRGB bytes).
+        pub brick_colors: [[f32; 4]; 3],
     }
-    const _: () = assert!(std::mem::size_of::<FieldGlobals>() == 112);
+    const _: () = assert!(std::mem::size_of::<FieldGlobals>() == 208);
+
+    /// `McParams` in marching_cubes.wgsl.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Pod, Zeroable)]
+    pub struct McParams {
+        /// nx, ny, nz, mode (0: the field, 1: the obstacle mask).
+        pub size: [u32; 4],
+        /// Threshold (mode 0).
+        pub threshold: f32,
+        /// Capacity of the vertex buffer in vertices.
+        pub capacity: u32,
+        /// Padding.
+        pub pad: [u32; 2],
+    }
+    const _: () = assert!(std::mem::size_of::<McParams>() == 32);
+}
+
+/// The isosurface to draw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IsoView {
+    /// Field of the surface (|vorticity| or Q).
+    pub kind: FieldKind,
+    /// Threshold.
+    pub threshold: f32,
+    /// Colour range of the velocity magnitude on the surface.
+    pub color_range: (f32, f32),
 }
 
 /// What to draw, besides the field itself.
@@ -48,13 +103,61 @@ pub struct ViewParams {
     pub show: [bool; 3],
     /// Camera.
     pub camera: Camera,
+    /// Isosurface (3D).
+    pub iso: Option<IsoView>,
+    /// Solid obstacles as surfaces (3D).
+    pub solids: bool,
+    /// Brick overlay on the slices.
+    pub bricks: bool,
+}
+
+impl ViewParams {
+    /// Slices and box only: no isosurface, no solid surfaces, no overlay.
+    #[must_use]
+    pub fn plain(cmap: ColorMap, range: (f32, f32), slices: [usize; 3], show: [bool; 3], camera: Camera) -> ViewParams {
+        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false }
+    }
+}
+
+/// How many triangles a surface wanted and how many fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    /// Vertices the surface has (three per triangle), capped or not.
+    pub wanted: u32,
+    /// Vertices the buffer holds.
+    pub capacity: u32,
+    /// Largest buffer this device allows (vertices).
+    pub max_capacity: u32,
+}
+
+impl MeshStats {
+    /// Triangles of the surface.
+    #[must_use]
+    pub fn triangles(&self) -> u32 {
+        self.wanted / 3
+    }
+    /// Triangles drawn.
+    #[must_use]
+    pub fn drawn(&self) -> u32 {
+        self.wanted.min(self.capacity) / 3
+    }
+    /// Whether triangles were left out because the largest buffer is full.
+    #[must_use]
+    pub fn capped(&self) -> bool {
+        self.wanted > self.capacity && self.capacity >= self.max_capacity
+    }
 }
 
 struct FieldTextures {
     size: [usize; 3],
     field: wgpu::Texture,
     solid: wgpu::Texture,
-    bind_group: wgpu::BindGroup,
+    /// Isosurface field and speed (allocated with the first isosurface data).
+    iso: Option<(wgpu::Texture, wgpu::Texture)>,
+    /// Brick classes and the brick size.
+    bricks: Option<(wgpu::Texture, [usize; 3])>,
+    /// Made by [`FieldRenderer::rebind`] whenever a texture changes.
+    bind_group: Option<wgpu::BindGroup>,
 }
 
 struct Target {
@@ -64,13 +167,171 @@ struct Target {
     depth_view: wgpu::TextureView,
 }
 
+/// What a surface's vertex buffer holds: which upload of the data, at which threshold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MeshKey {
+    data: u64,
+    threshold: u32,
+}
+
+/// State of the asynchronous read of a surface's counter: 0 waiting, 1 mapped, 2 failed.
+type MapFlag = Arc<AtomicU8>;
+
+/// One surface made by marching cubes: its vertex buffer, counter and draw arguments.
+struct Mesh {
+    mode: u32,
+    params: wgpu::Buffer,
+    counter: wgpu::Buffer,
+    args: wgpu::Buffer,
+    verts: Option<wgpu::Buffer>,
+    capacity: u32,
+    max_capacity: u32,
+    key: Option<MeshKey>,
+    readback: Option<(wgpu::Buffer, MapFlag)>,
+    stats: Option<MeshStats>,
+}
+
+impl Mesh {
+    fn new(device: &wgpu::Device, mode: u32, max_capacity: u32) -> Mesh {
+        let buf = |label: &str, size: u64, usage: wgpu::BufferUsages| {
+            device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+        };
+        Mesh {
+            mode,
+            params: buf("mc params", 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST),
+            counter: buf("mc counter", 4, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC),
+            args: buf("mc draw args", 16, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT),
+            verts: None,
+            capacity: FIRST_CAPACITY.min(max_capacity),
+            max_capacity,
+            key: None,
+            readback: None,
+            stats: None,
+        }
+    }
+
+    /// Run marching cubes into this mesh (encoded into `encoder`, before the render pass).
+    fn compute(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        mc: &McPipelines,
+        textures: (&wgpu::Texture, &wgpu::Texture),
+        size: [usize; 3],
+        threshold: f32,
+        key: MeshKey,
+    ) {
+        let verts = self.verts.get_or_insert_with(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("mc vertices"),
+                size: u64::from(self.capacity.max(3)) * VERTEX_BYTES,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::VERTEX,
+                mapped_at_creation: false,
+            })
+        });
+        let params = gpu_data::McParams {
+            size: [size[0] as u32, size[1] as u32, size[2] as u32, self.mode],
+            threshold,
+            capacity: self.capacity,
+            pad: [0; 2],
+        };
+        queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&params));
+        let fv = textures.0.create_view(&wgpu::TextureViewDescriptor::default());
+        let mv = textures.1.create_view(&wgpu::TextureViewDescriptor::default());
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("marching cubes"),
+            layout: &mc.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: mc.table.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&fv) },
+                wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(&mv) },
+                wgpu::BindGroupEntry { binding: 4, resource: verts.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 5, resource: self.counter.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 6, resource: self.args.as_entire_binding() },
+            ],
+        });
+        encoder.clear_buffer(&self.counter, 0, None);
+        {
+            let mut pass =
+                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes: None });
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.set_pipeline(&mc.emit);
+            let groups = |a: usize| (size[a].saturating_sub(1) as u32).div_ceil(4).max(1);
+            pass.dispatch_workgroups(groups(0), groups(1), groups(2));
+            pass.set_pipeline(&mc.finish);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        // Read the count back when the GPU is done, without waiting for it.
+        let staging = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("mc count readback"),
+            size: 4,
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ,
+            mapped_at_creation: false,
+        });
+        encoder.copy_buffer_to_buffer(&self.counter, 0, &staging, 0, 4);
+        let flag: MapFlag = Arc::new(AtomicU8::new(0));
+        let f = Arc::clone(&flag);
+        encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| f.store(if r.is_ok() { 1 } else { 2 }, Ordering::Release));
+        self.readback = Some((staging, flag));
+        self.key = Some(key);
+    }
+
+    /// Take a finished count; grow the buffer (and forget the surface, so it is made again) when
+    /// it was too small. Returns true when the surface must be made again.
+    fn take_count(&mut self) -> bool {
+        let Some((buf, flag)) = &self.readback else { return false };
+        match flag.load(Ordering::Acquire) {
+            0 => return false,
+            1 => {
+                let wanted = buf.get_mapped_range(..).ok().map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+                buf.unmap();
+                if let Some(wanted) = wanted {
+                    self.stats = Some(MeshStats { wanted, capacity: self.capacity, max_capacity: self.max_capacity });
+                    if wanted > self.capacity && self.capacity < self.max_capacity {
+                        let grown = u64::from(wanted).next_power_of_two().min(u64::from(self.max_capacity)) as u32 / 3 * 3;
+                        self.capacity = grown.max(self.capacity);
+                        self.verts = None;
+                        self.key = None;
+                        self.readback = None;
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.readback = None;
+        false
+    }
+}
+
+struct McPipelines {
+    layout: wgpu::BindGroupLayout,
+    table: wgpu::Buffer,
+    emit: wgpu::ComputePipeline,
+    finish: wgpu::ComputePipeline,
+}
+
 /// Pipelines, the field textures and the view texture.
 pub struct FieldRenderer {
     slice_pipeline: wgpu::RenderPipeline,
     box_pipeline: wgpu::RenderPipeline,
+    iso_pipeline: wgpu::RenderPipeline,
+    solid_pipeline: wgpu::RenderPipeline,
     layout: wgpu::BindGroupLayout,
     globals: wgpu::Buffer,
     lut_view: wgpu::TextureView,
+    dummy_f32: wgpu::Texture,
+    dummy_u8: wgpu::Texture,
+    mc: Option<McPipelines>,
+    iso_mesh: Option<Mesh>,
+    solid_mesh: Option<Mesh>,
+    /// Counts uploads of isosurface data and of the solid mask (what a mesh was made from).
+    iso_serial: u64,
+    iso_kind: Option<FieldKind>,
+    solid_serial: u64,
+    redraw: bool,
     field: Option<FieldTextures>,
     target: Option<Target>,
 }
@@ -84,6 +345,44 @@ pub enum RenderError {
     /// Data of the wrong length.
     #[error("field of {0} values for a domain of {1} cells")]
     Length(usize, usize),
+    /// Isosurface data before the field it belongs to.
+    #[error("isosurface data for a domain of {0:?} cells, but the view holds {1:?}")]
+    NoField([usize; 3], Option<[usize; 3]>),
+}
+
+/// The limits the viewer asks a device for: `base`, with the largest storage buffer raised to
+/// what the adapter offers (up to 1 GiB) so that isosurfaces of large grids fit.
+#[must_use]
+pub fn wanted_limits(base: wgpu::Limits, adapter: &wgpu::Limits) -> wgpu::Limits {
+    let storage = adapter.max_storage_buffer_binding_size.min(MAX_VERTEX_BUFFER).max(base.max_storage_buffer_binding_size);
+    let buffer = adapter.max_buffer_size.min(MAX_VERTEX_BUFFER).max(base.max_buffer_size);
+    wgpu::Limits { max_storage_buffer_binding_size: storage, max_buffer_size: buffer, ..base }
+}
+
+fn texture_3d(device: &wgpu::Device, label: &str, size: [usize; 3], format: wgpu::TextureFormat) -> wgpu::Texture {
+    device.create_texture(&wgpu::TextureDescriptor {
+        label: Some(label),
+        size: wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
+        mip_level_count: 1,
+        sample_count: 1,
+        dimension: wgpu::TextureDimension::D3,
+        format,
+        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+        view_formats: &[],
+    })
+}
+
+fn write_3d(queue: &wgpu::Queue, tex: &wgpu::Texture, size: [usize; 3], bytes_per_texel: u32, data: &[u8]) {
+    queue.write_texture(
+        tex.as_image_copy(),
+        data,
+        wgpu::TexelCopyBufferLayout {
+            offset: 0,
+            bytes_per_row: Some(bytes_per_texel * size[0] as u32),
+            rows_per_image: Some(size[1] as u32),
+        },
+        wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
+    );
 }
 
 impl FieldRenderer {
@@ -96,10 +395,12 @@ impl FieldRenderer {
         });
         let tex_entry = |binding: u32, sample_type: wgpu::TextureSampleType, dim: wgpu::TextureViewDimension| wgpu::BindGroupLayoutEntry {
             binding,
-            visibility: wgpu::ShaderStages::FRAGMENT,
+            visibility: wgpu::ShaderStages::VERTEX_FRAGMENT,
             ty: wgpu::BindingType::Texture { sample_type, view_dimension: dim, multisampled: false },
             count: None,
         };
+        let float = wgpu::TextureSampleType::Float { filterable: false };
+        let d3 = wgpu::TextureViewDimension::D3;
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("field"),
             entries: &[
@@ -113,9 +414,11 @@ impl FieldRenderer {
                     },
                     count: None,
                 },
-                tex_entry(1, wgpu::TextureSampleType::Float { filterable: false }, wgpu::TextureViewDimension::D3),
-                tex_entry(2, wgpu::TextureSampleType::Uint, wgpu::TextureViewDimension::D3),
-                tex_entry(3, wgpu::TextureSampleType::Float { filterable: false }, wgpu::TextureViewDimension::D2),
+                tex_entry(1, float, d3),
+                tex_entry(2, wgpu::TextureSampleType::Uint, d3),
+                tex_entry(3, float, wgpu::TextureViewDimension::D2),
+                tex_entry(4, float, d3),
+                tex_entry(5, wgpu::TextureSampleType::Uint, d3),
             ],
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -123,33 +426,42 @@ impl FieldRenderer {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let depth = |write: bool| wgpu::DepthStencilState {
+        let depth = wgpu::DepthStencilState {
             format: DEPTH_FORMAT,
-            depth_write_enabled: Some(write),
+            depth_write_enabled: Some(true),
             depth_compare: Some(wgpu::CompareFunction::LessEqual),
             stencil: wgpu::StencilState::default(),
             bias: wgpu::DepthBiasState::default(),
         };
-        let pipeline = |label: &str, vs: &str, fs: &str, topology: wgpu::PrimitiveTopology| {
-            device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                label: Some(label),
-                layout: Some(&pipeline_layout),
-                vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers: &[] },
-                primitive: wgpu::PrimitiveState { topology, ..Default::default() },
-                depth_stencil: Some(depth(true)),
-                multisample: wgpu::MultisampleState::default(),
-                fragment: Some(wgpu::FragmentState {
-                    module: &module,
-                    entry_point: Some(fs),
-                    compilation_options: Default::default(),
-                    targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend: None, write_mask: wgpu::ColorWrites::ALL })],
-                }),
-                multiview_mask: None,
-                cache: None,
-            })
-        };
-        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", wgpu::PrimitiveTopology::TriangleList);
-        let box_pipeline = pipeline("box", "vs_box", "fs_box", wgpu::PrimitiveTopology::LineList);
+        let vertex_layout = [Some(wgpu::VertexBufferLayout {
+            array_stride: VERTEX_BYTES,
+            step_mode: wgpu::VertexStepMode::Vertex,
+            attributes: &[wgpu::VertexAttribute { format: wgpu::VertexFormat::Uint32x4, offset: 0, shader_location: 0 }],
+        })];
+        let pipeline =
+            |label: &str, vs: &str, fs: &str, topology: wgpu::PrimitiveTopology, buffers: &[Option<wgpu::VertexBufferLayout>]| {
+                device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                    label: Some(label),
+                    layout: Some(&pipeline_layout),
+                    vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers },
+                    primitive: wgpu::PrimitiveState { topology, ..Default::default() },
+                    depth_stencil: Some(depth.clone()),
+                    multisample: wgpu::MultisampleState::default(),
+                    fragment: Some(wgpu::FragmentState {
+                        module: &module,
+                        entry_point: Some(fs),
+                        compilation_options: Default::default(),
+                        targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend: None, write_mask: wgpu::ColorWrites::ALL })],
+                    }),
+                    multiview_mask: None,
+                    cache: None,
+                })
+            };
+        let tri = wgpu::PrimitiveTopology::TriangleList;
+        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", tri, &[]);
+        let box_pipeline = pipeline("box", "vs_box", "fs_box", wgpu::PrimitiveTopology::LineList, &[]);
+        let iso_pipeline = pipeline("isosurface", "vs_iso", "fs_surface", tri, &vertex_layout);
+        let solid_pipeline = pipeline("solid surface", "vs_solid", "fs_surface", tri, &vertex_layout);
         let globals = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("field globals"),
             size: std::mem::size_of::<gpu_data::FieldGlobals>() as u64,
@@ -175,11 +487,158 @@ impl FieldRenderer {
             wgpu::Extent3d { width: LUT_SIZE as u32, height: rows, depth_or_array_layers: 1 },
         );
         let lut_view = lut_tex.create_view(&wgpu::TextureViewDescriptor::default());
-        FieldRenderer { slice_pipeline, box_pipeline, layout, globals, lut_view, field: None, target: None }
+        let dummy_f32 = texture_3d(device, "no data", [1, 1, 1], wgpu::TextureFormat::R32Float);
+        let dummy_u8 = texture_3d(device, "no data", [1, 1, 1], wgpu::TextureFormat::R8Uint);
+        write_3d(queue, &dummy_f32, [1, 1, 1], 4, &[0; 4]);
+        write_3d(queue, &dummy_u8, [1, 1, 1], 1, &[0]);
+        let mc = Self::mc_pipelines(device, queue);
+        let max_capacity = {
+            let l = device.limits();
+            let bytes = l.max_storage_buffer_binding_size.min(l.max_buffer_size).min(MAX_VERTEX_BUFFER);
+            (bytes / VERTEX_BYTES).min(u64::from(u32::MAX)) as u32 / 3 * 3
+        };
+        let (iso_mesh, solid_mesh) =
+            if mc.is_some() { (Some(Mesh::new(device, 0, max_capacity)), Some(Mesh::new(device, 1, max_capacity))) } else { (None, None) };
+        FieldRenderer {
+            slice_pipeline,
+            box_pipeline,
+            iso_pipeline,
+            solid_pipeline,
+            layout,
+            globals,
+            lut_view,
+            dummy_f32,
+            dummy_u8,
+            mc,
+            iso_mesh,
+            solid_mesh,
+            iso_serial: 0,
+            iso_kind: None,
+            solid_serial: 0,
+            redraw: false,
+            field: None,
+            target: None,
+        }
     }
 
-    /// Upload a scalar field and the solid mask (x fastest). Textures are reallocated only when
-    /// the size changes.
+    /// The marching-cubes pipelines, if the device runs compute shaders with storage buffers
+    /// (not so on WebGL2-class GL devices).
+    fn mc_pipelines(device: &wgpu::Device, queue: &wgpu::Queue) -> Option<McPipelines> {
+        let l = device.limits();
+        if l.max_compute_invocations_per_workgroup < 64
+            || l.max_storage_buffers_per_shader_stage < 3
+            || l.max_compute_workgroups_per_dimension == 0
+        {
+            return None;
+        }
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("marching_cubes.wgsl"),
+            source: wgpu::ShaderSource::Wgsl(MARCHING_CUBES_WGSL.into()),
+        });
+        let uniform = |binding: u32| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        };
+        let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let tex = |binding: u32, sample_type: wgpu::TextureSampleType| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Texture { sample_type, view_dimension: wgpu::TextureViewDimension::D3, multisampled: false },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("marching cubes"),
+            entries: &[
+                uniform(0),
+                uniform(1),
+                tex(2, wgpu::TextureSampleType::Float { filterable: false }),
+                tex(3, wgpu::TextureSampleType::Uint),
+                storage(4),
+                storage(5),
+                storage(6),
+            ],
+        });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("marching cubes"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipe = |entry: &str| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let words: Vec<u32> = super::mc::packed_table().into_iter().flatten().collect();
+        let table = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("marching cubes table"),
+            size: (words.len() * 4) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&table, 0, bytemuck::cast_slice(&words));
+        Some(McPipelines { emit: pipe("emit"), finish: pipe("finish"), layout, table })
+    }
+
+    /// Shrink the surfaces' vertex buffers: `first` vertices at first, growing up to `max`.
+    #[cfg(test)]
+    pub fn set_capacity_for_tests(&mut self, first: u32, max: u32) {
+        for m in [&mut self.iso_mesh, &mut self.solid_mesh].into_iter().flatten() {
+            m.max_capacity = max / 3 * 3;
+            m.capacity = first.min(max) / 3 * 3;
+            m.verts = None;
+            m.key = None;
+        }
+    }
+
+    /// Whether this device can draw isosurfaces and solid surfaces (compute shaders).
+    #[must_use]
+    pub fn surfaces_supported(&self) -> bool {
+        self.mc.is_some()
+    }
+
+    /// Make the field bind group again after a texture changed.
+    fn rebind(&mut self, device: &wgpu::Device) {
+        let Some(f) = &self.field else { return };
+        let view = |t: &wgpu::Texture| t.create_view(&wgpu::TextureViewDescriptor::default());
+        let speed = f.iso.as_ref().map_or(&self.dummy_f32, |(_, s)| s);
+        let bricks = f.bricks.as_ref().map_or(&self.dummy_u8, |(t, _)| t);
+        let (fv, sv, spv, bv) = (view(&f.field), view(&f.solid), view(speed), view(bricks));
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("field"),
+            layout: &self.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.globals.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&fv) },
+                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&sv) },
+                wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(&self.lut_view) },
+                wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::TextureView(&spv) },
+                wgpu::BindGroupEntry { binding: 5, resource: wgpu::BindingResource::TextureView(&bv) },
+            ],
+        });
+        if let Some(f) = self.field.as_mut() {
+            f.bind_group = Some(bind_group);
+        }
+    }
+
+    /// Upload a scalar field and the solid mask (x fastest; 0 fluid, 1 solid wall, 2 solid
+    /// obstacle: the slices draw every solid cell grey, the solid surfaces are the obstacles').
+    /// Textures are reallocated only when the size changes.
     ///
     /// # Errors
     /// A domain over the GPU's 3D texture limit, or data of the wrong length.
@@ -199,52 +658,81 @@ impl FieldRenderer {
         if size.iter().any(|&n| n == 0 || n > max as usize) {
             return Err(RenderError::TooLarge(size, max));
         }
-        let extent = wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 };
         if self.field.as_ref().is_none_or(|f| f.size != size) {
-            let tex = |label: &str, format: wgpu::TextureFormat| {
-                device.create_texture(&wgpu::TextureDescriptor {
-                    label: Some(label),
-                    size: extent,
-                    mip_level_count: 1,
-                    sample_count: 1,
-                    dimension: wgpu::TextureDimension::D3,
-                    format,
-                    usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-                    view_formats: &[],
-                })
-            };
-            let field = tex("field", wgpu::TextureFormat::R32Float);
-            let solid_tex = tex("solid", wgpu::TextureFormat::R8Uint);
-            let fv = field.create_view(&wgpu::TextureViewDescriptor::default());
-            let sv = solid_tex.create_view(&wgpu::TextureViewDescriptor::default());
-            let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("field"),
-                layout: &self.layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: self.globals.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&fv) },
-                    wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&sv) },
-                    wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(&self.lut_view) },
-                ],
-            });
-            // A new texture starts zeroed: no solid cells until a mask arrives.
-            self.field = Some(FieldTextures { size, field, solid: solid_tex, bind_group });
+            // New textures start zeroed: no solid cells until a mask arrives.
+            let field = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
+            let solid_tex = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
+            self.field = Some(FieldTextures { size, field, solid: solid_tex, iso: None, bricks: None, bind_group: None });
+            self.iso_kind = None;
+            self.iso_serial += 1;
+            self.solid_serial += 1;
+            self.rebind(device);
         }
         let Some(f) = &self.field else { return Ok(()) };
-        queue.write_texture(
-            f.field.as_image_copy(),
-            bytemuck::cast_slice(values),
-            wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(4 * size[0] as u32), rows_per_image: Some(size[1] as u32) },
-            extent,
-        );
+        write_3d(queue, &f.field, size, 4, bytemuck::cast_slice(values));
         if let Some(s) = solid {
-            queue.write_texture(
-                f.solid.as_image_copy(),
-                s,
-                wgpu::TexelCopyBufferLayout { offset: 0, bytes_per_row: Some(size[0] as u32), rows_per_image: Some(size[1] as u32) },
-                extent,
-            );
+            write_3d(queue, &f.solid, size, 1, s);
+            self.solid_serial += 1;
         }
+        Ok(())
+    }
+
+    /// Upload the isosurface's field (`kind`) and the velocity magnitude that colours it, for
+    /// the domain of the last [`FieldRenderer::upload`]. The surface is made again at the next
+    /// draw that shows it.
+    ///
+    /// # Errors
+    /// No field uploaded for this size, or data of the wrong length.
+    pub fn upload_iso(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        size: [usize; 3],
+        kind: FieldKind,
+        values: &[f32],
+        speed: &[f32],
+    ) -> Result<(), RenderError> {
+        let have = self.field.as_ref().map(|f| f.size);
+        if have != Some(size) {
+            return Err(RenderError::NoField(size, have));
+        }
+        let cells = size[0] * size[1] * size[2];
+        if values.len() != cells || speed.len() != cells {
+            return Err(RenderError::Length(values.len().min(speed.len()), cells));
+        }
+        if self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
+            let iso = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
+            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
+            if let Some(f) = self.field.as_mut() {
+                f.iso = Some((iso, sp));
+            }
+            self.rebind(device);
+        }
+        let Some((iso, sp)) = self.field.as_ref().and_then(|f| f.iso.as_ref()) else { return Ok(()) };
+        write_3d(queue, iso, size, 4, bytemuck::cast_slice(values));
+        write_3d(queue, sp, size, 4, bytemuck::cast_slice(speed));
+        self.iso_kind = Some(kind);
+        self.iso_serial += 1;
+        Ok(())
+    }
+
+    /// Upload the solver's brick classes (for the overlay), for the domain of the last
+    /// [`FieldRenderer::upload`].
+    ///
+    /// # Errors
+    /// No field uploaded, or a map that does not cover the domain.
+    pub fn upload_bricks(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, map: &BrickMap) -> Result<(), RenderError> {
+        let Some(size) = self.field.as_ref().map(|f| f.size) else { return Err(RenderError::NoField(map.count, None)) };
+        let covers = (0..3).all(|a| map.brick[a] > 0 && map.count[a] == size[a].div_ceil(map.brick[a]));
+        if !covers || map.class.len() != map.count.iter().product::<usize>() {
+            return Err(RenderError::Length(map.class.len(), map.count.iter().product()));
+        }
+        let tex = texture_3d(device, "brick classes", map.count, wgpu::TextureFormat::R8Uint);
+        write_3d(queue, &tex, map.count, 1, &map.codes());
+        if let Some(f) = self.field.as_mut() {
+            f.bricks = Some((tex, map.brick));
+        }
+        self.rebind(device);
         Ok(())
     }
 
@@ -254,9 +742,43 @@ impl FieldRenderer {
         self.target.as_ref().map(|t| (&t.color, &t.view))
     }
 
+    /// Pick up the surfaces' triangle counts the GPU has finished (without waiting; `wait` to
+    /// block until they are in). A buffer that was too small grows and the view must be drawn
+    /// again: see [`FieldRenderer::needs_redraw`].
+    pub fn poll(&mut self, device: &wgpu::Device, wait: bool) {
+        let pending = [&self.iso_mesh, &self.solid_mesh].iter().any(|m| m.as_ref().is_some_and(|m| m.readback.is_some()));
+        if !pending {
+            return;
+        }
+        let _ = device.poll(if wait { wgpu::PollType::wait_indefinitely() } else { wgpu::PollType::Poll });
+        for m in [&mut self.iso_mesh, &mut self.solid_mesh].into_iter().flatten() {
+            self.redraw |= m.take_count();
+        }
+    }
+
+    /// Whether the view must be drawn again although nothing the caller changed (a surface's
+    /// buffer grew).
+    #[must_use]
+    pub fn needs_redraw(&self) -> bool {
+        self.redraw
+    }
+
+    /// Triangles of the isosurface last made (once the GPU has reported them).
+    #[must_use]
+    pub fn iso_stats(&self) -> Option<MeshStats> {
+        self.iso_mesh.as_ref().and_then(|m| m.stats)
+    }
+
+    /// Triangles of the solid surfaces last made.
+    #[must_use]
+    pub fn solid_stats(&self) -> Option<MeshStats> {
+        self.solid_mesh.as_ref().and_then(|m| m.stats)
+    }
+
     /// Draw the view into the view texture of `size` pixels (reallocated when the size changes;
     /// returns true then, so a caller that registered the texture elsewhere can refresh it).
-    /// A zero size draws nothing.
+    /// Surfaces whose data or threshold changed are made again first (compute passes in the same
+    /// encoder). A zero size draws nothing.
     pub fn render(
         &mut self,
         device: &wgpu::Device,
@@ -268,6 +790,7 @@ impl FieldRenderer {
         if size[0] == 0 || size[1] == 0 {
             return false;
         }
+        self.redraw = false;
         let mut reallocated = false;
         if self.target.as_ref().is_none_or(|t| t.size != size) {
             let extent = wgpu::Extent3d { width: size[0], height: size[1], depth_or_array_layers: 1 };
@@ -296,6 +819,8 @@ impl FieldRenderer {
             self.target = Some(Target { size, color, view, depth_view });
             reallocated = true;
         }
+        // Make the surfaces that are shown and out of date (before the render pass).
+        let (draw_iso, draw_solids) = self.update_surfaces(device, queue, encoder, p);
         let Some(t) = &self.target else { return reallocated };
         let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
             label: Some("field view"),
@@ -315,27 +840,81 @@ impl FieldRenderer {
             multiview_mask: None,
         });
         let Some(f) = &self.field else { return reallocated };
+        let Some(bind_group) = &f.bind_group else { return reallocated };
         let n = f.size;
         let is_2d = n[2] == 1;
         let aspect = size[0] as f32 / size[1] as f32;
         let clip_from_world = p.camera.clip_from_world(n, aspect, is_2d);
+        let eye = p.camera.eye(n, aspect);
         let clampi = |i: usize, a: usize| i.min(n[a] - 1) as u32;
         let mask = if is_2d { 4 } else { u32::from(p.show[0]) | u32::from(p.show[1]) << 1 | u32::from(p.show[2]) << 2 };
+        let brick = f.bricks.as_ref().filter(|_| p.bricks).map(|(_, b)| *b);
+        let bricks = brick.map_or([1, 1, 1, 0], |b| [b[0] as u32, b[1] as u32, b[2] as u32, 1]);
+        let iso_range = p.iso.map_or((0.0, 1.0), |i| i.color_range);
         let globals = gpu_data::FieldGlobals {
             clip_from_world: clip_from_world.to_cols_array_2d(),
             size: [n[0] as u32, n[1] as u32, n[2] as u32, p.cmap.row()],
             slices: [clampi(p.slices[0], 0), clampi(p.slices[1], 1), if is_2d { 0 } else { clampi(p.slices[2], 2) }, mask],
-            range: [p.range.0, p.range.1, 0.0, 0.0],
+            range: [p.range.0, p.range.1, BRICK_TINT, 0.0],
+            eye: [eye.x, eye.y, eye.z, 1.0],
+            iso_range: [iso_range.0, iso_range.1, SOLID_GREY, 0.0],
+            bricks,
+            brick_colors: BrickClass::ALL.map(|c| {
+                let k = BRICK_COLORS[c as usize];
+                [f32::from(k[0]) / 255.0, f32::from(k[1]) / 255.0, f32::from(k[2]) / 255.0, 1.0]
+            }),
         };
         queue.write_buffer(&self.globals, 0, bytemuck::bytes_of(&globals));
-        pass.set_bind_group(0, &f.bind_group, &[]);
+        pass.set_bind_group(0, bind_group, &[]);
         pass.set_pipeline(&self.slice_pipeline);
         pass.draw(0..6, 0..3);
+        for (on, mesh, pipeline) in [(draw_iso, &self.iso_mesh, &self.iso_pipeline), (draw_solids, &self.solid_mesh, &self.solid_pipeline)]
+        {
+            let Some(m) = mesh.as_ref().filter(|_| on) else { continue };
+            let Some(v) = &m.verts else { continue };
+            pass.set_pipeline(pipeline);
+            pass.set_vertex_buffer(0, v.slice(..));
+            pass.draw_indirect(&m.args, 0);
+        }
         if !is_2d {
             pass.set_pipeline(&self.box_pipeline);
             pass.draw(0..24, 0..1);
         }
         reallocated
+    }
+
+    /// Make the isosurface and the solid surfaces again where their data or threshold changed
+    /// since they were made; returns which of them to draw.
+    fn update_surfaces(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        p: &ViewParams,
+    ) -> (bool, bool) {
+        let (Some(mc), Some(f)) = (&self.mc, &self.field) else { return (false, false) };
+        if f.size[2] < 2 {
+            return (false, false);
+        }
+        let mut draw = (false, false);
+        if let (Some(iso), Some((iso_tex, _)), Some(mesh)) = (p.iso, &f.iso, self.iso_mesh.as_mut()) {
+            // Data of another field (the new one is on its way) is not drawn.
+            if self.iso_kind == Some(iso.kind) && iso.threshold.is_finite() {
+                let key = MeshKey { data: self.iso_serial, threshold: iso.threshold.to_bits() };
+                if mesh.key != Some(key) {
+                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, key);
+                }
+                draw.0 = true;
+            }
+        }
+        if let (true, Some(mesh)) = (p.solids, self.solid_mesh.as_mut()) {
+            let key = MeshKey { data: self.solid_serial, threshold: 0 };
+            if mesh.key != Some(key) {
+                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, key);
+            }
+            draw.1 = true;
+        }
+        draw
     }
 }
 

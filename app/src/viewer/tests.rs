@@ -4,12 +4,15 @@
 use super::app::{auto_range, ViewerApp};
 use super::camera::Camera;
 use super::colormap::{lut_index, ColorMap};
-use super::headless::{self, Gpu};
-use super::render::{read_texture, FieldRenderer, ViewParams};
+use super::headless::{self, Gpu, PictureData};
+use super::render::{self, read_texture, FieldRenderer, IsoView, ViewParams};
 use super::{legend_bar_rect, LegendInfo, ViewSpec};
 use crate::BackendChoice;
 use egui_kittest::kittest::Queryable as _;
+use sim_core::bricks::{BrickClass, BrickMap};
+use sim_core::domain::{kind, make_flag, Domain};
 use sim_core::fields::FieldKind;
+use sim_core::lattice::Lattice;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -32,9 +35,13 @@ fn every_shader_parses_and_validates_with_naga() {
             .unwrap_or_else(|e| panic!("{}: {}", p.display(), e.emit_to_string(&src)));
         n += 1;
     }
-    assert!(n >= 1, "no shaders found in {}", shaders_dir().display());
-    // The embedded copy is the file on disk.
-    assert_eq!(super::render::FIELD_WGSL, std::fs::read_to_string(shaders_dir().join("field.wgsl")).expect("field.wgsl"));
+    assert!(n >= 2, "shaders missing in {}", shaders_dir().display());
+    // The embedded copies are the files on disk.
+    assert_eq!(render::FIELD_WGSL, std::fs::read_to_string(shaders_dir().join("field.wgsl")).expect("field.wgsl"));
+    assert_eq!(
+        render::MARCHING_CUBES_WGSL,
+        std::fs::read_to_string(shaders_dir().join("marching_cubes.wgsl")).expect("marching_cubes.wgsl")
+    );
 }
 
 /// A GPU adapter, or None (the test is skipped) unless ESOFLOW_REQUIRE_ADAPTER=1.
@@ -69,7 +76,7 @@ fn close(a: [u8; 4], b: [u8; 4], tol: i32) -> bool {
 }
 
 fn params(cmap: ColorMap, range: (f32, f32)) -> ViewParams {
-    ViewParams { cmap, range, slices: [0; 3], show: [true; 3], camera: Camera::default() }
+    ViewParams::plain(cmap, range, [0; 3], [true; 3], Camera::default())
 }
 
 #[test]
@@ -127,7 +134,7 @@ fn render_3d_slice_sits_where_the_camera_says_and_moves() {
     let size = [400, 300];
     let cam = Camera::default();
     for sx in [10usize, 20] {
-        let p = ViewParams { cmap: ColorMap::Viridis, range: (0.0, 1.0), slices: [sx, 8, 4], show: [true, false, false], camera: cam };
+        let p = ViewParams::plain(ColorMap::Viridis, (0.0, 1.0), [sx, 8, 4], [true, false, false], cam);
         let img = render_field(&gpu, n, &values, &solid, &p, size);
         let at = cam.project(n, size, false, [sx as f32 + 0.5, 8.0, 4.0]).expect("in front");
         let got = px(&img, size[0], at[0] as u32, at[1] as u32);
@@ -137,7 +144,7 @@ fn render_3d_slice_sits_where_the_camera_says_and_moves() {
         assert!(!close(px(&img, size[0], 2, 2), want, 20));
     }
     // All three planes on: the z plane through the middle shows the x gradient.
-    let p = ViewParams { cmap: ColorMap::Turbo, range: (0.0, 1.0), slices: [0, 0, 4], show: [false, false, true], camera: cam };
+    let p = ViewParams::plain(ColorMap::Turbo, (0.0, 1.0), [0, 0, 4], [false, false, true], cam);
     let img = render_field(&gpu, n, &values, &solid, &p, size);
     for x in [5.0f32, 25.0] {
         let at = cam.project(n, size, false, [x + 0.5, 8.5, 4.5]).expect("in front");
@@ -155,8 +162,8 @@ fn picture_has_the_legend_colours_at_known_values() {
     let size = [640, 320 + headless::LEGEND_STRIP];
     for cmap in ColorMap::ALL {
         let p = params(cmap, (0.0, 1.0));
-        let legend = LegendInfo { field: FieldKind::Speed, cmap, range: (0.0, 1.0), auto: true };
-        let img = headless::render_picture(&gpu, n, &values, &solid, &p, &legend, size).expect("picture");
+        let legend = LegendInfo::field(FieldKind::Speed, cmap, (0.0, 1.0), true);
+        let img = headless::render_picture(&gpu, &PictureData::field(n, &values, &solid), &p, &legend, size).expect("picture");
         let bar = legend_bar_rect(egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(size[0] as f32, size[1] as f32)));
         let y = bar.center().y as u32;
         for frac in [0.02f32, 0.25, 0.5, 0.75, 0.98] {
@@ -183,6 +190,235 @@ fn view_spec_parses_and_refuses_bad_input() {
     for bad in ["field=pressure2", "cmap=jet", "range=1:0", "slices=1:2", "size=0x10", "colour=red", "speed"] {
         assert!(ViewSpec::parse(bad).is_err(), "{bad} must be refused");
     }
+    // Isosurface, solids and overlay.
+    let v = ViewSpec::parse("iso=vorticity:0.01,solids=off,overlay=bricks").expect("valid");
+    assert_eq!(v.iso, Some((FieldKind::Vorticity, 0.01)));
+    assert_eq!(v.solids, Some(false));
+    assert!(v.bricks);
+    assert_eq!(ViewSpec::parse("iso=q:1e-5").expect("valid").iso, Some((FieldKind::Q, 1e-5)));
+    assert_eq!(ViewSpec::parse("iso=Q").expect("valid").iso, Some((FieldKind::Q, super::default_iso_threshold(FieldKind::Q))));
+    assert_eq!(ViewSpec::parse("iso=off,overlay=none").expect("valid"), ViewSpec::default());
+    for (bad, names) in [
+        ("iso=speed:0.1", "iso=speed:0.1"),
+        ("iso=vorticity:abc", "iso=vorticity:abc"),
+        ("iso=vorticity:NaN", "finite"),
+        ("iso=q:inf", "finite"),
+        ("iso=off:1", "iso=off:1"),
+        ("solids=maybe", "solids=maybe: expected on or off"),
+        ("overlay=grid", "overlay=grid: expected bricks or none"),
+        ("isosurface=q", "unknown key"),
+    ] {
+        let e = ViewSpec::parse(bad).expect_err(bad).to_string();
+        assert!(e.contains(names), "{bad}: {e}");
+    }
+}
+
+// ---- isosurfaces, solid surfaces and the brick overlay -------------------------------------
+
+/// A 32^3 ball: value 16 - distance from the centre (16, 16, 16) in world space, so the surface
+/// at threshold t is a sphere of radius 16 - t; speed 0.5 everywhere.
+fn ball() -> ([usize; 3], Vec<f32>, Vec<f32>) {
+    let n = [32, 32, 32];
+    let values = (0..32 * 32 * 32)
+        .map(|i| {
+            let p = [i % 32, (i / 32) % 32, i / 1024].map(|k| k as f32 + 0.5 - 16.0);
+            16.0 - (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt()
+        })
+        .collect();
+    (n, values, vec![0.5; 32 * 32 * 32])
+}
+
+fn iso_params(cmap: ColorMap, threshold: f32) -> ViewParams {
+    let mut p = ViewParams::plain(cmap, (0.0, 1.0), [16; 3], [false; 3], Camera::default());
+    p.iso = Some(IsoView { kind: FieldKind::Vorticity, threshold, color_range: (0.0, 1.0) });
+    p
+}
+
+fn draw(gpu: &Gpu, data: &PictureData, p: &ViewParams, size: [u32; 2]) -> (Vec<u8>, Option<render::MeshStats>) {
+    let (fr, stats) = headless::draw_offscreen(gpu, data, p, size).expect("draw");
+    let (tex, _) = fr.target().expect("target");
+    (read_texture(&gpu.device, &gpu.queue, tex, size).expect("read back"), stats)
+}
+
+/// Whether `got` is `want` darkened by a lighting factor between 0.3 and 1 (a lit surface).
+fn shaded(got: [u8; 4], want: [u8; 4]) -> bool {
+    let m = (0..3).max_by_key(|&k| want[k]).unwrap_or(0);
+    let k = f32::from(got[m]) / f32::from(want[m]).max(1.0);
+    (0.28..=1.02).contains(&k) && (0..3).all(|c| (f32::from(got[c]) - k * f32::from(want[c])).abs() <= 4.0)
+}
+
+fn background() -> [u8; 4] {
+    let c = render::BACKGROUND;
+    [(c.r * 255.0).round() as u8, (c.g * 255.0).round() as u8, (c.b * 255.0).round() as u8, 255]
+}
+
+#[test]
+fn isosurface_of_a_ball_matches_the_cpu_and_shows_at_the_centre() {
+    let Some(gpu) = gpu_or_skip("isosurface_of_a_ball_matches_the_cpu_and_shows_at_the_centre") else { return };
+    let (n, values, speed) = ball();
+    let solid = vec![0u8; values.len()];
+    let size = [240, 180];
+    let data = PictureData { iso: Some((FieldKind::Vorticity, &values, &speed)), ..PictureData::field(n, &values, &solid) };
+    let cam = Camera::default();
+    let centre = cam.project(n, size, false, [16.0, 16.0, 16.0]).expect("in front");
+    let at = |img: &[u8], p: [f32; 2]| px(img, size[0], p[0] as u32, p[1] as u32);
+    // A threshold inside the range: a sphere of radius 10, coloured by |u| = 0.5 (turbo's
+    // middle), with as many triangles as the CPU reference makes.
+    let (img, stats) = draw(&gpu, &data, &iso_params(ColorMap::Turbo, 6.0), size);
+    let stats = stats.expect("the adapter runs compute shaders");
+    let cpu = super::mc::triangles_cpu(&values, n, 6.0).len() as u32;
+    assert!(cpu > 1000, "{cpu}");
+    assert_eq!((stats.triangles(), stats.drawn()), (cpu, cpu), "{stats:?}");
+    let want = ColorMap::Turbo.color_of(0.5, 0.0, 1.0);
+    let got = at(&img, centre);
+    assert!(shaded(got, want) && close(got, want, 40), "centre {got:?}, want a lit {want:?}");
+    // Facing the camera, the centre is lit fully; inside the silhouette it is still the surface,
+    // outside it the background.
+    let r_px = cam.project(n, size, false, [16.0, 16.0, 16.0]).map(|c| c[1]).unwrap_or(0.0)
+        - cam.project(n, size, false, [16.0, 16.0 + 10.0, 16.0]).map(|c| c[1]).unwrap_or(0.0);
+    assert!(r_px > 20.0, "{r_px}");
+    assert!(shaded(at(&img, [centre[0] + 0.5 * r_px, centre[1]]), want));
+    assert_eq!(at(&img, [3.0, 3.0]), background());
+    // Above the field's maximum (16): no triangles, the centre is background.
+    let (img, stats) = draw(&gpu, &data, &iso_params(ColorMap::Turbo, 20.0), size);
+    assert_eq!(stats.map(|s| s.wanted), Some(0));
+    assert_eq!(at(&img, centre), background());
+    // NaN cells (a blown-up state): cubes touching them make nothing, the rest is as on the CPU.
+    let mut bad = values.clone();
+    for v in bad.iter_mut().step_by(7) {
+        *v = f32::NAN;
+    }
+    let data_nan = PictureData { iso: Some((FieldKind::Vorticity, &bad, &speed)), ..PictureData::field(n, &bad, &solid) };
+    let (_, stats) = draw(&gpu, &data_nan, &iso_params(ColorMap::Viridis, 6.0), size);
+    let cpu = super::mc::triangles_cpu(&bad, n, 6.0).len() as u32;
+    assert_eq!(stats.map(|s| s.triangles()), Some(cpu));
+}
+
+#[test]
+fn isosurface_buffer_grows_and_caps() {
+    let Some(gpu) = gpu_or_skip("isosurface_buffer_grows_and_caps") else { return };
+    let (n, values, speed) = ball();
+    let solid = vec![0u8; values.len()];
+    let cpu = super::mc::triangles_cpu(&values, n, 6.0).len() as u32;
+    let p = iso_params(ColorMap::Viridis, 6.0);
+    let render = |first: u32, max: u32| {
+        let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+        fr.set_capacity_for_tests(first, max);
+        fr.upload(&gpu.device, &gpu.queue, n, &values, Some(&solid)).expect("upload");
+        fr.upload_iso(&gpu.device, &gpu.queue, n, FieldKind::Vorticity, &values, &speed).expect("upload");
+        let mut passes = 0;
+        loop {
+            let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            fr.render(&gpu.device, &gpu.queue, &mut enc, [64, 64], &p);
+            gpu.queue.submit([enc.finish()]);
+            fr.poll(&gpu.device, true);
+            passes += 1;
+            if !fr.needs_redraw() || passes > 20 {
+                break;
+            }
+        }
+        (fr.iso_stats().expect("stats"), passes)
+    };
+    // A small first buffer grows until the surface fits.
+    let (st, passes) = render(30, 3 * cpu + 300);
+    assert!(passes > 1 && !st.capped() && st.drawn() == cpu, "{st:?} after {passes} passes");
+    // At the largest buffer the surface is capped: the count says so, the buffer is full.
+    let (st, _) = render(30, 300);
+    assert!(st.capped(), "{st:?}");
+    assert_eq!((st.triangles(), st.drawn()), (cpu, 100));
+}
+
+#[test]
+fn solid_obstacles_are_grey_surfaces_and_walls_are_not() {
+    let Some(gpu) = gpu_or_skip("solid_obstacles_are_grey_surfaces_and_walls_are_not") else { return };
+    let n = [32, 32, 32];
+    // Walls (mask 1) on every face, an obstacle ball (mask 2) of radius 8 in the middle.
+    let solid: Vec<u8> = (0..32 * 32 * 32)
+        .map(|i| {
+            let q = [i % 32, (i / 32) % 32, i / 1024];
+            let p = q.map(|k| k as f32 + 0.5 - 16.0);
+            if q.iter().any(|&k| k == 0 || k == 31) {
+                1
+            } else {
+                u8::from((p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt() < 8.0) * 2
+            }
+        })
+        .collect();
+    let values = vec![0.0f32; solid.len()];
+    let size = [200, 160];
+    let cam = Camera::default();
+    let centre = cam.project(n, size, false, [16.0, 16.0, 16.0]).expect("in front");
+    let mut p = ViewParams::plain(ColorMap::Viridis, (0.0, 1.0), [16; 3], [false; 3], cam);
+    p.solids = true;
+    let data = PictureData::field(n, &values, &solid);
+    let (img, _) = draw(&gpu, &data, &p, size);
+    let grey = (render::SOLID_GREY * 255.0).round() as u8;
+    let got = px(&img, size[0], centre[0] as u32, centre[1] as u32);
+    assert!(shaded(got, [grey, grey, grey, 255]) && got[0] > 100, "obstacle at the centre: {got:?}");
+    // The walls make no surface: the box's inside is open, its corner region is background.
+    let (img, _) = draw(&gpu, &PictureData::field(n, &values, &solid.iter().map(|&m| m.min(1)).collect::<Vec<_>>()), &p, size);
+    assert_eq!(px(&img, size[0], centre[0] as u32, centre[1] as u32), background());
+    // Solids off: nothing.
+    p.solids = false;
+    let (img, _) = draw(&gpu, &data, &p, size);
+    assert_eq!(px(&img, size[0], centre[0] as u32, centre[1] as u32), background());
+}
+
+#[test]
+fn brick_overlay_colours_each_class() {
+    let Some(gpu) = gpu_or_skip("brick_overlay_colours_each_class") else { return };
+    // 48 x 24 cells, bricks of 8 x 8: a wall at x < 8 (all-solid bricks), an obstacle at
+    // (28..30, 4..6) (a boundary brick), plain fluid bricks elsewhere. 10 pixels per cell.
+    let n = [48, 24, 1];
+    let mut dom = Domain::periodic(Lattice::D2Q9, n);
+    for y in 0..24 {
+        for x in 0..48 {
+            let wall = x < 8;
+            let obstacle = (28..30).contains(&x) && (4..6).contains(&y);
+            if wall || obstacle {
+                let i = dom.index(x, y, 0);
+                dom.flags[i] = make_flag(kind::SOLID, usize::from(obstacle));
+            }
+        }
+    }
+    dom.mark_near();
+    let map = BrickMap::classify(&dom, BrickMap::default_brick(2));
+    let solid = super::worker::solid_mask(&dom);
+    let values = vec![0.25f32; 48 * 24];
+    let size = [480, 240];
+    let mut p = params(ColorMap::Viridis, (0.0, 1.0));
+    p.bricks = true;
+    let data = PictureData { bricks: Some(&map), ..PictureData::field(n, &values, &solid) };
+    let (img, _) = draw(&gpu, &data, &p, size);
+    let (plain_img, _) = draw(&gpu, &data, &params(ColorMap::Viridis, (0.0, 1.0)), size);
+    let field = ColorMap::Viridis.color_of(0.25, 0.0, 1.0);
+    let mut seen = [false; 3];
+    for (id, &class) in map.class.iter().enumerate() {
+        let [bx, by, _] = map.coords(id);
+        // A cell near the brick's middle (not on its edge) and the pixel at its centre.
+        let (cx, cy) = (bx * 8 + 3, by * 8 + 3);
+        let (x, y) = (cx as u32 * 10 + 5, (23 - cy as u32) * 10 + 5);
+        let base = if solid[cx + 48 * cy] != 0 { [128, 128, 128, 255] } else { field };
+        let k = render::BRICK_COLORS[class as usize];
+        let want = [0, 1, 2, 3].map(|c| {
+            if c == 3 {
+                255
+            } else {
+                (f32::from(base[c]) + render::BRICK_TINT * (f32::from(k[c]) - f32::from(base[c]))).round() as u8
+            }
+        });
+        let got = px(&img, size[0], x, y);
+        assert!(close(got, want, 2), "brick {id} ({class:?}) inside: got {got:?}, want {want:?}");
+        assert!(close(px(&plain_img, size[0], x, y), base, 1), "no overlay: the field");
+        // The brick's left edge (world x = 8 bx) is drawn in the class colour.
+        if bx > 0 {
+            let got = px(&img, size[0], (bx * 80) as u32, y);
+            assert!(close(got, [k[0], k[1], k[2], 255], 2), "brick {id} edge: {got:?}, want {k:?}");
+        }
+        seen[class as usize] = true;
+    }
+    assert_eq!(seen, [true; 3], "every class is in the picture");
+    assert_eq!([BrickClass::Solid, BrickClass::Plain, BrickClass::Boundary].map(|c| map.count_of(c)), [3, 8, 7]);
 }
 
 // ---- UI driven headless -------------------------------------------------------------------

@@ -86,6 +86,15 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         if let Some(sl) = s.slices {
             app.view.slices = sl;
         }
+        if let Some((kind, threshold)) = s.iso {
+            app.set_iso_field(kind);
+            app.set_iso_threshold(threshold);
+            app.set_iso(true);
+        }
+        if let Some(on) = s.solids {
+            app.view.solids = on;
+        }
+        app.view.bricks = s.bricks;
     }
     let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
     let mut shell = Shell {
@@ -121,11 +130,14 @@ fn painter_config(events: &Shared<String>) -> egui_wgpu::WgpuConfiguration {
         };
         wgpu::DeviceDescriptor {
             label: Some("esoflow window"),
-            required_limits: wgpu::Limits {
-                max_texture_dimension_2d: 8192.min(a.max_texture_dimension_2d),
-                max_texture_dimension_3d: a.max_texture_dimension_3d,
-                ..base
-            },
+            required_limits: super::render::wanted_limits(
+                wgpu::Limits {
+                    max_texture_dimension_2d: 8192.min(a.max_texture_dimension_2d),
+                    max_texture_dimension_3d: a.max_texture_dimension_3d,
+                    ..base
+                },
+                &a,
+            ),
             ..Default::default()
         }
     });
@@ -179,6 +191,7 @@ impl Shell {
             painter.max_texture_side(),
         );
         let field = FieldRenderer::new(&render.device, &render.queue);
+        self.app.surfaces_supported = field.surfaces_supported();
         window.request_redraw();
         self.gfx = Some(Gfx { window, state, painter, render, field, field_tex: None });
         Ok(())
@@ -223,8 +236,18 @@ impl Shell {
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
             if self.uploaded != Some(key) {
-                let solid = (self.solid_uploaded != Some(snap.solver_serial)).then(|| snap.solid.as_slice());
-                match g.field.upload(device, queue, snap.size, &snap.values, solid) {
+                let new_solver = self.solid_uploaded != Some(snap.solver_serial);
+                let solid = new_solver.then(|| snap.solid.as_slice());
+                let r = g.field.upload(device, queue, snap.size, snap.values.as_slice(), solid).and_then(|()| {
+                    if let Some(iso) = &snap.iso {
+                        g.field.upload_iso(device, queue, snap.size, iso.kind, &iso.values, &iso.speed)?;
+                    }
+                    if new_solver {
+                        g.field.upload_bricks(device, queue, &snap.bricks)?;
+                    }
+                    Ok(())
+                });
+                match r {
                     Ok(()) => {
                         self.uploaded = Some(key);
                         self.solid_uploaded = Some(snap.solver_serial);
@@ -234,10 +257,14 @@ impl Shell {
                 }
             }
         }
+        // Triangle counts of the surfaces, when the GPU has them (never waiting for it).
+        g.field.poll(device, false);
+        self.app.iso_stats = g.field.iso_stats();
+        self.app.solid_stats = g.field.solid_stats();
         let params = self.app.view_params();
         let px = self.app.view_px;
         let draw_key = (self.uploaded.map_or(0, |k| k.1), px, params.clone());
-        if self.drawn.as_ref() != Some(&draw_key) && px[0] > 0 && px[1] > 0 {
+        if (self.drawn.as_ref() != Some(&draw_key) || g.field.needs_redraw()) && px[0] > 0 && px[1] > 0 {
             let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
             let reallocated = g.field.render(device, queue, &mut encoder, px, &params);
             queue.submit([encoder.finish()]);

@@ -1,8 +1,12 @@
 //! The solver thread. It owns the solver, steps it in batches and hands the UI a snapshot of
 //! the field it shows whenever the UI has taken the previous one: the UI never waits for the
-//! solver, and steps that are not drawn cost no field computation.
+//! solver, and steps that are not drawn cost no field computation. With an isosurface on, a
+//! snapshot also carries the surface's field and the velocity magnitude that colours it (only
+//! then: with the isosurface off nothing more is computed).
 
+use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
+use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
 use sim_core::fields::FieldKind;
 use sim_core::{Params, Solver, SolverInfo, Stats};
 use std::path::PathBuf;
@@ -21,6 +25,8 @@ pub enum Command {
     SetStepsPerBatch(u64),
     /// The field to publish.
     SetField(FieldKind),
+    /// The isosurface's field to publish with it (and the velocity magnitude), or none.
+    SetIso(Option<FieldKind>),
     /// Keep a rollback checkpoint every K steps.
     SetCheckpointEvery(u64),
     /// Change parameters.
@@ -59,6 +65,21 @@ pub enum Event {
     },
 }
 
+/// The data of an isosurface: its field and the velocity magnitude that colours it.
+#[derive(Clone, Debug)]
+pub struct IsoData {
+    /// Field of the surface.
+    pub kind: FieldKind,
+    /// The field, x fastest.
+    pub values: Vec<f32>,
+    /// Smallest and largest finite value over fluid cells.
+    pub min_max: (f32, f32),
+    /// Velocity magnitude, x fastest.
+    pub speed: Vec<f32>,
+    /// Smallest and largest finite velocity magnitude over fluid cells.
+    pub speed_min_max: (f32, f32),
+}
+
 /// One published state: the field to draw and the numbers for the panels.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
@@ -70,12 +91,16 @@ pub struct Snapshot {
     pub size: [usize; 3],
     /// Which field `values` holds.
     pub field: FieldKind,
-    /// The field, x fastest.
-    pub values: Vec<f32>,
+    /// The field, x fastest (shared: a snapshot is cloned cheaply).
+    pub values: Arc<Vec<f32>>,
     /// Smallest and largest finite value over fluid cells.
     pub min_max: (f32, f32),
-    /// Solid mask (1 = solid), shared between snapshots of one solver.
+    /// The isosurface's data, when an isosurface is on (3D only).
+    pub iso: Option<Arc<IsoData>>,
+    /// Solid mask (see [`solid_mask`]), shared between snapshots of one solver.
     pub solid: Arc<Vec<u8>>,
+    /// The solver's bricks and their classes, shared between snapshots of one solver.
+    pub bricks: Arc<BrickMap>,
     /// Bumped when the solver (and so the solid mask) changes.
     pub solver_serial: u64,
     /// Stats of this state.
@@ -167,6 +192,7 @@ struct Worker {
     events: Sender<Event>,
     running: bool,
     field: FieldKind,
+    iso: Option<FieldKind>,
     steps_per_batch: u64,
     checkpoint_every: u64,
     initial: Arc<Checkpoint>,
@@ -177,6 +203,7 @@ struct Worker {
     cells: f64,
     stats: Option<(Instant, Stats)>,
     solid: Arc<Vec<u8>>,
+    bricks: Arc<BrickMap>,
     solver_serial: u64,
     serial: u64,
     mass0: f64,
@@ -189,9 +216,41 @@ struct Worker {
     steps_per_sec: f64,
 }
 
-fn solid_mask(s: &dyn Solver) -> Arc<Vec<u8>> {
-    let d = s.domain();
-    Arc::new(d.flags.iter().map(|&f| u8::from(sim_core::domain::is_solid(f))).collect())
+/// The solid mask the renderer draws: 0 fluid, 1 solid wall (domain walls, moving walls), 2 solid
+/// obstacle (the scene's shapes and STL; drawn as surfaces in 3D). x fastest.
+#[must_use]
+pub fn solid_mask(d: &Domain) -> Vec<u8> {
+    d.flags
+        .iter()
+        .map(|&f| match (is_solid(f), kind_of(f) == kind::SOLID && id_of(f) > 0) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        })
+        .collect()
+}
+
+/// Smallest and largest finite value over fluid cells ((0, 0) if none), and whether every fluid
+/// value is finite.
+#[must_use]
+pub fn fluid_min_max(values: &[f32], solid: &[u8]) -> ((f32, f32), bool) {
+    let mut lo = f32::INFINITY;
+    let mut hi = f32::NEG_INFINITY;
+    let mut finite = true;
+    for (v, &s) in values.iter().zip(solid) {
+        if s == 0 {
+            if v.is_finite() {
+                lo = lo.min(*v);
+                hi = hi.max(*v);
+            } else {
+                finite = false;
+            }
+        }
+    }
+    if lo > hi {
+        (lo, hi) = (0.0, 0.0);
+    }
+    ((lo, hi), finite)
 }
 
 impl Worker {
@@ -208,7 +267,8 @@ impl Worker {
         let initial = Arc::new(solver.checkpoint());
         let ckpt_secs = t.elapsed().as_secs_f64();
         let last_good = Arc::clone(&initial);
-        let solid = solid_mask(solver.as_ref());
+        let solid = Arc::new(solid_mask(solver.domain()));
+        let bricks = Arc::new(solver.bricks());
         let cells = solver.domain().cells() as f64;
         let mass0 = solver.stats().mass;
         let t = solver.time_step();
@@ -219,6 +279,7 @@ impl Worker {
             events,
             running,
             field,
+            iso: None,
             steps_per_batch: spb.max(1),
             checkpoint_every: 1000,
             initial,
@@ -228,6 +289,7 @@ impl Worker {
             cells,
             stats: None,
             solid,
+            bricks,
             solver_serial: 0,
             serial: 0,
             mass0,
@@ -291,6 +353,7 @@ impl Worker {
             }
             Command::SetStepsPerBatch(n) => self.steps_per_batch = n.clamp(1, 1_000_000),
             Command::SetField(f) => self.field = f,
+            Command::SetIso(k) => self.iso = k,
             Command::SetCheckpointEvery(k) => self.checkpoint_every = k.max(1),
             Command::SetParams(p) => {
                 if let Err(e) = self.solver.set_params(p) {
@@ -323,7 +386,8 @@ impl Worker {
                 self.ckpt_secs = t.elapsed().as_secs_f64();
                 self.last_ckpt_at = Instant::now();
                 self.last_good = Arc::clone(&self.initial);
-                self.solid = solid_mask(self.solver.as_ref());
+                self.solid = Arc::new(solid_mask(self.solver.domain()));
+                self.bricks = Arc::new(self.solver.bricks());
                 self.cells = self.solver.domain().cells() as f64;
                 self.stats = None;
                 self.solver_serial += 1;
@@ -425,19 +489,14 @@ impl Worker {
     fn publish(&mut self) {
         let t = Instant::now();
         let values = self.solver.scalar_field(self.field);
-        let mut lo = f32::INFINITY;
-        let mut hi = f32::NEG_INFINITY;
-        let mut finite = true;
-        for (v, &s) in values.iter().zip(self.solid.iter()) {
-            if s == 0 {
-                if v.is_finite() {
-                    lo = lo.min(*v);
-                    hi = hi.max(*v);
-                } else {
-                    finite = false;
-                }
-            }
-        }
+        let (min_max, finite) = fluid_min_max(&values, &self.solid);
+        let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| {
+            let iso = if kind == self.field { values.clone() } else { self.solver.scalar_field(kind) };
+            let speed = if self.field == FieldKind::Speed { values.clone() } else { self.solver.scalar_field(FieldKind::Speed) };
+            let (iso_mm, _) = fluid_min_max(&iso, &self.solid);
+            let (speed_mm, _) = fluid_min_max(&speed, &self.solid);
+            Arc::new(IsoData { kind, values: iso, min_max: iso_mm, speed, speed_min_max: speed_mm })
+        });
         // Stats (mass, forces: reductions over the grid) at most 10 times a second, and at
         // once when the field shows non-finite values or the step went back.
         let step = self.solver.time_step();
@@ -449,18 +508,17 @@ impl Worker {
         if stats.blown_up() && !self.blown {
             self.blow_up(&stats);
         }
-        if lo > hi {
-            (lo, hi) = (0.0, 0.0);
-        }
         let d = self.solver.domain();
         let snap = Snapshot {
             serial: self.serial,
             step: self.solver.time_step(),
             size: d.n,
             field: self.field,
-            values,
-            min_max: (lo, hi),
+            values: Arc::new(values),
+            min_max,
+            iso,
             solid: Arc::clone(&self.solid),
+            bricks: Arc::clone(&self.bricks),
             solver_serial: self.solver_serial,
             stats,
             params: self.solver.params(),

@@ -7,6 +7,7 @@
 
 use super::cpu::{build_mirror, params_of, Mirror};
 use super::ghost::GhostLayout;
+use crate::bricks::{BrickClass, BrickMap};
 use crate::checkpoint::Checkpoint;
 use crate::collision::Collision;
 use crate::domain::{is_solid, Domain};
@@ -441,35 +442,23 @@ pub fn row_pairs(cfg: &KernelConfig) -> bool {
     cfg.rows && cfg.n[0] % 2 == 0 && std::env::var("ESOFLOW_CUDA_PAIRS").as_deref() != Ok("0")
 }
 
-/// Bricks of `b`, leaving out the cells of the rows in `skip` (`b` must then be one row high).
+/// Bricks of `b` (ids `bx + nbx (by + nby bz)`) as (plain fluid, with boundaries), all-solid
+/// bricks dropped, leaving out the rows in `skip` (`b` must then be one row high). The classes
+/// come from [`BrickMap::classify`], the one implementation the viewer's overlay shows too.
 fn classify_except(dom: &Domain, b: [usize; 3], skip: &[u32]) -> (Vec<u32>, Vec<u32>) {
     let skip: std::collections::HashSet<u32> = skip.iter().copied().collect();
     let n = dom.n;
-    let nb = [n[0].div_ceil(b[0]), n[1].div_ceil(b[1]), n[2].div_ceil(b[2])];
+    let map = BrickMap::classify(dom, b);
     let (mut lean, mut bound) = (Vec::new(), Vec::new());
-    for bz in 0..nb[2] {
-        for by in 0..nb[1] {
-            for bx in 0..nb[0] {
-                let (mut all_solid, mut all_plain) = (true, true);
-                if skip.contains(&((by + n[1] * bz) as u32)) {
-                    continue;
-                }
-                for z in bz * b[2]..((bz + 1) * b[2]).min(n[2]) {
-                    for y in by * b[1]..((by + 1) * b[1]).min(n[1]) {
-                        for x in bx * b[0]..((bx + 1) * b[0]).min(n[0]) {
-                            let f = dom.flags[dom.index(x, y, z)];
-                            all_solid &= is_solid(f);
-                            all_plain &= f == 0;
-                        }
-                    }
-                }
-                let id = (bx + nb[0] * (by + nb[1] * bz)) as u32;
-                if all_plain {
-                    lean.push(id);
-                } else if !all_solid {
-                    bound.push(id);
-                }
-            }
+    for (id, &c) in map.class.iter().enumerate() {
+        let [_, by, bz] = map.coords(id);
+        if skip.contains(&((by + n[1] * bz) as u32)) {
+            continue;
+        }
+        match c {
+            BrickClass::Plain => lean.push(id as u32),
+            BrickClass::Boundary => bound.push(id as u32),
+            BrickClass::Solid => {}
         }
     }
     (lean, bound)
@@ -933,6 +922,11 @@ impl Solver for CudaSolver {
         }
         drop(b);
         self.stream.clone_dtoh(&out).unwrap_or_else(|_| vec![f32::NAN; cells])
+    }
+    fn bricks(&self) -> BrickMap {
+        // The bricks this solver runs (LBM-Ghost: its blocks).
+        let b = if self.cfg.scheme == Scheme::Ghost { self.cfg.ghost_geometry().0 } else { self.cfg.brick };
+        BrickMap::classify(self.mirror.domain(), b)
     }
     fn synchronize(&self) -> Result<(), SolverError> {
         self.stream.synchronize().map_err(derr("waiting for the GPU"))

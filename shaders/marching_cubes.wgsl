@@ -1,0 +1,145 @@
+// Marching cubes on the GPU: the isosurface of a scalar field (|vorticity| or Q) at a threshold,
+// or the surface of the solid obstacles (cells whose mask is 2), into a vertex buffer of capped
+// size, with the draw's vertex count written for an indirect draw (no trip to the CPU).
+//
+// Samples sit at cell centres: the cube (x, y, z) joins the centres of cells x..x+1, y..y+1,
+// z..z+1, so (nx-1)(ny-1)(nz-1) cubes. World space as in field.wgsl: cell (x, y, z) fills
+// [x, x+1] x [y, y+1] x [z, z+1].
+//
+// One pass: every cube looks up its triangle count; a workgroup sums its counts in shared
+// memory and reserves room for all of them with one atomic add on the global counter; each cube
+// then writes the triangles that fit under the capacity. The counter keeps the full count, so
+// the CPU can read it later (asynchronously) to tell that triangles were capped.
+// Then `finish` (one thread) writes the indirect draw's arguments.
+//
+// Case table and corner/edge numbering: app/src/viewer/mc.rs (keep in sync); `McParams` is
+// `gpu_data::McParams` in app/src/viewer/render.rs.
+
+struct McParams {
+    // nx, ny, nz, mode (0: the field texture, 1: the obstacle mask, mask == 2 inside)
+    size: vec4<u32>,
+    // threshold (mode 0), capacity in vertices (a multiple of 3), unused, unused
+    threshold: f32,
+    capacity: u32,
+    pad0: u32,
+    pad1: u32,
+};
+
+@group(0) @binding(0) var<uniform> params: McParams;
+// Per case: word 0 bits 0-3 = triangle count; then 4-bit edge numbers, three per triangle.
+@group(0) @binding(1) var<uniform> table: array<vec4<u32>, 256>;
+@group(0) @binding(2) var field: texture_3d<f32>;
+@group(0) @binding(3) var mask: texture_3d<u32>;
+// Per vertex: x, y, z (f32 bits), normal (pack4x8snorm).
+@group(0) @binding(4) var<storage, read_write> vertices: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read_write> counter: atomic<u32>;
+// vertex_count, instance_count, first_vertex, first_instance
+@group(0) @binding(6) var<storage, read_write> draw_args: array<u32, 4>;
+
+var<workgroup> wg_count: atomic<u32>;
+var<workgroup> wg_base: u32;
+
+fn value_at(p: vec3<i32>) -> f32 {
+    let q = clamp(p, vec3<i32>(0), vec3<i32>(params.size.xyz) - vec3<i32>(1));
+    if params.size.w == 1u {
+        return select(0.0, 1.0, textureLoad(mask, q, 0).r == 2u);
+    }
+    return textureLoad(field, q, 0).r;
+}
+
+// Gradient by differences of neighbouring samples (one-sided at the domain's edges).
+fn gradient(p: vec3<i32>) -> vec3<f32> {
+    let dx = vec3<i32>(1, 0, 0);
+    let dy = vec3<i32>(0, 1, 0);
+    let dz = vec3<i32>(0, 0, 1);
+    return vec3<f32>(value_at(p + dx) - value_at(p - dx), value_at(p + dy) - value_at(p - dy), value_at(p + dz) - value_at(p - dz));
+}
+
+fn corner_offset(c: u32) -> vec3<i32> {
+    return vec3<i32>(i32(c & 1u), i32((c >> 1u) & 1u), i32((c >> 2u) & 1u));
+}
+
+// 4-bit entry i of case `c`.
+fn entry(c: u32, i: u32) -> u32 {
+    return (table[c][i / 8u] >> (4u * (i % 8u))) & 15u;
+}
+
+fn is_finite(v: f32) -> bool {
+    return abs(v) <= 3.0e38;
+}
+
+@compute @workgroup_size(4, 4, 4)
+fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    if li == 0u {
+        atomicStore(&wg_count, 0u);
+    }
+    workgroupBarrier();
+    let cubes = max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u);
+    let p = vec3<i32>(gid);
+    var v: array<f32, 8>;
+    var case_index = 0u;
+    var ntri = 0u;
+    if all(gid < cubes) {
+        var finite = true;
+        for (var c = 0u; c < 8u; c++) {
+            let s = value_at(p + corner_offset(c));
+            v[c] = s;
+            finite = finite && is_finite(s);
+            if s > params.threshold {
+                case_index |= 1u << c;
+            }
+        }
+        // A cube with a NaN or infinite corner (a blown-up state) draws nothing.
+        if finite {
+            ntri = entry(case_index, 0u);
+        }
+    }
+    var local = 0u;
+    if ntri > 0u {
+        local = atomicAdd(&wg_count, 3u * ntri);
+    }
+    workgroupBarrier();
+    if li == 0u {
+        wg_base = atomicAdd(&counter, atomicLoad(&wg_count));
+    }
+    workgroupBarrier();
+    let base = wg_base + local;
+    for (var t = 0u; t < ntri; t++) {
+        let at = base + 3u * t;
+        if at + 3u > params.capacity {
+            break;
+        }
+        for (var k = 0u; k < 3u; k++) {
+            let e = entry(case_index, 1u + 3u * t + k);
+            let axis = e / 4u;
+            let kk = e % 4u;
+            let a = ((kk & 1u) << ((axis + 1u) % 3u)) | ((kk >> 1u) << ((axis + 2u) % 3u));
+            let b = a | (1u << axis);
+            let va = v[a];
+            let d = v[b] - va;
+            var s = 0.5;
+            if abs(d) > 0.0 {
+                s = clamp((params.threshold - va) / d, 0.0, 1.0);
+            }
+            let ca = p + corner_offset(a);
+            let cb = p + corner_offset(b);
+            let pos = vec3<f32>(ca) + vec3<f32>(0.5) + s * vec3<f32>(cb - ca);
+            // The normal points from higher to lower values (out of the inside).
+            let g = mix(gradient(ca), gradient(cb), s);
+            let len = length(g);
+            var nrm = vec3<f32>(0.0, 0.0, 1.0);
+            if len > 0.0 && is_finite(len) {
+                nrm = -g / len;
+            }
+            vertices[at + k] = vec4<u32>(bitcast<vec3<u32>>(pos), pack4x8snorm(vec4<f32>(nrm, 0.0)));
+        }
+    }
+}
+
+@compute @workgroup_size(1)
+fn finish() {
+    draw_args[0] = min(atomicLoad(&counter), params.capacity);
+    draw_args[1] = 1u;
+    draw_args[2] = 0u;
+    draw_args[3] = 0u;
+}
