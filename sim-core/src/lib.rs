@@ -6,6 +6,7 @@ pub mod backend;
 pub mod checkpoint;
 pub mod collision;
 pub mod domain;
+pub mod edit;
 pub mod export;
 pub mod fields;
 pub mod lattice;
@@ -14,4 +15,5 @@ pub mod scene;
 pub mod schemes;
 pub mod solver;
 
+pub use edit::{CellEdit, EditReport, EditTo};
 pub use solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
