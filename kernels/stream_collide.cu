@@ -494,3 +494,16 @@ extern "C" __global__ void stats(const float* __restrict__ fl, const unsigned ch
         atomicMax(max_u_bits, __float_as_uint(su[0]));
     }
 }
+
+// Cell edits (sim-core/src/edit.rs). The host works out, with the CPU solver's slot rules for
+// this scheme and time-step parity, which slots hold the incoming DDFs of the cells around an
+// edit; these two kernels read them before the flags change and write them (and the rest
+// equilibrium of cells that become fluid) where the new flags put them.
+extern "C" __global__ void gather_slots(const fpxx* __restrict__ f, const u64* __restrict__ slots, fpxx* __restrict__ out, const u32 count) {
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < count) out[k] = f[slots[k]];
+}
+extern "C" __global__ void scatter_slots(fpxx* __restrict__ f, const u64* __restrict__ slots, const fpxx* __restrict__ vals, const u32 count) {
+    const u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < count) f[slots[k]] = vals[k];
+}

@@ -257,20 +257,28 @@ impl Domain {
 
     /// Recompute the [`NEAR`] bits after flags changed.
     pub fn mark_near(&mut self) {
-        let c = self.lattice.velocities();
-        let mut near = vec![false; self.flags.len()];
-        for (i, nb) in near.iter_mut().enumerate() {
-            let f = self.flags[i];
-            if kind_of(f) != kind::FLUID {
-                *nb = true;
-                continue;
-            }
-            let p = self.coords(i);
-            *nb = c.iter().skip(1).any(|&ci| is_solid(self.flags[self.neighbour(p, ci)]));
-        }
+        let near: Vec<bool> = (0..self.flags.len()).map(|i| self.near_of(i)).collect();
         for (f, nb) in self.flags.iter_mut().zip(near) {
             *f = (*f & !NEAR) | if nb { NEAR } else { 0 };
         }
+    }
+
+    /// Recompute the [`NEAR`] bits of some cells (after the flags around them changed).
+    pub fn mark_near_cells(&mut self, cells: &[usize]) {
+        let near: Vec<bool> = cells.iter().map(|&i| self.near_of(i)).collect();
+        for (&i, nb) in cells.iter().zip(near) {
+            self.flags[i] = (self.flags[i] & !NEAR) | if nb { NEAR } else { 0 };
+        }
+    }
+
+    /// The rule of the [`NEAR`] bit: every cell that is not plain fluid, and fluid cells with a
+    /// solid neighbour along a lattice velocity.
+    fn near_of(&self, i: usize) -> bool {
+        if kind_of(self.flags[i]) != kind::FLUID {
+            return true;
+        }
+        let p = self.coords(i);
+        self.lattice.velocities().iter().skip(1).any(|&ci| is_solid(self.flags[self.neighbour(p, ci)]))
     }
 }
 

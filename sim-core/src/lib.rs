@@ -7,6 +7,7 @@ pub mod bricks;
 pub mod checkpoint;
 pub mod collision;
 pub mod domain;
+pub mod edit;
 pub mod export;
 pub mod fields;
 pub mod lattice;
@@ -16,4 +17,5 @@ pub mod schemes;
 pub mod solver;
 
 pub use bricks::{BrickClass, BrickMap};
+pub use edit::{CellEdit, EditReport, EditTo};
 pub use solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};

@@ -131,6 +131,9 @@ pub enum SolverError {
     /// A checkpoint was refused.
     #[error("checkpoint refused: {0}")]
     Checkpoint(String),
+    /// A cell edit was refused (the message names the cell and why).
+    #[error("edit refused: {0}")]
+    Edit(String),
     /// The backend cannot run (no device, out of memory, compile error).
     #[error("{0}")]
     Backend(String),
@@ -187,6 +190,16 @@ pub trait Solver: Send {
     /// # Errors
     /// A checkpoint of another lattice, precision or domain.
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError>;
+    /// Turn cells solid (part of an obstacle, whose force [`Solver::stats`] then reports) or
+    /// fluid, between two steps. Cells that stay fluid keep their incoming DDFs bit for bit;
+    /// cells that become fluid start at rest equilibrium with the mean density of their fluid
+    /// neighbours (1 without any); cells that become solid drop out of the mass. Every scheme
+    /// continues as One-Step Pull would. All or nothing: a refused edit changes nothing.
+    ///
+    /// # Errors
+    /// [`SolverError::Edit`] for a cell outside the domain, an inlet, outlet or moving-wall
+    /// cell, a boundary wall made fluid, or a 16th obstacle; device errors.
+    fn edit_cells(&mut self, edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError>;
 }
 
 /// The collision kind of a parameter set, for display.

@@ -9,6 +9,7 @@ use super::ghost::GhostLayout;
 use crate::checkpoint::Checkpoint;
 use crate::collision::{collide, collide_w, equilibrium, moments, CollideParams};
 use crate::domain::{id_of, is_solid, kind, kind_of, Domain, Inlet, Outlet, NEAR};
+use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
 use crate::scene::LoadedScene;
@@ -460,7 +461,12 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
 
     /// Slot of incoming DDF `i` of cell `n` in the current state (bounce-back resolved).
     fn slot(&self, i: usize, n: usize, nbr: &[usize; MAX_Q]) -> usize {
-        let odd = self.t % 2 == 1;
+        self.slot_at(i, n, nbr, self.t % 2 == 1)
+    }
+
+    /// Slot of incoming DDF `i` of cell `n` after a step of parity `!odd` (before a step of
+    /// parity `odd`), with the flags as they are now.
+    fn slot_at(&self, i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool) -> usize {
         let nn = self.dom.cells();
         let src_solid = i != 0 && is_solid(self.dom.flags[nbr[opposite(i)]]);
         macro_rules! pick {
@@ -619,6 +625,95 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         self.t += 1;
     }
 
+    /// Apply a cell edit to the state after `t` steps, read and written through `io` (the
+    /// solver's own buffer, or a device's memory in the same layout). Cells that stay fluid
+    /// keep their raw incoming DDFs (moved to the slots the new flags give them), cells that
+    /// become fluid get rest equilibrium at the mean density of the fluid neighbours.
+    fn edit_via(&mut self, e: &CellEdit, t: u64, io: &mut dyn SlotIo) -> Result<EditReport, SolverError> {
+        let plan = self.dom.plan_edit(e).map_err(SolverError::Edit)?;
+        if plan.changes.is_empty() {
+            return Ok(EditReport::default());
+        }
+        let odd = t % 2 == 1;
+        let (q, es) = (L::Q, std::mem::size_of::<S>());
+        let around = self.dom.around(&plan.changes);
+        let changed: std::collections::HashSet<usize> = plan.changes.iter().map(|&(c, _)| c).collect();
+        // 1. Read the incoming DDFs of every fluid cell around the edit (old flags).
+        let read: Vec<usize> = around.iter().copied().filter(|&n| !is_solid(self.dom.flags[n])).collect();
+        let mut slots = Vec::with_capacity(read.len() * q);
+        for &n in &read {
+            let nbr = self.nbr_of(n);
+            slots.extend((0..q).map(|i| self.slot_at(i, n, &nbr, odd)));
+        }
+        let mut raw = vec![0u8; slots.len() * es];
+        io.read(&slots, &mut raw)?;
+        let rho: std::collections::HashMap<usize, f32> =
+            read.iter().enumerate().map(|(k, &n)| (n, self.density_of_raw(n, &raw[k * q * es..(k + 1) * q * es]))).collect();
+        let mass_removed: f64 = read.iter().filter(|n| changed.contains(n)).map(|n| f64::from(rho[n])).sum();
+        // 2. Densities of the cells that become fluid: the mean of their neighbours that stay fluid.
+        let c = L::C;
+        let new_fluid: Vec<(usize, f32)> = plan
+            .changes
+            .iter()
+            .filter(|&&(_, f)| !is_solid(f))
+            .map(|&(n, _)| {
+                let p = self.dom.coords(n);
+                let (sum, k) = c
+                    .iter()
+                    .skip(1)
+                    .filter_map(|&ci| {
+                        let m = self.dom.neighbour(p, ci);
+                        (!changed.contains(&m)).then(|| rho.get(&m)).flatten()
+                    })
+                    .fold((0.0f64, 0usize), |(s, k), &r| (s + f64::from(r), k + 1));
+                (n, if k > 0 { (sum / k as f64) as f32 } else { 1.0 })
+            })
+            .collect();
+        // 3. New flags (and ghost layout), then write the states back where they now belong.
+        let before = self.dom.apply_plan(&plan, &around);
+        if let Some(g) = &self.ghost {
+            self.ghost = Some(g.rebuilt::<L>(&self.dom));
+        }
+        let mut wslots = Vec::with_capacity(read.len() * q + new_fluid.len() * q);
+        let mut vals = Vec::with_capacity(wslots.capacity() * es);
+        for (k, &n) in read.iter().enumerate() {
+            if changed.contains(&n) {
+                continue;
+            }
+            let nbr = self.nbr_of(n);
+            wslots.extend((0..q).map(|i| self.slot_at(i, n, &nbr, odd)));
+            vals.extend_from_slice(&raw[k * q * es..(k + 1) * q * es]);
+        }
+        let mut mass_added = 0.0f64;
+        for &(n, r) in &new_fluid {
+            let mut feq = [0.0f32; MAX_Q];
+            equilibrium::<L>(r - 1.0, [0.0; 3], &mut feq);
+            let start = vals.len();
+            for v in &feq[..q] {
+                vals.extend_from_slice(bytemuck::bytes_of(&S::enc(*v)));
+            }
+            mass_added += f64::from(self.density_of_raw(n, &vals[start..]));
+            let nbr = self.nbr_of(n);
+            wslots.extend((0..q).map(|i| self.slot_at(i, n, &nbr, odd)));
+        }
+        io.write(&wslots, &vals)?;
+        Ok(EditReport { changed: before, obstacle: plan.obstacle.map(|(id, _)| id), mass_added, mass_removed })
+    }
+
+    /// Density of a non-solid cell from its raw incoming DDFs (`q` storage elements as bytes),
+    /// as [`Solver::stats`] computes it.
+    fn density_of_raw(&self, n: usize, raw: &[u8]) -> f32 {
+        let es = std::mem::size_of::<S>();
+        let mut f = [0.0f32; MAX_Q];
+        for i in 0..L::Q {
+            f[i] = bytemuck::pod_read_unaligned::<S>(&raw[i * es..(i + 1) * es]).dec();
+        }
+        let nbr = self.nbr_of(n);
+        let flags = &self.dom.flags;
+        moving_walls::<L>(&mut f, &|i| flags[nbr[i]], &self.params.walls);
+        cell_moments::<L>(&f, flags[n], self.dom.coords(n), &self.ctx()).0
+    }
+
     fn flags_crc(&self) -> u32 {
         crc32fast::hash(&self.dom.flags)
     }
@@ -773,6 +868,42 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
         }
         Ok(())
     }
+    fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
+        let cur = self.cur;
+        let mut buf = std::mem::take(&mut self.buf[cur]);
+        let r = self.edit_via(edit, self.t, &mut HostIo(&mut buf));
+        self.buf[cur] = buf;
+        r
+    }
+}
+
+/// Reads and writes raw storage elements (DDF slots) of the buffer holding the current state:
+/// the CPU solver's own buffer, or device memory in the same layout.
+pub(crate) trait SlotIo {
+    /// Copy the elements at `slots` into `out` (element after element, as bytes).
+    fn read(&mut self, slots: &[usize], out: &mut [u8]) -> Result<(), SolverError>;
+    /// Write the elements `vals` (as bytes) to `slots`.
+    fn write(&mut self, slots: &[usize], vals: &[u8]) -> Result<(), SolverError>;
+}
+
+/// [`SlotIo`] on a host buffer.
+struct HostIo<'a, S>(&'a mut [S]);
+
+impl<S: Store> SlotIo for HostIo<'_, S> {
+    fn read(&mut self, slots: &[usize], out: &mut [u8]) -> Result<(), SolverError> {
+        let es = std::mem::size_of::<S>();
+        for (k, &s) in slots.iter().enumerate() {
+            out[k * es..(k + 1) * es].copy_from_slice(bytemuck::bytes_of(&self.0[s]));
+        }
+        Ok(())
+    }
+    fn write(&mut self, slots: &[usize], vals: &[u8]) -> Result<(), SolverError> {
+        let es = std::mem::size_of::<S>();
+        for (k, &s) in slots.iter().enumerate() {
+            self.0[s] = bytemuck::pod_read_unaligned(&vals[k * es..(k + 1) * es]);
+        }
+        Ok(())
+    }
 }
 
 /// Host access to a CPU solver's raw memory. Device backends use the same layout, so a CPU
@@ -784,6 +915,9 @@ pub(crate) trait Mirror: Solver {
     fn raw(&mut self) -> (Vec<&mut [u8]>, &mut usize, &mut u64);
     /// Free the host copy of the DDFs (the device holds them).
     fn release(&mut self);
+    /// Apply a cell edit to the domain and to a state after `t` steps held elsewhere (in this
+    /// layout), read and written through `io`. Host buffers are not touched.
+    fn edit_via_io(&mut self, e: &CellEdit, t: u64, io: &mut dyn SlotIo) -> Result<EditReport, SolverError>;
 }
 
 impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
@@ -806,6 +940,9 @@ impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
     }
     fn release(&mut self) {
         self.buf = [Vec::new(), Vec::new()];
+    }
+    fn edit_via_io(&mut self, e: &CellEdit, t: u64, io: &mut dyn SlotIo) -> Result<EditReport, SolverError> {
+        self.edit_via(e, t, io)
     }
 }
 

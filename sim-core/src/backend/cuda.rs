@@ -5,12 +5,13 @@
 //! Memory layout equals the CPU backend's, so a CPU solver (a [`Mirror`]) writes the initial
 //! state and encodes/decodes checkpoints from bytes copied to and from the device.
 
-use super::cpu::{build_mirror, params_of, Mirror};
+use super::cpu::{build_mirror, params_of, Mirror, SlotIo};
 use super::ghost::GhostLayout;
 use crate::bricks::{BrickClass, BrickMap};
 use crate::checkpoint::Checkpoint;
 use crate::collision::Collision;
 use crate::domain::{is_solid, Domain};
+use crate::edit::{CellEdit, EditReport};
 use crate::fields::FieldKind;
 use crate::lattice::Lattice;
 use crate::precision::Precision;
@@ -360,6 +361,8 @@ struct Kernels {
     fields: CudaFunction,
     derived: CudaFunction,
     stats: CudaFunction,
+    gather: CudaFunction,
+    scatter: CudaFunction,
 }
 
 /// Registers per thread of the stream-collide kernels (lean, boundary, fused).
@@ -833,6 +836,8 @@ fn load_kernels(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) ->
         fields: get("fields")?,
         derived: get("derived")?,
         stats: get("stats")?,
+        gather: get("gather_slots")?,
+        scatter: get("scatter_slots")?,
         _module: module,
     })
 }
@@ -956,6 +961,9 @@ impl Solver for CudaSolver {
         // The state is decoded by a fresh host mirror (checkpoint takes &self).
         CheckpointScratch(self).make()
     }
+    fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
+        self.edit_on_device(edit)
+    }
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
         let _ = self.mirror.raw();
         self.mirror.restore(c)?;
@@ -968,6 +976,105 @@ impl Solver for CudaSolver {
         self.mirror.release();
         self.params = c.params.clone();
         self.set_params(c.params.clone())
+    }
+}
+
+// ---------------------------------------------------------------- cell edits
+// The host mirror knows the layout: it plans the edit, computes the slots of the cells around
+// it (old flags, then new) and moves their raw DDFs through `DeviceIo`; afterwards the flags
+// go up again and bricks and rows are classified anew.
+
+/// [`SlotIo`] on the device buffer holding the current state.
+struct DeviceIo<'a> {
+    stream: &'a Arc<CudaStream>,
+    f: &'a mut CudaSlice<u8>,
+    gather: &'a CudaFunction,
+    scatter: &'a CudaFunction,
+    /// Bytes per stored DDF.
+    es: usize,
+}
+
+impl SlotIo for DeviceIo<'_> {
+    fn read(&mut self, slots: &[usize], out: &mut [u8]) -> Result<(), SolverError> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let idx: Vec<u64> = slots.iter().map(|&s| s as u64).collect();
+        let d_idx = self.stream.clone_htod(&idx).map_err(derr("uploading edit slots"))?;
+        let mut d_out = self.stream.alloc_zeros::<u8>(slots.len() * self.es).map_err(derr("allocating edit buffers"))?;
+        let count = slots.len() as u32;
+        let mut b = self.stream.launch_builder(self.gather);
+        b.arg(&*self.f).arg(&d_idx).arg(&mut d_out).arg(&count);
+        // SAFETY: arguments match gather_slots; every slot lies inside the DDF buffer.
+        unsafe { b.launch(threads(slots.len())) }.map_err(derr("launching gather_slots"))?;
+        self.stream.memcpy_dtoh(&d_out, out).map_err(derr("reading edit slots"))?;
+        self.stream.synchronize().map_err(derr("reading edit slots"))
+    }
+    fn write(&mut self, slots: &[usize], vals: &[u8]) -> Result<(), SolverError> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let idx: Vec<u64> = slots.iter().map(|&s| s as u64).collect();
+        let d_idx = self.stream.clone_htod(&idx).map_err(derr("uploading edit slots"))?;
+        let d_vals = self.stream.clone_htod(vals).map_err(derr("uploading edit values"))?;
+        let count = slots.len() as u32;
+        let mut b = self.stream.launch_builder(self.scatter);
+        b.arg(&mut *self.f).arg(&d_idx).arg(&d_vals).arg(&count);
+        // SAFETY: arguments match scatter_slots; every slot lies inside the DDF buffer.
+        unsafe { b.launch(threads(slots.len())) }.map_err(derr("launching scatter_slots"))?;
+        Ok(())
+    }
+}
+
+impl CudaSolver {
+    /// [`Solver::edit_cells`] on the GPU: the mirror plans the edit and moves the DDFs of the
+    /// cells around it in device memory (slots of the current time step's parity), then the
+    /// flags are uploaded and bricks and rows classified again.
+    fn edit_on_device(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
+        let cur = self.cur;
+        let mut io = DeviceIo {
+            stream: &self.stream,
+            f: &mut self.f[cur],
+            gather: &self.k.gather,
+            scatter: &self.k.scatter,
+            es: self.cfg.precision.bytes(),
+        };
+        let report = self.mirror.edit_via_io(edit, self.t, &mut io)?;
+        if !report.changed.is_empty() {
+            self.reclassify()?;
+        }
+        Ok(report)
+    }
+
+    /// Upload the flags and classify rows and bricks again (after the domain changed). The row
+    /// mode and brick shape stay (they are compiled into the kernels); only the lists change.
+    fn reclassify(&mut self) -> Result<(), SolverError> {
+        let d = self.mirror.domain();
+        self.stream.memcpy_htod(&d.flags, &mut self.flags).map_err(derr("uploading flags"))?;
+        if self.cfg.scheme == Scheme::Ghost {
+            // LBM-Ghost runs its blocks, not bricks; its ghost copies leave out solid cells.
+            let (dst, src) = GhostLayout::for_domain(d, self.cfg.ghost_block).device_pairs();
+            self.n_ghost = dst.len() as u32;
+            let up = |v: Vec<u64>| self.stream.clone_htod(&if v.is_empty() { vec![0u64] } else { v }).map_err(derr("uploading ghost pairs"));
+            self.ghost_dst = up(dst)?;
+            self.ghost_src = up(src)?;
+            return Ok(());
+        }
+        let row_ids = if self.cfg.rows { plain_rows(d) } else { Vec::new() };
+        let (lean_ids, bound_ids) = classify_except(d, self.cfg.brick, &row_ids);
+        let mut all_ids = lean_ids.clone();
+        all_ids.extend(bound_ids.iter().map(|&b| b | BRICK_BOUNDARY));
+        all_ids.sort_unstable_by_key(|&b| b & !BRICK_BOUNDARY);
+        let up = |v: &[u32]| self.stream.clone_htod(if v.is_empty() { &[0u32][..] } else { v }).map_err(derr("uploading bricks"));
+        self.rows = up(&row_ids)?;
+        self.lean = up(&lean_ids)?;
+        self.boundary = up(&bound_ids)?;
+        self.all = up(&all_ids)?;
+        self.n_rows = row_ids.len() as u32;
+        self.n_lean = lean_ids.len() as u32;
+        self.n_boundary = bound_ids.len() as u32;
+        self.n_all = all_ids.len() as u32;
+        Ok(())
     }
 }
 

@@ -11,6 +11,8 @@ use crate::precision::Store;
 use rayon::prelude::*;
 
 pub(crate) struct GhostLayout {
+    /// Block edge asked for (before clamping to the domain).
+    requested: usize,
     /// Block edge per axis (1 on axes the lattice does not have).
     b: [usize; 3],
     /// Blocks per axis.
@@ -43,6 +45,7 @@ impl GhostLayout {
         let pv = pd[0] * pd[1] * pd[2];
         let nblocks = nb[0] * nb[1] * nb[2];
         let mut g = GhostLayout {
+            requested: block,
             b,
             nb,
             pd,
@@ -120,6 +123,12 @@ impl GhostLayout {
             }
         }
         (dst, src)
+    }
+
+    /// The same layout (storage unchanged) for a domain whose flags changed: block flags and
+    /// ghost pairs (which leave out solid cells) rebuilt.
+    pub(crate) fn rebuilt<L: Lat>(&self, dom: &Domain) -> GhostLayout {
+        GhostLayout::new::<L>(dom, self.requested)
     }
 
     pub(crate) fn block(&self) -> usize {
