@@ -14,7 +14,7 @@ for t in cuda nvrtc; do
 done
 strip stage/*
 cp -r scenes stage/
-cp scripts/gpu-session.sh scripts/gpu-ncu.sh stage/
+cp scripts/gpu-session.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh

@@ -1055,7 +1055,8 @@ impl CudaSolver {
             // LBM-Ghost runs its blocks, not bricks; its ghost copies leave out solid cells.
             let (dst, src) = GhostLayout::for_domain(d, self.cfg.ghost_block).device_pairs();
             self.n_ghost = dst.len() as u32;
-            let up = |v: Vec<u64>| self.stream.clone_htod(&if v.is_empty() { vec![0u64] } else { v }).map_err(derr("uploading ghost pairs"));
+            let up =
+                |v: Vec<u64>| self.stream.clone_htod(&if v.is_empty() { vec![0u64] } else { v }).map_err(derr("uploading ghost pairs"));
             self.ghost_dst = up(dst)?;
             self.ghost_src = up(src)?;
             return Ok(());
