@@ -45,7 +45,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
     /// The view for --screenshot: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
-    /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT.
+    /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT, iso=vorticity:T|q:T
+    /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks.
     #[arg(long, value_name = "SPEC", requires = "screenshot")]
     pub view: Option<String>,
 }

@@ -149,3 +149,52 @@ fn run_screenshot_renders_offscreen_without_a_window() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("field=nope"));
 }
+
+#[test]
+fn run_screenshot_draws_an_isosurface_and_the_brick_overlay() {
+    let test = "run_screenshot_draws_an_isosurface_and_the_brick_overlay";
+    let dir = out_dir("run_screenshot_iso");
+    let scene = dir.join("ball.toml");
+    std::fs::write(
+        &scene,
+        "name = \"ball\"\n[domain]\nsize = [32, 16, 16]\nlattice = \"D3Q19\"\n[boundaries]\n\
+         x_min = { type = \"inlet\", velocity = [0.08, 0.0, 0.0] }\nx_max = \"outlet\"\n[fluid]\ntau = 0.6\n\
+         [initial]\nvelocity = [0.08, 0.0, 0.0]\n[[obstacles]]\nshape = \"sphere\"\ncenter = [10, 8, 8]\nradius = 3.0\n",
+    )
+    .expect("scene file");
+    let shot = dir.join("iso.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(["run", "--backend", "cpu", "--steps", "60", "--screenshot"])
+        .arg(&shot)
+        .args(["--view", "field=speed,iso=vorticity:0.005,overlay=bricks,size=500x400"])
+        .arg(&scene)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && err.contains("no GPU adapter") {
+        return skip(test, &err);
+    }
+    assert!(out.status.success(), "stderr:\n{err}");
+    // The isosurface was made (the count is printed) and the picture is a real one.
+    let line =
+        err.lines().find(|l| l.starts_with("isosurface |vorticity| = 0.005:")).unwrap_or_else(|| panic!("no isosurface line:\n{err}"));
+    let tris: u64 = line.split_whitespace().rev().nth(1).and_then(|t| t.parse().ok()).unwrap_or(0);
+    assert!(tris > 100, "{line}");
+    let (w, h, colours) = distinct_colours(&shot);
+    assert_eq!((w, h), (500, 400));
+    assert!(colours > 50, "{colours} colours");
+    // Bad isosurface specs are refused before running, naming the key and the valid forms.
+    for (spec, says) in
+        [("iso=speed:0.1", "vorticity:THRESHOLD or q:THRESHOLD"), ("iso=q:x", "not a finite number"), ("overlay=grid", "bricks or none")]
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_esoflow"))
+            .args(["run", "--steps", "10", "--screenshot", "x.png", "--view", spec])
+            .arg(&scene)
+            .output()
+            .expect("runs");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && e.contains(spec) && e.contains(says), "{spec}: {e}");
+    }
+}

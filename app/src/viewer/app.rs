@@ -961,8 +961,8 @@ impl ViewerApp {
         } else {
             for (a, name) in ["x", "y", "z"].iter().enumerate() {
                 ui.horizontal(|ui| {
-                    ui.checkbox(&mut self.view.show[a], format!("{name} slice"));
-                    ui.add(egui::Slider::new(&mut self.view.slices[a], 0..=n[a].saturating_sub(1)));
+                    let label = ui.checkbox(&mut self.view.show[a], format!("{name} slice"));
+                    ui.add(egui::Slider::new(&mut self.view.slices[a], 0..=n[a].saturating_sub(1))).labelled_by(label.id);
                 });
             }
             ui.label("drag: orbit · right/middle drag: pan · scroll: zoom");

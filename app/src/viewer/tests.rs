@@ -606,3 +606,106 @@ fn ui_switching_the_scheme_rebuilds_the_solver() {
     assert!(h.state().messages().iter().any(|m| m.text.contains("starts again from step 0")));
     assert_eq!(h.state().scene.scene.solver.scheme, sim_core::schemes::Scheme::Aa);
 }
+
+const SMALL_3D_SCENE: &str = r#"
+name = "test sphere"
+[domain]
+size = [24, 16, 16]
+lattice = "D3Q19"
+[boundaries]
+x_min = { type = "inlet", velocity = [0.05, 0.0, 0.0] }
+x_max = "outlet"
+[fluid]
+tau = 0.8
+[initial]
+velocity = [0.05, 0.0, 0.0]
+[[obstacles]]
+name = "ball"
+shape = "sphere"
+center = [8, 8, 8]
+radius = 3.0
+"#;
+
+fn small_3d_app() -> ViewerApp {
+    let ls = sim_core::scene::from_str(SMALL_3D_SCENE, "test3d", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    ViewerApp::new(ls, solver, BackendChoice::Cpu, false)
+}
+
+/// Type into the text field labelled `label`: select all, type, press Enter.
+fn type_into(h: &mut Harness, label: &str, text: &str) {
+    h.get_by_label(label).focus();
+    h.step();
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    h.get_by_label(label).type_text(text);
+    h.step();
+    h.key_press(egui::Key::Enter);
+    h.step();
+}
+
+#[test]
+fn ui_isosurface_toggle_field_and_threshold() {
+    let mut h = harness(small_3d_app());
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    // Off: the snapshots carry nothing extra; the bricks come with every snapshot.
+    assert!(h.state().snap.as_ref().is_some_and(|s| s.iso.is_none()));
+    assert_eq!(h.state().snap.as_ref().map(|s| s.bricks.count), Some([3, 2, 2]));
+    assert_eq!(h.state().view_params().iso, None);
+    // On from the checkbox: the solver thread publishes |vorticity| and |u| with the field.
+    h.get_by_label("isosurface").click();
+    h.step();
+    assert!(h.state().view.iso);
+    run_until(&mut h, "vorticity data", |a| a.iso_data().is_some_and(|d| d.kind == FieldKind::Vorticity && d.values.len() == 24 * 16 * 16));
+    let d = h.state().iso_data().cloned().expect("iso data");
+    assert!(d.min_max.1 > 0.0 && d.speed.len() == d.values.len(), "the flow bends around the ball: {:?}", d.min_max);
+    h.step();
+    assert!(h.query_by_label_contains("|vorticity| now from").is_some(), "the panel shows the field's range");
+    let p = h.state().view_params().iso.expect("iso drawn");
+    assert_eq!((p.kind, p.threshold), (FieldKind::Vorticity, 0.01));
+    // A typed threshold is taken; text that is not a number (or NaN) is refused with a message.
+    type_into(&mut h, "threshold value", "0.0025");
+    assert_eq!(h.state().view_params().iso.map(|i| i.threshold), Some(0.0025));
+    type_into(&mut h, "threshold value", "abc");
+    type_into(&mut h, "threshold value", "NaN");
+    assert_eq!(h.state().view.iso_threshold(), 0.0025, "refused values leave the threshold");
+    assert_eq!(h.state().messages().iter().filter(|m| m.error && m.text.contains("threshold")).count(), 2);
+    // The logarithmic slider moves it too.
+    let slider = h.get_by_label("threshold");
+    slider.set_value_accesskit(0.004);
+    h.run_steps(2);
+    let t = h.state().view.iso_threshold();
+    assert!((t - 0.004).abs() < 1e-4, "slider: {t}");
+    // Q: its own threshold; the solver thread switches the published field.
+    h.get_by_label("iso field").click();
+    h.run_steps(2);
+    h.get_by_label("Q").click();
+    h.run_steps(2);
+    assert_eq!(h.state().view_params().iso.map(|i| (i.kind, i.threshold)), Some((FieldKind::Q, 1e-5)));
+    h.get_by_label("Step").click();
+    run_until(&mut h, "Q data", |a| a.iso_data().is_some_and(|d| d.kind == FieldKind::Q));
+    // The key i turns it off: new snapshots carry no isosurface data again.
+    h.key_press(egui::Key::I);
+    h.step();
+    assert!(!h.state().view.iso && h.state().view_params().iso.is_none());
+    h.get_by_label("Step").click();
+    let before = h.state().step();
+    run_until(&mut h, "a snapshot without iso data", |a| a.step() > before && a.snap.as_ref().is_some_and(|s| s.iso.is_none()));
+    // Solids and the brick overlay are view switches.
+    h.get_by_label("brick overlay").click();
+    h.get_by_label("solid obstacles as surfaces").click();
+    h.step();
+    let p = h.state().view_params();
+    assert!(p.bricks && !p.solids);
+    assert!(h.query_by_label_contains("bricks of 8x8x8").is_some());
+}
+
+#[test]
+fn ui_isosurface_key_in_2d_says_it_needs_3d() {
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.key_press(egui::Key::I);
+    h.step();
+    assert!(!h.state().view.iso);
+    assert!(h.state().messages().iter().any(|m| m.text.contains("3D")));
+    assert!(h.query_by_label_contains("3D scenes only").is_some());
+}

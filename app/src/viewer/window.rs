@@ -238,23 +238,27 @@ impl Shell {
             if self.uploaded != Some(key) {
                 let new_solver = self.solid_uploaded != Some(snap.solver_serial);
                 let solid = new_solver.then(|| snap.solid.as_slice());
-                let r = g.field.upload(device, queue, snap.size, snap.values.as_slice(), solid).and_then(|()| {
-                    if let Some(iso) = &snap.iso {
-                        g.field.upload_iso(device, queue, snap.size, iso.kind, &iso.values, &iso.speed)?;
-                    }
-                    if new_solver {
-                        g.field.upload_bricks(device, queue, &snap.bricks)?;
-                    }
-                    Ok(())
-                });
-                match r {
+                // The field is needed; isosurface data and bricks only for what they draw (a
+                // failure there is shown and the field is drawn anyway).
+                let mut problems = Vec::new();
+                match g.field.upload(device, queue, snap.size, snap.values.as_slice(), solid) {
                     Ok(()) => {
                         self.uploaded = Some(key);
                         self.solid_uploaded = Some(snap.solver_serial);
-                        self.app.status = None;
+                        if let Some(iso) = &snap.iso {
+                            if let Err(e) = g.field.upload_iso(device, queue, snap.size, iso.kind, &iso.values, &iso.speed) {
+                                problems.push(format!("isosurface: {e}"));
+                            }
+                        }
+                        if new_solver {
+                            if let Err(e) = g.field.upload_bricks(device, queue, &snap.bricks) {
+                                problems.push(format!("brick overlay: {e}"));
+                            }
+                        }
                     }
-                    Err(e) => self.app.status = Some(e.to_string()),
+                    Err(e) => problems.push(e.to_string()),
                 }
+                self.app.status = (!problems.is_empty()).then(|| problems.join("; "));
             }
         }
         // Triangle counts of the surfaces, when the GPU has them (never waiting for it).
