@@ -325,7 +325,8 @@ fn gpu_cell_edits_match_cpu() {
         (SCENE_2D, "D2Q9", [34.0, 22.0, 0.0], [20.0, 18.0, 0.0], 5.5),
         (SCENE_3D, "D3Q19", [28.0, 11.0, 10.0], [16.0, 11.0, 10.0], 4.2),
         (SCENE_ROWS_2D, "D2Q9", [60.0, 12.0, 0.0], [30.0, 20.0, 0.0], 4.5),
-        (SCENE_ROWS_3D, "D3Q19", [44.0, 10.0, 9.0], [20.0, 10.0, 9.0], 3.5),
+        // Drawn away from the rows the sphere already takes out of the row kernel.
+        (SCENE_ROWS_3D, "D3Q19", [44.0, 3.0, 15.0], [20.0, 10.0, 9.0], 3.5),
     ];
     for (text, lattice, draw_at, obstacle_at, radius) in cases {
         for s in Scheme::ALL {
