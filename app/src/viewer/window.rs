@@ -42,8 +42,11 @@ struct Shell {
     gfx: Option<Gfx>,
     title: String,
     uploaded: Option<(u64, u64)>,
-    solid_uploaded: Option<u64>,
-    drawn: Option<(u64, [u32; 2], super::render::ViewParams)>,
+    /// The solid mask last uploaded (a new mask is a new `Arc`: edits and their preview).
+    solid_uploaded: Option<std::sync::Arc<Vec<u8>>>,
+    /// Counts solid uploads (part of the redraw key).
+    solid_uploads: u64,
+    drawn: Option<(u64, u64, [u32; 2], super::render::ViewParams)>,
     surface_events: Shared<String>,
     shots: Shared<Result<PathBuf, String>>,
     frames: u64,
@@ -95,6 +98,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         title,
         uploaded: None,
         solid_uploaded: None,
+        solid_uploads: 0,
         drawn: None,
         surface_events: Arc::default(),
         shots: Arc::default(),
@@ -222,12 +226,16 @@ impl Shell {
         let (device, queue) = (&g.render.device, &g.render.queue);
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
-            if self.uploaded != Some(key) {
-                let solid = (self.solid_uploaded != Some(snap.solver_serial)).then(|| snap.solid.as_slice());
+            let new_solid = !self.solid_uploaded.as_ref().is_some_and(|m| std::sync::Arc::ptr_eq(m, &snap.solid));
+            if self.uploaded != Some(key) || new_solid {
+                let solid = new_solid.then(|| snap.solid.as_slice());
                 match g.field.upload(device, queue, snap.size, &snap.values, solid) {
                     Ok(()) => {
                         self.uploaded = Some(key);
-                        self.solid_uploaded = Some(snap.solver_serial);
+                        if new_solid {
+                            self.solid_uploaded = Some(std::sync::Arc::clone(&snap.solid));
+                            self.solid_uploads += 1;
+                        }
                         self.app.status = None;
                     }
                     Err(e) => self.app.status = Some(e.to_string()),
@@ -236,7 +244,7 @@ impl Shell {
         }
         let params = self.app.view_params();
         let px = self.app.view_px;
-        let draw_key = (self.uploaded.map_or(0, |k| k.1), px, params.clone());
+        let draw_key = (self.uploaded.map_or(0, |k| k.1), self.solid_uploads, px, params.clone());
         if self.drawn.as_ref() != Some(&draw_key) && px[0] > 0 && px[1] > 0 {
             let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
             let reallocated = g.field.render(device, queue, &mut encoder, px, &params);
