@@ -197,13 +197,14 @@ impl Domain {
     }
 
     /// The edits that turn this domain's cells into those of `target` (flags of the same
-    /// domain before some edits): solid cells fluid again and fluid cells back into their
-    /// obstacles.
+    /// domain before or after some edits): solid cells fluid and fluid cells into the
+    /// obstacles `target` has them in. Obstacle ids this domain does not have yet are created
+    /// from `names` (the obstacle table of `target`), in id order.
     ///
     /// # Errors
-    /// `target` is of another size, or has solid cells this domain cannot make (a boundary
-    /// wall, a moving wall, an obstacle id it does not know).
-    pub fn edits_towards(&self, target: &[u8]) -> Result<Vec<CellEdit>, String> {
+    /// `target` is of another size, or has solid cells edits cannot make (a boundary wall, a
+    /// moving wall, an obstacle without a name).
+    pub fn edits_towards(&self, target: &[u8], names: &[String]) -> Result<Vec<CellEdit>, String> {
         if target.len() != self.flags.len() {
             return Err("the saved domain has another size".into());
         }
@@ -213,7 +214,7 @@ impl Domain {
             match (is_solid(a), is_solid(b)) {
                 (true, false) => fluid.push(i),
                 (false, true) => {
-                    if kind_of(b) != kind::SOLID || id_of(b) == 0 || id_of(b) > self.obstacles.len() {
+                    if kind_of(b) != kind::SOLID || id_of(b) == 0 || id_of(b) > self.obstacles.len().max(names.len()) {
                         return Err("the saved domain has solid cells that edits cannot make".into());
                     }
                     solid[id_of(b)].push(i);
@@ -226,9 +227,11 @@ impl Domain {
             out.push(CellEdit { cells: fluid, to: EditTo::Fluid });
         }
         for (id, cells) in solid.into_iter().enumerate() {
-            if !cells.is_empty() {
-                out.push(CellEdit { cells, to: EditTo::SolidId(id) });
+            if cells.is_empty() {
+                continue;
             }
+            let to = if id <= self.obstacles.len() { EditTo::SolidId(id) } else { EditTo::Solid(names[id - 1].clone()) };
+            out.push(CellEdit { cells, to });
         }
         Ok(out)
     }

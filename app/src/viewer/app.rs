@@ -229,6 +229,8 @@ pub struct ViewerApp {
     ckpt_path: String,
     dialog: Option<Receiver<(Dialog, Option<PathBuf>)>>,
     pending_scene: Option<Receiver<SceneResult>>,
+    /// The pending scene is the running one rebuilt (edited cells carry over).
+    rebuilding: bool,
     presets: Vec<PathBuf>,
     /// The egui texture of the field view (set by the shell once it exists).
     pub field_texture: Option<egui::TextureId>,
@@ -274,6 +276,7 @@ impl ViewerApp {
             ckpt_path: "out/esoflow.ckpt".into(),
             dialog: None,
             pending_scene: None,
+            rebuilding: false,
             presets: find_presets(Path::new("scenes")),
             field_texture: None,
             view_px: [0, 0],
@@ -400,6 +403,7 @@ impl ViewerApp {
         match spawned {
             Ok(_) => {
                 self.pending_scene = Some(rx);
+                self.rebuilding = false;
                 self.message(format!("loading {what}…"), false);
             }
             Err(e) => self.message(format!("cannot start loading the scene: {e}"), true),
@@ -440,6 +444,7 @@ impl ViewerApp {
         match spawned {
             Ok(_) => {
                 self.pending_scene = Some(rx);
+                self.rebuilding = true;
                 self.message(format!("switching to {what}: the solver is rebuilt and starts again from step 0"), false);
             }
             Err(e) => self.message(format!("cannot rebuild the solver: {e}"), true),
@@ -540,7 +545,7 @@ impl ViewerApp {
         let field = self.view.field;
         let cmap = self.view.cmap;
         self.view = ViewSettings { field, cmap, ..ViewSettings::new(n) };
-        self.worker.send(Command::Replace(solver, ls.origin.clone()));
+        self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding));
         self.edit.active = false;
         self.edit.last = None;
         self.edit.frame.clear();

@@ -472,6 +472,31 @@ fn ui_draw_and_erase_obstacles_on_the_2d_view() {
     h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
     run_until(&mut h, "the undo", |a| solid_count(a) == before);
     assert!(h.state().snap.as_ref().is_some_and(|s| !s.stats.blown_up()));
+    // Drawn cells carry over when the scheme is switched (the solver is rebuilt)...
+    h.get_by_label("Draw").click();
+    h.run_steps(2);
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 4);
+    run_until_applied(&mut h, "drawing again");
+    let drawn = solid_count(h.state());
+    assert!(drawn > before + 50);
+    h.state_mut().rebuild_with("aa", |sc| sc.solver.scheme = sim_core::schemes::Scheme::Aa);
+    run_until(&mut h, "the rebuilt solver with the drawn cells", |a| {
+        !a.loading() && a.snap.as_ref().is_some_and(|s| s.info.scheme == sim_core::schemes::Scheme::Aa && solid_count(a) == drawn)
+    });
+    assert!(h.state().snap.as_ref().is_some_and(|s| s.obstacles.iter().any(|o| o == "drawn")));
+    // ... and reset (r) returns to the cells of the state it resets to.
+    h.step();
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a step", |a| a.step() > 0);
+    h.get_by_label("Erase").click();
+    h.run_steps(2);
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 4);
+    run_until_applied(&mut h, "erasing after the rebuild");
+    assert!(solid_count(h.state()) < drawn);
+    h.key_press(egui::Key::R);
+    run_until(&mut h, "the reset", |a| a.step() == 0 && solid_count(a) == drawn);
 }
 
 #[test]

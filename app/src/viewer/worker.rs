@@ -3,6 +3,7 @@
 //! solver, and steps that are not drawn cost no field computation.
 
 use sim_core::checkpoint::Checkpoint;
+use sim_core::domain::is_solid;
 use sim_core::fields::FieldKind;
 use sim_core::{CellEdit, EditReport, EditTo, Params, Solver, SolverInfo, Stats};
 use std::path::PathBuf;
@@ -29,8 +30,10 @@ pub enum Command {
     Reset,
     /// Restore the last good checkpoint after a blow-up (stays paused).
     Rollback,
-    /// Replace the solver (a new scene), starting paused or running as now.
-    Replace(Box<dyn Solver>, String),
+    /// Replace the solver (a new scene), starting paused or running as now. With `true` (the
+    /// same scene rebuilt with other solver settings) the cells drawn or erased so far are
+    /// edited into the new solver too.
+    Replace(Box<dyn Solver>, String, bool),
     /// Write the current fields as VTK image data.
     ExportVtk(PathBuf),
     /// Save a checkpoint file.
@@ -379,9 +382,12 @@ impl Worker {
                 self.running = false;
                 self.rate_steps0 = self.solver.time_step();
             }
-            Command::Replace(s, name) => {
-                self.solver = s;
+            Command::Replace(s, name, keep_cells) => {
+                let old = std::mem::replace(&mut self.solver, s);
                 self.name = name;
+                if keep_cells {
+                    self.carry_cells(old.domain());
+                }
                 let t = Instant::now();
                 self.flags = Arc::new(self.solver.domain().flags.clone());
                 self.mass0 = self.solver.stats().mass;
@@ -445,7 +451,7 @@ impl Worker {
     /// restores onto the cells it was taken on), then the DDFs restored.
     fn restore_saved(&mut self, s: &Saved, what: &str) {
         if self.solver.domain().flags != *s.flags {
-            let edits = match self.solver.domain().edits_towards(&s.flags) {
+            let edits = match self.solver.domain().edits_towards(&s.flags, &[]) {
                 Ok(e) => e,
                 Err(e) => {
                     self.event(Event::Error(format!("{what} refused: {e}")));
@@ -463,6 +469,33 @@ impl Worker {
         }
         self.restore(&s.ckpt, what);
         self.mass0 = s.mass0;
+    }
+
+    /// Edit the cells of `old` (the domain of the solver replaced) into the new solver, when it
+    /// has the same size.
+    fn carry_cells(&mut self, old: &sim_core::domain::Domain) {
+        let d = self.solver.domain();
+        if d.n != old.n || d.flags.iter().zip(&old.flags).all(|(a, b)| is_solid(*a) == is_solid(*b)) {
+            return;
+        }
+        let edits = match d.edits_towards(&old.flags, &old.obstacles) {
+            Ok(e) => e,
+            Err(e) => {
+                self.event(Event::Error(format!("the drawn and erased cells are not carried over: {e}")));
+                return;
+            }
+        };
+        let mut k = 0;
+        for e in &edits {
+            match self.solver.edit_cells(e) {
+                Ok(r) => k += r.changed.len(),
+                Err(err) => {
+                    self.event(Event::Error(format!("the drawn and erased cells are not all carried over: {err}")));
+                    return;
+                }
+            }
+        }
+        self.event(Event::Info(format!("{k} drawn or erased cells carried over to the new solver")));
     }
 
     /// After cells changed: the solid mask, the shared flags and the solver serial (so views
