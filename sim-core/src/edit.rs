@@ -175,9 +175,9 @@ impl Domain {
         before
     }
 
-    /// Whether every cell of `cells` may take part in an edit to `to`; the cells that may not are
-    /// removed, and the reasons returned (one per kind of refusal, with the count).
-    pub fn retain_editable(&self, cells: &mut Vec<usize>, to: &EditTo) -> Vec<String> {
+    /// Remove from `cells` those that may not take part in an edit to `to`; returns each reason
+    /// with the number of cells it removed.
+    pub fn retain_editable(&self, cells: &mut Vec<usize>, to: &EditTo) -> Vec<(&'static str, usize)> {
         let mut counts: Vec<(&'static str, usize)> = Vec::new();
         let n = self.cells();
         cells.retain(|&c| {
@@ -193,6 +193,46 @@ impl Domain {
                 }
             }
         });
-        counts.into_iter().map(|(w, k)| format!("{w} ({k} left alone)")).collect()
+        counts
+    }
+
+    /// The edits that turn this domain's cells into those of `target` (flags of the same
+    /// domain before or after some edits): solid cells fluid and fluid cells into the
+    /// obstacles `target` has them in. Obstacle ids this domain does not have yet are created
+    /// from `names` (the obstacle table of `target`), in id order.
+    ///
+    /// # Errors
+    /// `target` is of another size, or has solid cells edits cannot make (a boundary wall, a
+    /// moving wall, an obstacle without a name).
+    pub fn edits_towards(&self, target: &[u8], names: &[String]) -> Result<Vec<CellEdit>, String> {
+        if target.len() != self.flags.len() {
+            return Err("the saved domain has another size".into());
+        }
+        let mut fluid = Vec::new();
+        let mut solid: Vec<Vec<usize>> = vec![Vec::new(); MAX_IDS + 1];
+        for (i, (&a, &b)) in self.flags.iter().zip(target).enumerate() {
+            match (is_solid(a), is_solid(b)) {
+                (true, false) => fluid.push(i),
+                (false, true) => {
+                    if kind_of(b) != kind::SOLID || id_of(b) == 0 || id_of(b) > self.obstacles.len().max(names.len()) {
+                        return Err("the saved domain has solid cells that edits cannot make".into());
+                    }
+                    solid[id_of(b)].push(i);
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        if !fluid.is_empty() {
+            out.push(CellEdit { cells: fluid, to: EditTo::Fluid });
+        }
+        for (id, cells) in solid.into_iter().enumerate() {
+            if cells.is_empty() {
+                continue;
+            }
+            let to = if id <= self.obstacles.len() { EditTo::SolidId(id) } else { EditTo::Solid(names[id - 1].clone()) };
+            out.push(CellEdit { cells, to });
+        }
+        Ok(out)
     }
 }

@@ -9,15 +9,18 @@ use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend,
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
+use glam::Vec3;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
 use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
-use sim_core::scene::LoadedScene;
+use sim_core::scene::{FaceKind, LoadedScene};
 use sim_core::schemes::Scheme;
+use sim_core::EditTo;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a message stays on screen.
@@ -140,8 +143,72 @@ pub struct BlowUp {
     pub last_good: u64,
 }
 
+/// What a left drag on the view does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// Pan (2D) or orbit (3D).
+    Navigate,
+    /// Paint solid cells (a new obstacle "drawn").
+    Draw,
+    /// Paint fluid cells (erase obstacles).
+    Erase,
+}
+
+/// Name of the obstacle the Draw tool paints into.
+pub const DRAWN: &str = "drawn";
+
+/// The Scene panel's editing tools and the stroke in progress.
+#[derive(Clone, Debug)]
+pub struct EditTools {
+    /// Current tool.
+    pub tool: Tool,
+    /// Brush radius (cells).
+    pub brush: f32,
+    /// 3D: the slice painted on (0 = x, 1 = y, 2 = z), at the index the Visualization panel sets.
+    pub axis: usize,
+    /// STL placement: centre of the mesh as a fraction of the domain along each axis.
+    pub stl_center: [f32; 3],
+    /// STL placement: longest edge of the mesh as a fraction of the domain's smallest extent.
+    pub stl_size: f32,
+    stl_path: String,
+    /// Strokes started so far (the current one's id while `active`).
+    stroke: u64,
+    active: bool,
+    /// Brush centre at the last stamp (world, cells).
+    last: Option<Vec3>,
+    /// Cells painted in this frame, sent as one edit.
+    frame: Vec<usize>,
+    /// Edit commands sent so far.
+    seq: u64,
+    /// Sent edits the solver has not confirmed yet (seq, cells, solid), shown at once.
+    preview: Vec<(u64, Arc<Vec<usize>>, bool)>,
+    /// Brush centre under the pointer (for the cursor).
+    hover: Option<Vec3>,
+}
+
+impl Default for EditTools {
+    fn default() -> EditTools {
+        EditTools {
+            tool: Tool::Navigate,
+            brush: 3.0,
+            axis: 2,
+            stl_center: [0.5; 3],
+            stl_size: 0.3,
+            stl_path: String::new(),
+            stroke: 0,
+            active: false,
+            last: None,
+            frame: Vec::new(),
+            seq: 0,
+            preview: Vec::new(),
+            hover: None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dialog {
+    LoadStl,
     OpenScene,
     SaveScreenshot,
     ExportVtk,
@@ -194,6 +261,8 @@ pub struct ViewerApp {
     ckpt_path: String,
     dialog: Option<Receiver<(Dialog, Option<PathBuf>)>>,
     pending_scene: Option<Receiver<SceneResult>>,
+    /// The pending scene is the running one rebuilt (edited cells carry over).
+    rebuilding: bool,
     presets: Vec<PathBuf>,
     /// The egui texture of the field view (set by the shell once it exists).
     pub field_texture: Option<egui::TextureId>,
@@ -212,6 +281,10 @@ pub struct ViewerApp {
     pub surfaces_supported: bool,
     iso_text: String,
     iso_text_focused: bool,
+    /// Draw / erase tools.
+    pub edit: EditTools,
+    /// Where the field view was laid out in the last frame (points).
+    pub view_rect: Option<egui::Rect>,
 }
 
 impl ViewerApp {
@@ -243,6 +316,7 @@ impl ViewerApp {
             ckpt_path: "out/esoflow.ckpt".into(),
             dialog: None,
             pending_scene: None,
+            rebuilding: false,
             presets: find_presets(Path::new("scenes")),
             field_texture: None,
             view_px: [0, 0],
@@ -254,6 +328,8 @@ impl ViewerApp {
             surfaces_supported: true,
             iso_text: String::new(),
             iso_text_focused: false,
+            edit: EditTools::default(),
+            view_rect: None,
             scene,
         };
         for w in app.scene.derived.warnings.clone() {
@@ -433,6 +509,7 @@ impl ViewerApp {
         match spawned {
             Ok(_) => {
                 self.pending_scene = Some(rx);
+                self.rebuilding = false;
                 self.message(format!("loading {what}…"), false);
             }
             Err(e) => self.message(format!("cannot start loading the scene: {e}"), true),
@@ -473,6 +550,7 @@ impl ViewerApp {
         match spawned {
             Ok(_) => {
                 self.pending_scene = Some(rx);
+                self.rebuilding = true;
                 self.message(format!("switching to {what}: the solver is rebuilt and starts again from step 0"), false);
             }
             Err(e) => self.message(format!("cannot rebuild the solver: {e}"), true),
@@ -582,7 +660,11 @@ impl ViewerApp {
             bricks: old.bricks,
             ..ViewSettings::new(n)
         };
-        self.worker.send(Command::Replace(solver, ls.origin.clone()));
+        self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding));
+        self.edit.active = false;
+        self.edit.last = None;
+        self.edit.frame.clear();
+        self.edit.preview.clear();
         self.scene = ls;
         self.snap = None;
         self.blowup = None;
@@ -692,6 +774,11 @@ impl ViewerApp {
             if self.snap.as_ref().is_none_or(|o| o.solver_serial != s.solver_serial) {
                 self.tau_edit = s.params.collide.tau;
             }
+            let mut s = s;
+            self.edit.preview.retain(|(seq, _, _)| *seq > s.edit_seq);
+            if !self.edit.preview.is_empty() {
+                s.solid = self.with_preview(&s.solid);
+            }
             self.snap = Some(s);
         }
         if !self.worker.alive() {
@@ -710,6 +797,10 @@ impl ViewerApp {
             return;
         };
         match what {
+            Dialog::LoadStl => {
+                self.edit.stl_path = p.display().to_string();
+                self.load_stl(&p);
+            }
             Dialog::OpenScene => self.open_scene(Some(&p)),
             Dialog::SaveScreenshot => self.screenshot_request = Some(p),
             Dialog::ExportVtk => {
@@ -737,6 +828,7 @@ impl ViewerApp {
         let spawned = std::thread::Builder::new().name("file-dialog".into()).spawn(move || {
             let d = rfd::FileDialog::new();
             let path = match what {
+                Dialog::LoadStl => d.add_filter("STL mesh", &["stl", "STL"]).pick_file(),
                 Dialog::OpenScene => d.add_filter("Esoflow scene", &["toml"]).set_directory("scenes").pick_file(),
                 Dialog::LoadCheckpoint => d.add_filter("checkpoint", &["ckpt"]).pick_file(),
                 Dialog::SaveScreenshot => d.add_filter("PNG", &["png"]).set_file_name("esoflow.png").save_file(),
@@ -774,6 +866,30 @@ impl ViewerApp {
         });
         if iso {
             self.set_iso(!self.view.iso);
+        }
+        let (undo, n, d, e, smaller, larger) = ctx.input(|i| {
+            (
+                i.modifiers.command && i.key_pressed(Key::Z),
+                i.key_pressed(Key::N),
+                i.key_pressed(Key::D),
+                i.key_pressed(Key::E),
+                i.key_pressed(Key::OpenBracket),
+                i.key_pressed(Key::CloseBracket),
+            )
+        });
+        if undo {
+            self.undo_stroke();
+        }
+        for (pressed, t) in [(n, Tool::Navigate), (d, Tool::Draw), (e, Tool::Erase)] {
+            if pressed {
+                self.set_tool(t);
+            }
+        }
+        if smaller {
+            self.edit.brush = (self.edit.brush / 1.25).max(0.5);
+        }
+        if larger {
+            self.edit.brush = (self.edit.brush * 1.25).min(100.0);
         }
         if space {
             self.set_running(!self.running);
@@ -1121,6 +1237,8 @@ impl ViewerApp {
     }
 
     fn scene_ui(&mut self, ui: &mut Ui) {
+        self.edit_ui(ui);
+        ui.separator();
         ui.label(format!("now: {}", self.scene.origin));
         if self.loading() {
             ui.horizontal(|ui| {
@@ -1154,6 +1272,303 @@ impl ViewerApp {
         if self.presets.is_empty() {
             ui.label(RichText::new("(no scenes/ folder here: run from the repository to list the presets)").small());
         }
+    }
+
+    /// Draw / erase tools and the STL obstacle loader (top of the Scene panel).
+    fn edit_ui(&mut self, ui: &mut Ui) {
+        ui.horizontal(|ui| {
+            let mut t = self.edit.tool;
+            ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
+            ui.selectable_value(&mut t, Tool::Draw, "Draw").on_hover_text("d: left-drag paints solid cells (obstacle \"drawn\")");
+            ui.selectable_value(&mut t, Tool::Erase, "Erase").on_hover_text("e: left-drag turns solid cells into fluid");
+            if t != self.edit.tool {
+                self.set_tool(t);
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("brush radius");
+            ui.add(egui::DragValue::new(&mut self.edit.brush).range(0.5..=100.0).speed(0.1).max_decimals(1).suffix(" cells"))
+                .labelled_by(label.id)
+                .on_hover_text("[ and ] change it");
+            let undo = self.snap.as_ref().is_some_and(|s| s.undo_depth > 0);
+            if ui.add_enabled(undo, egui::Button::new("Undo stroke")).on_hover_text("ctrl+z").clicked() {
+                self.undo_stroke();
+            }
+        });
+        if !self.is_2d() {
+            ui.horizontal(|ui| {
+                ui.label("paint on the");
+                let mut a = self.edit.axis;
+                for (k, name) in ["x", "y", "z"].iter().enumerate() {
+                    ui.radio_value(&mut a, k, format!("{name} slice"));
+                }
+                if a != self.edit.axis {
+                    self.edit.axis = a;
+                    if self.edit.tool != Tool::Navigate {
+                        self.view.show[a] = true;
+                    }
+                }
+            });
+            ui.label(RichText::new(format!("(at index {}: move it in Visualization)", self.view.slices[self.edit.axis])).small());
+        }
+        if self.edit.tool != Tool::Navigate {
+            ui.label(RichText::new("left-drag on the view paints · right/middle drag pans · scroll zooms").small());
+        }
+        ui.separator();
+        if ui.button("Load STL obstacle…").on_hover_text("voxelised into the running domain as a new obstacle").clicked() {
+            self.file_dialog(Dialog::LoadStl);
+        }
+        ui.horizontal(|ui| {
+            ui.add(egui::TextEdit::singleline(&mut self.edit.stl_path).hint_text("path/to/mesh.stl").desired_width(180.0));
+            if ui.button("Load STL").clicked() {
+                let p = PathBuf::from(self.edit.stl_path.trim());
+                self.load_stl(&p);
+            }
+        });
+        let dims = if self.is_2d() { 2 } else { 3 };
+        ui.horizontal(|ui| {
+            let label = ui.label("STL centre");
+            for c in self.edit.stl_center.iter_mut().take(dims) {
+                ui.add(egui::DragValue::new(c).range(0.0..=1.0).speed(0.005).max_decimals(3)).labelled_by(label.id);
+            }
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("STL size");
+            ui.add(egui::DragValue::new(&mut self.edit.stl_size).range(0.01..=1.0).speed(0.005).max_decimals(3))
+                .labelled_by(label.id)
+                .on_hover_text("longest edge of the mesh as a fraction of the domain's smallest extent");
+            ui.label(RichText::new("(fractions of the domain)").small());
+        });
+    }
+
+    /// Edits sent that the solver has not confirmed yet.
+    #[cfg(test)]
+    #[must_use]
+    pub fn pending_edits(&self) -> usize {
+        self.edit.preview.len()
+    }
+
+    /// Choose the tool; in 3D the slice painted on is made visible.
+    pub fn set_tool(&mut self, t: Tool) {
+        if self.edit.active {
+            self.end_stroke();
+        }
+        self.edit.tool = t;
+        if t != Tool::Navigate && !self.is_2d() {
+            self.view.show[self.edit.axis] = true;
+        }
+    }
+
+    /// Voxelise an STL file into the running domain (the Load STL button's path, after the dialog):
+    /// centred at the panel's position, its longest edge the panel's fraction of the domain's
+    /// smallest extent. Errors come back as messages; the run goes on.
+    pub fn load_stl(&mut self, path: &Path) {
+        let n = self.scene.derived.size;
+        let dims = if self.is_2d() { 2 } else { 3 };
+        let smallest = n[..dims].iter().copied().min().unwrap_or(1) as f32;
+        let mut center = [0.0f32; 3];
+        for a in 0..dims {
+            center[a] = self.edit.stl_center[a].clamp(0.0, 1.0) * (n[a] as f32 - 1.0);
+        }
+        let size = self.edit.stl_size.clamp(0.01, 1.0) * smallest;
+        self.edit.seq += 1;
+        self.edit.stroke += 1;
+        self.worker.send(Command::LoadStl { seq: self.edit.seq, stroke: self.edit.stroke, path: path.to_path_buf(), center, size });
+        self.message(format!("loading {}…", path.display()), false);
+    }
+
+    /// Undo the last stroke or STL load.
+    pub fn undo_stroke(&mut self) {
+        if self.edit.active {
+            self.end_stroke();
+        }
+        self.worker.send(Command::UndoStroke);
+    }
+
+    /// Whether a cell lies on a non-periodic face layer (walls, inlets, outlets): the brush
+    /// preview leaves those alone, as the solver refuses most of them.
+    fn locked(&self, c: usize) -> bool {
+        let n = self.scene.derived.size;
+        let p = [c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1])];
+        let faces = self.scene.scene.boundaries.faces();
+        let dims = if self.is_2d() { 2 } else { 3 };
+        (0..dims).any(|a| {
+            (p[a] == 0 && faces[2 * a].kind != FaceKind::Periodic) || (p[a] + 1 == n[a] && faces[2 * a + 1].kind != FaceKind::Periodic)
+        })
+    }
+
+    /// A solid mask with the unconfirmed edits painted in.
+    fn with_preview(&self, mask: &Arc<Vec<u8>>) -> Arc<Vec<u8>> {
+        let mut m = (**mask).clone();
+        for (_, cells, solid) in &self.edit.preview {
+            for &c in cells.iter() {
+                if c < m.len() && !self.locked(c) {
+                    // Drawn cells are obstacles (2: drawn as surfaces too).
+                    m[c] = if *solid { 2 } else { 0 };
+                }
+            }
+        }
+        Arc::new(m)
+    }
+
+    /// Axis painted on (2 in 2D, the image plane), the world coordinate of its plane and the
+    /// cell layer.
+    fn paint_plane(&self) -> (usize, f32, usize) {
+        if self.is_2d() {
+            (2, 0.5, 0)
+        } else {
+            let a = self.edit.axis;
+            let k = self.view.slices[a].min(self.scene.derived.size[a].saturating_sub(1));
+            (a, k as f32 + 0.5, k)
+        }
+    }
+
+    /// The point of the painted plane under a screen position (points), if the view shows it.
+    #[must_use]
+    pub fn world_at(&self, pos: egui::Pos2) -> Option<Vec3> {
+        let rect = self.view_rect?;
+        if rect.width() < 1.0 || rect.height() < 1.0 {
+            return None;
+        }
+        let ndc = [(pos.x - rect.left()) / rect.width() * 2.0 - 1.0, 1.0 - (pos.y - rect.top()) / rect.height() * 2.0];
+        let (axis, coord, _) = self.paint_plane();
+        self.view.camera.pick_plane(self.scene.derived.size, rect.width() / rect.height(), self.is_2d(), ndc, axis, coord)
+    }
+
+    /// Screen position (points) of a world point, if in front of the camera.
+    #[must_use]
+    pub fn screen_of(&self, p: Vec3) -> Option<egui::Pos2> {
+        let rect = self.view_rect?;
+        let px = self.view.camera.project(
+            self.scene.derived.size,
+            [rect.width().max(1.0) as u32, rect.height().max(1.0) as u32],
+            self.is_2d(),
+            p.into(),
+        )?;
+        // `project` works in whole pixels of the given size; scale back to the rect's points.
+        let sx = rect.width() / rect.width().max(1.0).floor();
+        let sy = rect.height() / rect.height().max(1.0).floor();
+        Some(egui::pos2(rect.left() + px[0] * sx, rect.top() + px[1] * sy))
+    }
+
+    /// Cells of the brush centred at `c` on the painted plane.
+    fn brush_cells(&self, c: Vec3, out: &mut Vec<usize>) {
+        let n = self.scene.derived.size;
+        let (axis, _, layer) = self.paint_plane();
+        let (u, v) = match axis {
+            0 => (1, 2),
+            1 => (0, 2),
+            _ => (0, 1),
+        };
+        let r = self.edit.brush.max(0.5);
+        let range = |a: usize| {
+            let lo = (c[a] - r).floor().max(0.0) as usize;
+            let hi = ((c[a] + r).floor() as i64).min(n[a] as i64 - 1);
+            (lo, hi)
+        };
+        let ((u0, u1), (v0, v1)) = (range(u), range(v));
+        let under = [c[u].floor(), c[v].floor()];
+        for j in v0 as i64..=v1 {
+            for i in u0 as i64..=u1 {
+                let (fi, fj) = (i as f32, j as f32);
+                let inside = (fi + 0.5 - c[u]).powi(2) + (fj + 0.5 - c[v]).powi(2) <= r * r || (fi == under[0] && fj == under[1]);
+                if inside {
+                    let mut p = [0usize; 3];
+                    p[axis] = layer;
+                    p[u] = i as usize;
+                    p[v] = j as usize;
+                    out.push(p[0] + n[0] * (p[1] + n[1] * p[2]));
+                }
+            }
+        }
+    }
+
+    /// Paint along the pointer's path from the last stamp to `w`.
+    fn paint_to(&mut self, w: Vec3) {
+        let step = (self.edit.brush * 0.5).max(0.5);
+        let from = self.edit.last.unwrap_or(w);
+        let k = ((w - from).length() / step).ceil().max(1.0) as usize;
+        let mut cells = std::mem::take(&mut self.edit.frame);
+        for i in 1..=k {
+            self.brush_cells(from.lerp(w, i as f32 / k as f32), &mut cells);
+        }
+        self.edit.frame = cells;
+        self.edit.last = Some(w);
+    }
+
+    /// Send the cells painted in this frame as one edit, and show them at once.
+    fn flush_edits(&mut self) {
+        if self.edit.frame.is_empty() {
+            return;
+        }
+        let mut cells = std::mem::take(&mut self.edit.frame);
+        cells.sort_unstable();
+        cells.dedup();
+        let solid = self.edit.tool == Tool::Draw;
+        let to = if solid { EditTo::Solid(DRAWN.into()) } else { EditTo::Fluid };
+        self.edit.seq += 1;
+        let cells = Arc::new(cells);
+        self.edit.preview.push((self.edit.seq, Arc::clone(&cells), solid));
+        if let Some(snap) = &self.snap {
+            let patched = self.with_preview(&snap.solid);
+            if let Some(snap) = self.snap.as_mut() {
+                snap.solid = patched;
+            }
+        }
+        self.worker.send(Command::Edit { seq: self.edit.seq, stroke: self.edit.stroke, cells: (*cells).clone(), to });
+    }
+
+    fn end_stroke(&mut self) {
+        self.flush_edits();
+        if self.edit.active {
+            self.worker.send(Command::EndStroke(self.edit.stroke));
+        }
+        self.edit.active = false;
+        self.edit.last = None;
+    }
+
+    /// Left button on the view with Draw or Erase: paint; released: the stroke ends.
+    fn paint_input(&mut self, ui: &Ui, resp: &egui::Response) {
+        let pos = resp.hover_pos().or_else(|| resp.interact_pointer_pos());
+        self.edit.hover = pos.and_then(|p| self.world_at(p));
+        let down = resp.is_pointer_button_down_on() && ui.input(|i| i.pointer.primary_down());
+        if self.edit.tool == Tool::Navigate || !down {
+            if self.edit.active {
+                self.end_stroke();
+            }
+            return;
+        }
+        let Some(w) = resp.interact_pointer_pos().and_then(|p| self.world_at(p)) else { return };
+        if !self.edit.active {
+            self.edit.active = true;
+            self.edit.stroke += 1;
+            self.edit.last = None;
+        }
+        self.paint_to(w);
+        self.flush_edits();
+    }
+
+    /// The brush outline at the pointer.
+    fn brush_cursor(&self, ui: &Ui) {
+        let (Some(c), true) = (self.edit.hover, self.edit.tool != Tool::Navigate) else { return };
+        let (axis, _, _) = self.paint_plane();
+        let (u, v) = match axis {
+            0 => (1, 2),
+            1 => (0, 2),
+            _ => (0, 1),
+        };
+        let r = self.edit.brush.max(0.5);
+        let pts: Vec<egui::Pos2> = (0..=40)
+            .filter_map(|k| {
+                let t = k as f32 / 40.0 * std::f32::consts::TAU;
+                let mut p = c;
+                p[u] += r * t.cos();
+                p[v] += r * t.sin();
+                self.screen_of(p)
+            })
+            .collect();
+        let color = if self.edit.tool == Tool::Draw { Color32::from_rgb(255, 220, 120) } else { Color32::from_rgb(120, 200, 255) };
+        ui.painter().add(egui::Shape::line(pts, egui::Stroke::new(1.5, color)));
     }
 
     fn export_ui(&mut self, ui: &mut Ui) {
@@ -1197,6 +1612,7 @@ impl ViewerApp {
         let rect = ui.available_rect_before_wrap();
         let ppp = ui.ctx().pixels_per_point();
         self.view_px = [(rect.width() * ppp).round().max(0.0) as u32, (rect.height() * ppp).round().max(0.0) as u32];
+        self.view_rect = Some(rect);
         let resp = ui.allocate_rect(rect, egui::Sense::click_and_drag());
         if let Some(tex) = self.field_texture {
             ui.painter().image(tex, rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), Color32::WHITE);
@@ -1210,6 +1626,8 @@ impl ViewerApp {
             );
         }
         self.camera_input(ui, &resp, rect);
+        self.paint_input(ui, &resp);
+        self.brush_cursor(ui);
         let legend = self.legend();
         let tex = self.legend_texture(ui.ctx(), self.view.cmap);
         legend_ui(ui, rect, &legend, tex);
@@ -1247,10 +1665,11 @@ impl ViewerApp {
         let is_2d = self.is_2d();
         let ppp = ui.ctx().pixels_per_point();
         let size = [rect.width() * ppp, rect.height() * ppp];
-        if resp.double_clicked() {
+        let painting = self.edit.tool != Tool::Navigate;
+        if resp.double_clicked() && !painting {
             self.view.camera.reset();
         }
-        if resp.dragged() {
+        if resp.dragged() && !(painting && resp.dragged_by(egui::PointerButton::Primary)) {
             let d = resp.drag_delta() * ppp;
             let pan = is_2d || resp.dragged_by(egui::PointerButton::Secondary) || resp.dragged_by(egui::PointerButton::Middle);
             if pan {
@@ -1294,6 +1713,10 @@ impl ViewerApp {
                         ("right/middle drag", "pan"),
                         ("scroll", "zoom"),
                         ("double-click", "reset the camera"),
+                        ("n / d / e", "tool: navigate / draw obstacles / erase obstacles (Scene panel)"),
+                        ("left drag (draw, erase)", "paint on the 2D view, or on the chosen slice in 3D"),
+                        ("[ / ]", "smaller / larger brush"),
+                        ("ctrl+z", "undo the last stroke or STL load"),
                     ] {
                         ui.label(RichText::new(k).monospace().strong());
                         ui.label(v);

@@ -103,8 +103,36 @@ impl Camera {
         target + back * self.distance(n, aspect)
     }
 
+    /// The world-space ray through a point of the view: `ndc` in [-1, 1] (x right, y up) in a view
+    /// of `aspect` = width / height. Returns (origin, unit direction).
+    #[must_use]
+    pub fn ray(&self, n: [usize; 3], aspect: f32, is_2d: bool, ndc: [f32; 2]) -> (Vec3, Vec3) {
+        let inv = self.clip_from_world(n, aspect, is_2d).inverse();
+        let at = |z: f32| {
+            let p = inv * glam::Vec4::new(ndc[0], ndc[1], z, 1.0);
+            p.truncate() / p.w
+        };
+        let (a, b) = (at(0.0), at(1.0));
+        (a, (b - a).normalize_or(Vec3::NEG_Z))
+    }
+
+    /// Where the ray through `ndc` meets the plane `world[axis] = coord`, if it does (in front of
+    /// the camera). In 2D the plane is the image itself (use axis 2).
+    #[must_use]
+    pub fn pick_plane(&self, n: [usize; 3], aspect: f32, is_2d: bool, ndc: [f32; 2], axis: usize, coord: f32) -> Option<Vec3> {
+        let (o, d) = self.ray(n, aspect, is_2d, ndc);
+        if d[axis].abs() < 1e-6 {
+            return None;
+        }
+        let t = (coord - o[axis]) / d[axis];
+        (t >= 0.0).then(|| {
+            let mut p = o + d * t;
+            p[axis] = coord;
+            p
+        })
+    }
+
     /// Pixel position (x right, y down) of a world point in a view of `size` pixels, if in front.
-    #[cfg(test)]
     #[must_use]
     pub fn project(&self, n: [usize; 3], size: [u32; 2], is_2d: bool, p: [f32; 3]) -> Option<[f32; 2]> {
         let m = self.clip_from_world(n, size[0] as f32 / size[1] as f32, is_2d);
@@ -170,5 +198,31 @@ mod tests {
         assert!((p[0] - 430.0).abs() < 1e-2 && (p[1] - 120.0).abs() < 1e-2, "{p:?}");
         c.reset();
         assert_eq!(c, Camera::default());
+    }
+
+    #[test]
+    fn picking_inverts_the_projection() {
+        // 2D: the pixel of a cell centre picks that cell centre, panned and zoomed too.
+        let mut c = Camera::default();
+        c.zoom_by(150.0);
+        c.pan_by([400, 100, 1], 30.0, 20.0, [800.0, 200.0], true);
+        let size = [800u32, 200u32];
+        let ndc = |px: [f32; 2], size: [u32; 2]| [px[0] / size[0] as f32 * 2.0 - 1.0, 1.0 - px[1] / size[1] as f32 * 2.0];
+        for p in [[200.5f32, 50.5, 0.5], [180.5, 41.5, 0.5]] {
+            let px = c.project([400, 100, 1], size, true, p).unwrap();
+            let w = c.pick_plane([400, 100, 1], 4.0, true, ndc(px, size), 2, 0.5).unwrap();
+            assert!((w.x - p[0]).abs() < 1e-2 && (w.y - p[1]).abs() < 1e-2, "{w} vs {p:?}");
+        }
+        // 3D: a point on a z slice plane is found again on that plane, after orbiting.
+        let mut c = Camera::default();
+        c.orbit(40.0, -25.0);
+        let (n, size) = ([64, 32, 24], [400u32, 300u32]);
+        let p = [20.25f32, 11.75, 9.5];
+        let px = c.project(n, size, false, p).unwrap();
+        let w = c.pick_plane(n, 400.0 / 300.0, false, ndc(px, size), 2, 9.5).unwrap();
+        assert!((w - Vec3::from(p)).length() < 1e-2, "{w} vs {p:?}");
+        // A ray parallel to the plane misses.
+        let top = Camera { yaw: 0.0, pitch: 0.0, ..Camera::default() };
+        assert!(top.pick_plane(n, 1.0, false, [0.0, 0.0], 1, 16.5).is_none());
     }
 }

@@ -450,7 +450,11 @@ fn small_app(running: bool) -> ViewerApp {
 type Harness = egui_kittest::Harness<'static, ViewerApp>;
 
 fn harness(app: ViewerApp) -> Harness {
-    egui_kittest::Harness::builder().with_size(egui::vec2(1200.0, 900.0)).build_ui_state(|ui, app: &mut ViewerApp| app.ui(ui), app)
+    harness_sized(app, 1200.0, 900.0)
+}
+
+fn harness_sized(app: ViewerApp, w: f32, h: f32) -> Harness {
+    egui_kittest::Harness::builder().with_size(egui::vec2(w, h)).build_ui_state(|ui, app: &mut ViewerApp| app.ui(ui), app)
 }
 
 /// Run frames until `cond` holds (the solver thread answers asynchronously).
@@ -708,4 +712,213 @@ fn ui_isosurface_key_in_2d_says_it_needs_3d() {
     assert!(!h.state().view.iso);
     assert!(h.state().messages().iter().any(|m| m.text.contains("3D")));
     assert!(h.query_by_label_contains("3D scenes only").is_some());
+}
+
+// ---- Scene panel: draw, erase, STL obstacles ------------------------------------------------
+
+fn solid_count(a: &ViewerApp) -> usize {
+    a.snap.as_ref().map_or(0, |s| s.solid.iter().filter(|&&v| v != 0).count())
+}
+
+fn screen(h: &Harness, p: [f32; 3]) -> egui::Pos2 {
+    h.state().screen_of(glam::Vec3::from(p)).expect("the view is laid out")
+}
+
+/// A left drag from `a` to `b` in `moves` pointer moves, one frame each.
+fn drag(h: &mut Harness, a: egui::Pos2, b: egui::Pos2, moves: usize) {
+    h.drag_at(a);
+    h.step();
+    for k in 1..=moves {
+        h.hover_at(a.lerp(b, k as f32 / moves as f32));
+        h.step();
+    }
+    h.drop_at(b);
+    h.step();
+    h.step();
+}
+
+/// Wait until the solver has applied every edit sent and published the result.
+fn run_until_applied(h: &mut Harness, what: &str) {
+    run_until(h, what, |a| a.pending_edits() == 0);
+    std::thread::sleep(Duration::from_millis(30));
+    h.run_steps(3);
+}
+
+fn has_message(a: &ViewerApp, text: &str) -> bool {
+    a.messages().iter().any(|m| m.text.contains(text))
+}
+
+#[test]
+fn ui_draw_and_erase_obstacles_on_the_2d_view() {
+    use super::app::Tool;
+    // Tall enough for the Scene panel to be on screen below Simulation, Visualization and Stats.
+    let mut h = harness_sized(small_app(false), 1200.0, 1600.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    let before = solid_count(h.state());
+    h.get_by_label("Scene").click();
+    h.run_steps(2);
+    h.get_by_label("Draw").click();
+    h.run_steps(2);
+    assert_eq!(h.state().edit.tool, Tool::Draw);
+    // A bar across the channel behind the disc; the new solids show at once (before the solver
+    // thread answers).
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 6);
+    let shown = solid_count(h.state());
+    assert!(shown >= before + 60, "the stroke shows at once: {before} -> {shown}");
+    h.get_by_label("Step").click();
+    run_until_applied(&mut h, "the stroke to reach the solver");
+    run_until(&mut h, "a stepped snapshot with the drawn obstacle", |a| {
+        a.snap.as_ref().is_some_and(|s| s.step > 0 && s.obstacles.iter().any(|o| o == "drawn") && s.stats.forces.len() == 2)
+    });
+    let drawn = solid_count(h.state()) - before;
+    assert!((60..=120).contains(&drawn), "{drawn} cells drawn");
+    assert!(has_message(h.state(), "drew (obstacle \"drawn\")"), "the stroke is summed up");
+    let snap = h.state().snap.clone().expect("snapshot");
+    let d = snap.size;
+    assert_eq!(snap.solid[32 + d[0] * 12], 2, "cell (32, 12) is a solid obstacle cell in the solver");
+    // The drawn obstacle feels the flow (once the inflow has reached it): its force is in the stats.
+    let t0 = Instant::now();
+    while !h.state().snap.as_ref().is_some_and(|s| s.stats.forces.get(1).is_some_and(|f| f[0] > 1e-5)) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no force on the drawn obstacle");
+        h.get_by_label("Step").click();
+        h.run_steps(2);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Erase it again, then try the inlet and the bottom wall: refused, and said so.
+    // (Screen positions again: the panel may have grown with the new rows in Stats.)
+    h.get_by_label("Erase").click();
+    h.run_steps(2);
+    h.state_mut().edit.brush = 4.5;
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 6);
+    run_until_applied(&mut h, "the erase to reach the solver");
+    assert_eq!(solid_count(h.state()), before, "the drawn cells are fluid again");
+    let (a2, b2) = (screen(&h, [0.5, 4.5, 0.5]), screen(&h, [0.5, 20.5, 0.5]));
+    drag(&mut h, a2, b2, 3);
+    run_until(&mut h, "the refusal at the inlet", |a| has_message(a, "inlet cells cannot be edited"));
+    let (a3, b3) = (screen(&h, [20.5, 0.5, 0.5]), screen(&h, [40.5, 0.5, 0.5]));
+    drag(&mut h, a3, b3, 3);
+    run_until(&mut h, "the refusal at the wall", |a| has_message(a, "boundary walls cannot be erased"));
+    run_until_applied(&mut h, "the refused strokes");
+    assert_eq!(solid_count(h.state()), before, "walls and inlet are left alone");
+    // Erase half of the scene's disc; ctrl+z brings it back.
+    let (a4, b4) = (screen(&h, [15.5, 8.5, 0.5]), screen(&h, [15.5, 15.5, 0.5]));
+    drag(&mut h, a4, b4, 3);
+    run_until_applied(&mut h, "erasing the disc");
+    assert!(solid_count(h.state()) < before);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
+    run_until(&mut h, "the undo", |a| solid_count(a) == before);
+    assert!(h.state().snap.as_ref().is_some_and(|s| !s.stats.blown_up()));
+    // Drawn cells carry over when the scheme is switched (the solver is rebuilt)...
+    h.get_by_label("Draw").click();
+    h.run_steps(2);
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 4);
+    run_until_applied(&mut h, "drawing again");
+    let drawn = solid_count(h.state());
+    assert!(drawn > before + 50);
+    h.state_mut().rebuild_with("aa", |sc| sc.solver.scheme = sim_core::schemes::Scheme::Aa);
+    run_until(&mut h, "the rebuilt solver with the drawn cells", |a| {
+        !a.loading() && a.snap.as_ref().is_some_and(|s| s.info.scheme == sim_core::schemes::Scheme::Aa && solid_count(a) == drawn)
+    });
+    assert!(h.state().snap.as_ref().is_some_and(|s| s.obstacles.iter().any(|o| o == "drawn")));
+    // ... and reset (r) returns to the cells of the state it resets to.
+    h.step();
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a step", |a| a.step() > 0);
+    h.get_by_label("Erase").click();
+    h.run_steps(2);
+    let (a, b) = (screen(&h, [32.5, 6.5, 0.5]), screen(&h, [32.5, 17.5, 0.5]));
+    drag(&mut h, a, b, 4);
+    run_until_applied(&mut h, "erasing after the rebuild");
+    assert!(solid_count(h.state()) < drawn);
+    h.key_press(egui::Key::R);
+    run_until(&mut h, "the reset", |a| a.step() == 0 && solid_count(a) == drawn);
+}
+
+#[test]
+fn ui_draw_on_the_active_slice_in_3d() {
+    let text = "[domain]\nsize = [20, 12, 10]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.7\n[initial]\nvelocity = [0.03, 0, 0]\n";
+    let ls = sim_core::scene::from_str(text, "box3d", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    let before = solid_count(h.state());
+    // d: Draw; the z slice (index 5) is the default plane; a one-cell brush.
+    h.key_press(egui::Key::D);
+    h.step();
+    h.state_mut().edit.brush = 0.5;
+    let p = screen(&h, [10.5, 6.5, 5.5]);
+    drag(&mut h, p, p + egui::vec2(0.5, 0.0), 1);
+    run_until_applied(&mut h, "the dot to reach the solver");
+    let snap = h.state().snap.clone().expect("snapshot");
+    let idx = |x: usize, y: usize, z: usize| x + 20 * (y + 12 * z);
+    assert_eq!(solid_count(h.state()), before + 1, "one cell drawn");
+    assert_eq!(snap.solid[idx(10, 6, 5)], 2, "on the z slice, where the pointer was");
+    // The x slice: the same screen point now picks a cell of the plane x = 7.
+    h.state_mut().edit.axis = 0;
+    h.state_mut().view.slices[0] = 7;
+    h.run_steps(2);
+    let p = screen(&h, [7.5, 3.5, 2.5]);
+    drag(&mut h, p, p + egui::vec2(0.5, 0.0), 1);
+    run_until_applied(&mut h, "the second dot");
+    let snap = h.state().snap.clone().expect("snapshot");
+    assert_eq!(snap.solid[idx(7, 3, 2)], 2, "on the x slice");
+}
+
+/// A closed cube as an ASCII STL.
+fn cube_stl() -> String {
+    let v = |i: usize| [if i & 1 != 0 { 1.0 } else { -1.0 }, if i & 2 != 0 { 1.0 } else { -1.0 }, if i & 4 != 0 { 1.0 } else { -1.0 }];
+    let mut s = String::from("solid block\n");
+    for q in [[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]] {
+        for t in [[q[0], q[1], q[2]], [q[0], q[2], q[3]]] {
+            s.push_str("facet normal 0 0 0\nouter loop\n");
+            for k in t {
+                let p: [f32; 3] = v(k);
+                s.push_str(&format!("vertex {} {} {}\n", p[0], p[1], p[2]));
+            }
+            s.push_str("endloop\nendfacet\n");
+        }
+    }
+    s.push_str("endsolid block\n");
+    s
+}
+
+#[test]
+fn ui_load_stl_obstacle_and_refuse_bad_files() {
+    let dir = std::env::temp_dir().join(format!("esoflow-ui-stl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let good = dir.join("block.stl");
+    std::fs::write(&good, cube_stl()).expect("write");
+    let bad = dir.join("broken.stl");
+    std::fs::write(&bad, b"solid broken\nfacet normal 0 0 1\nouter loop\nvertex 0 0").expect("write");
+    let mut h = harness(small_app(true));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    let before = solid_count(h.state());
+    // The Load STL button's path (the dialog answered with `good`): centred, 0.3 of the height.
+    h.state_mut().load_stl(&good);
+    run_until(&mut h, "the STL obstacle", |a| a.snap.as_ref().is_some_and(|s| s.obstacles.iter().any(|o| o == "block")));
+    run_until(&mut h, "its cells", |a| solid_count(a) > before);
+    assert_eq!(solid_count(h.state()) - before, 64, "a 7.2-cell square centred at (23.5, 11.5): 8 x 8 cell centres");
+    assert!(has_message(h.state(), "as obstacle \"block\": 64 cells"));
+    // A damaged file and a placement over the inlet: messages, the run goes on.
+    h.state_mut().load_stl(&bad);
+    run_until(&mut h, "the damaged STL message", |a| {
+        a.messages().iter().any(|m| m.error && m.text.contains("STL not loaded") && m.text.contains("broken.stl"))
+    });
+    h.state_mut().edit.stl_center = [0.0, 0.5, 0.5];
+    h.state_mut().load_stl(&good);
+    run_until(&mut h, "the inlet refusal", |a| has_message(a, "inlet cells cannot be edited"));
+    h.state_mut().load_stl(&dir.join("missing.stl"));
+    run_until(&mut h, "the missing file message", |a| has_message(a, "cannot open STL file"));
+    let step = h.state().step();
+    run_until(&mut h, "the run going on", |a| a.step() > step + 40 && a.running);
+    // Undo removes the STL obstacle's cells.
+    h.state_mut().undo_stroke();
+    run_until(&mut h, "the undo", |a| solid_count(a) == before);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -42,8 +42,13 @@ struct Shell {
     gfx: Option<Gfx>,
     title: String,
     uploaded: Option<(u64, u64)>,
-    solid_uploaded: Option<u64>,
-    drawn: Option<(u64, [u32; 2], super::render::ViewParams)>,
+    /// The solid mask last uploaded (a new mask is a new `Arc`: edits and their preview).
+    solid_uploaded: Option<std::sync::Arc<Vec<u8>>>,
+    /// Counts solid uploads (part of the redraw key).
+    solid_uploads: u64,
+    /// The solver whose bricks the overlay shows.
+    bricks_uploaded: Option<u64>,
+    drawn: Option<(u64, u64, [u32; 2], super::render::ViewParams)>,
     surface_events: Shared<String>,
     shots: Shared<Result<PathBuf, String>>,
     frames: u64,
@@ -104,6 +109,8 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         title,
         uploaded: None,
         solid_uploaded: None,
+        solid_uploads: 0,
+        bricks_uploaded: None,
         drawn: None,
         surface_events: Arc::default(),
         shots: Arc::default(),
@@ -235,22 +242,28 @@ impl Shell {
         let (device, queue) = (&g.render.device, &g.render.queue);
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
-            if self.uploaded != Some(key) {
-                let new_solver = self.solid_uploaded != Some(snap.solver_serial);
-                let solid = new_solver.then(|| snap.solid.as_slice());
+            let new_solid = !self.solid_uploaded.as_ref().is_some_and(|m| std::sync::Arc::ptr_eq(m, &snap.solid));
+            if self.uploaded != Some(key) || new_solid {
+                let new_solver = self.bricks_uploaded != Some(snap.solver_serial);
+                let solid = new_solid.then(|| snap.solid.as_slice());
                 // The field is needed; isosurface data and bricks only for what they draw (a
-                // failure there is shown and the field is drawn anyway).
+                // failure there is shown and the field is drawn anyway). A new solid mask (a new
+                // solver, or cells drawn or erased) also makes the solid surfaces again.
                 let mut problems = Vec::new();
                 match g.field.upload(device, queue, snap.size, snap.values.as_slice(), solid) {
                     Ok(()) => {
                         self.uploaded = Some(key);
-                        self.solid_uploaded = Some(snap.solver_serial);
+                        if new_solid {
+                            self.solid_uploaded = Some(std::sync::Arc::clone(&snap.solid));
+                            self.solid_uploads += 1;
+                        }
                         if let Some(iso) = &snap.iso {
                             if let Err(e) = g.field.upload_iso(device, queue, snap.size, iso.kind, &iso.values, &iso.speed) {
                                 problems.push(format!("isosurface: {e}"));
                             }
                         }
                         if new_solver {
+                            self.bricks_uploaded = Some(snap.solver_serial);
                             if let Err(e) = g.field.upload_bricks(device, queue, &snap.bricks) {
                                 problems.push(format!("brick overlay: {e}"));
                             }
@@ -267,7 +280,7 @@ impl Shell {
         self.app.solid_stats = g.field.solid_stats();
         let params = self.app.view_params();
         let px = self.app.view_px;
-        let draw_key = (self.uploaded.map_or(0, |k| k.1), px, params.clone());
+        let draw_key = (self.uploaded.map_or(0, |k| k.1), self.solid_uploads, px, params.clone());
         if (self.drawn.as_ref() != Some(&draw_key) || g.field.needs_redraw()) && px[0] > 0 && px[1] > 0 {
             let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
             let reallocated = g.field.render(device, queue, &mut encoder, px, &params);

@@ -8,7 +8,7 @@ use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
 use sim_core::fields::FieldKind;
-use sim_core::{Params, Solver, SolverInfo, Stats};
+use sim_core::{CellEdit, EditReport, EditTo, Params, Solver, SolverInfo, Stats};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,14 +35,47 @@ pub enum Command {
     Reset,
     /// Restore the last good checkpoint after a blow-up (stays paused).
     Rollback,
-    /// Replace the solver (a new scene), starting paused or running as now.
-    Replace(Box<dyn Solver>, String),
+    /// Replace the solver (a new scene), starting paused or running as now. With `true` (the
+    /// same scene rebuilt with other solver settings) the cells drawn or erased so far are
+    /// edited into the new solver too.
+    Replace(Box<dyn Solver>, String, bool),
     /// Write the current fields as VTK image data.
     ExportVtk(PathBuf),
     /// Save a checkpoint file.
     SaveCheckpoint(PathBuf),
     /// Load a checkpoint file.
     LoadCheckpoint(PathBuf),
+    /// Make cells solid or fluid: one frame of a brush stroke. Cells that may not be edited
+    /// (inlets, outlets, moving walls; boundary walls when erasing) are left alone and counted
+    /// for the stroke's summary.
+    Edit {
+        /// Sequence number of this command (the snapshot's `edit_seq` says which was applied last).
+        seq: u64,
+        /// The stroke it belongs to.
+        stroke: u64,
+        /// Cell indices.
+        cells: Vec<usize>,
+        /// What they become.
+        to: EditTo,
+    },
+    /// The stroke is over: say what it did.
+    EndStroke(u64),
+    /// Voxelise an STL file into the running domain as a new obstacle named after the file
+    /// (one stroke, so it can be undone).
+    LoadStl {
+        /// Sequence number, as for `Edit`.
+        seq: u64,
+        /// Stroke id (for undo).
+        stroke: u64,
+        /// The file.
+        path: PathBuf,
+        /// Where the centre of the mesh's bounding box goes (cells).
+        center: [f32; 3],
+        /// Longest edge of the mesh's bounding box (cells).
+        size: f32,
+    },
+    /// Undo the last stroke (or STL load): its cells go back to what they were.
+    UndoStroke,
     /// Stop the thread.
     Quit,
 }
@@ -121,6 +154,10 @@ pub struct Snapshot {
     pub mlups: f64,
     /// Steps per second (wall clock, stepping plus snapshots).
     pub steps_per_sec: f64,
+    /// Sequence number of the last edit command applied (or refused).
+    pub edit_seq: u64,
+    /// Strokes that can be undone.
+    pub undo_depth: usize,
 }
 
 /// The mailbox the solver thread writes and the UI takes from.
@@ -185,6 +222,27 @@ impl Drop for WorkerHandle {
     }
 }
 
+/// A saved state to go back to (initial state, rollback point), with the cell flags it was
+/// taken on: a checkpoint only restores onto the same cells, so edits made since are undone
+/// first.
+struct Saved {
+    ckpt: Checkpoint,
+    flags: Arc<Vec<u8>>,
+    mass0: f64,
+}
+
+/// A brush stroke or STL load: what it did, for its summary and for undo.
+struct Stroke {
+    id: u64,
+    what: String,
+    changed: Vec<(usize, u8)>,
+    refused: Vec<(&'static str, usize)>,
+    failed: bool,
+}
+
+/// Strokes kept for undo.
+const UNDO_DEPTH: usize = 64;
+
 struct Worker {
     solver: Box<dyn Solver>,
     name: String,
@@ -195,8 +253,12 @@ struct Worker {
     iso: Option<FieldKind>,
     steps_per_batch: u64,
     checkpoint_every: u64,
-    initial: Arc<Checkpoint>,
-    last_good: Arc<Checkpoint>,
+    initial: Arc<Saved>,
+    last_good: Arc<Saved>,
+    /// The solver's flags now (shared with the saved states taken on them).
+    flags: Arc<Vec<u8>>,
+    strokes: Vec<Stroke>,
+    edit_seq: u64,
     /// When the last rollback checkpoint was taken and how long it took (seconds).
     last_ckpt_at: Instant,
     ckpt_secs: f64,
@@ -264,13 +326,14 @@ impl Worker {
         spb: u64,
     ) -> Worker {
         let t = Instant::now();
-        let initial = Arc::new(solver.checkpoint());
+        let flags = Arc::new(solver.domain().flags.clone());
+        let mass0 = solver.stats().mass;
+        let initial = Arc::new(Saved { ckpt: solver.checkpoint(), flags: Arc::clone(&flags), mass0 });
         let ckpt_secs = t.elapsed().as_secs_f64();
         let last_good = Arc::clone(&initial);
         let solid = Arc::new(solid_mask(solver.domain()));
         let bricks = Arc::new(solver.bricks());
         let cells = solver.domain().cells() as f64;
-        let mass0 = solver.stats().mass;
         let t = solver.time_step();
         Worker {
             solver,
@@ -284,6 +347,9 @@ impl Worker {
             checkpoint_every: 1000,
             initial,
             last_good,
+            flags,
+            strokes: Vec::new(),
+            edit_seq: 0,
             last_ckpt_at: Instant::now(),
             ckpt_secs,
             cells,
@@ -363,7 +429,7 @@ impl Worker {
             Command::Reset => {
                 let params = self.solver.params();
                 let initial = Arc::clone(&self.initial);
-                self.restore(&initial, "reset");
+                self.restore_saved(&initial, "reset");
                 if let Err(e) = self.solver.set_params(params) {
                     self.event(Event::Error(e.to_string()));
                 }
@@ -373,16 +439,21 @@ impl Worker {
             }
             Command::Rollback => {
                 let good = Arc::clone(&self.last_good);
-                self.restore(&good, "rollback");
+                self.restore_saved(&good, "rollback");
                 self.stats = None;
                 self.running = false;
                 self.rate_steps0 = self.solver.time_step();
             }
-            Command::Replace(s, name) => {
-                self.solver = s;
+            Command::Replace(s, name, keep_cells) => {
+                let old = std::mem::replace(&mut self.solver, s);
                 self.name = name;
+                if keep_cells {
+                    self.carry_cells(old.domain());
+                }
                 let t = Instant::now();
-                self.initial = Arc::new(self.solver.checkpoint());
+                self.flags = Arc::new(self.solver.domain().flags.clone());
+                self.mass0 = self.solver.stats().mass;
+                self.initial = Arc::new(Saved { ckpt: self.solver.checkpoint(), flags: Arc::clone(&self.flags), mass0: self.mass0 });
                 self.ckpt_secs = t.elapsed().as_secs_f64();
                 self.last_ckpt_at = Instant::now();
                 self.last_good = Arc::clone(&self.initial);
@@ -391,7 +462,7 @@ impl Worker {
                 self.cells = self.solver.domain().cells() as f64;
                 self.stats = None;
                 self.solver_serial += 1;
-                self.mass0 = self.solver.stats().mass;
+                self.strokes.clear();
                 self.blown = false;
                 self.rate_steps0 = self.solver.time_step();
                 self.rate_t0 = Instant::now();
@@ -423,10 +494,186 @@ impl Worker {
                 }
                 Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
             },
+            Command::Edit { seq, stroke, cells, to } => {
+                self.edit_seq = self.edit_seq.max(seq);
+                self.edit(stroke, cells, to);
+            }
+            Command::EndStroke(id) => self.end_stroke(id),
+            Command::LoadStl { seq, stroke, path, center, size } => {
+                self.edit_seq = self.edit_seq.max(seq);
+                self.load_stl(stroke, &path, center, size);
+            }
+            Command::UndoStroke => self.undo_stroke(),
             Command::Quit => return false,
         }
         self.dirty = true;
         true
+    }
+
+    /// Go back to a saved state: first the cells edited since are turned back (a checkpoint
+    /// restores onto the cells it was taken on), then the DDFs restored.
+    fn restore_saved(&mut self, s: &Saved, what: &str) {
+        if self.solver.domain().flags != *s.flags {
+            let edits = match self.solver.domain().edits_towards(&s.flags, &[]) {
+                Ok(e) => e,
+                Err(e) => {
+                    self.event(Event::Error(format!("{what} refused: {e}")));
+                    return;
+                }
+            };
+            for e in &edits {
+                if let Err(err) = self.solver.edit_cells(e) {
+                    self.event(Event::Error(format!("{what}: cannot turn the edited cells back: {err}")));
+                    break;
+                }
+            }
+            self.cells_changed();
+            self.strokes.clear();
+        }
+        self.restore(&s.ckpt, what);
+        self.mass0 = s.mass0;
+    }
+
+    /// Edit the cells of `old` (the domain of the solver replaced) into the new solver, when it
+    /// has the same size.
+    fn carry_cells(&mut self, old: &sim_core::domain::Domain) {
+        let d = self.solver.domain();
+        if d.n != old.n || d.flags.iter().zip(&old.flags).all(|(a, b)| is_solid(*a) == is_solid(*b)) {
+            return;
+        }
+        let edits = match d.edits_towards(&old.flags, &old.obstacles) {
+            Ok(e) => e,
+            Err(e) => {
+                self.event(Event::Error(format!("the drawn and erased cells are not carried over: {e}")));
+                return;
+            }
+        };
+        let mut k = 0;
+        for e in &edits {
+            match self.solver.edit_cells(e) {
+                Ok(r) => k += r.changed.len(),
+                Err(err) => {
+                    self.event(Event::Error(format!("the drawn and erased cells are not all carried over: {err}")));
+                    return;
+                }
+            }
+        }
+        self.event(Event::Info(format!("{k} drawn or erased cells carried over to the new solver")));
+    }
+
+    /// After cells changed: the solid mask, the shared flags and the solver serial (so views
+    /// keyed on it redraw the solids).
+    fn cells_changed(&mut self) {
+        self.solid = Arc::new(solid_mask(self.solver.domain()));
+        self.flags = Arc::new(self.solver.domain().flags.clone());
+        self.solver_serial += 1;
+        self.stats = None;
+    }
+
+    /// The stroke `id`, started with a description if it is new.
+    fn stroke(&mut self, id: u64, what: impl FnOnce() -> String) -> &mut Stroke {
+        if self.strokes.last().is_none_or(|s| s.id != id) {
+            self.strokes.push(Stroke { id, what: what(), changed: Vec::new(), refused: Vec::new(), failed: false });
+            if self.strokes.len() > UNDO_DEPTH {
+                self.strokes.remove(0);
+            }
+        }
+        let last = self.strokes.len() - 1;
+        &mut self.strokes[last]
+    }
+
+    /// Apply an edit's report to the worker's books.
+    fn edited(&mut self, r: &EditReport) {
+        self.mass0 += r.mass_added - r.mass_removed;
+        if !r.changed.is_empty() {
+            self.cells_changed();
+        }
+    }
+
+    fn edit(&mut self, stroke: u64, mut cells: Vec<usize>, to: EditTo) {
+        let refused = self.solver.domain().retain_editable(&mut cells, &to);
+        let what = match &to {
+            EditTo::Fluid => "erased".to_string(),
+            EditTo::Solid(name) => format!("drew (obstacle \"{name}\")"),
+            EditTo::SolidId(id) => format!("drew (obstacle {id})"),
+        };
+        let r = self.solver.edit_cells(&CellEdit { cells, to });
+        let st = self.stroke(stroke, || what);
+        for (why, k) in refused {
+            match st.refused.iter_mut().find(|(w, _)| *w == why) {
+                Some(e) => e.1 += k,
+                None => st.refused.push((why, k)),
+            }
+        }
+        match r {
+            Ok(r) => {
+                st.changed.extend_from_slice(&r.changed);
+                self.edited(&r);
+            }
+            Err(e) => {
+                // Once per stroke: a drag repeats the same refusal every frame.
+                let first = !std::mem::replace(&mut st.failed, true);
+                if first {
+                    self.event(Event::Error(e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn end_stroke(&mut self, id: u64) {
+        let Some(st) = self.strokes.last().filter(|s| s.id == id) else { return };
+        let mut text = format!("{}: {} cells", st.what, st.changed.len());
+        if !st.refused.is_empty() {
+            let why: Vec<String> = st.refused.iter().map(|(w, k)| format!("{w} ({k} left alone)")).collect();
+            text.push_str(&format!("; {}", why.join("; ")));
+        }
+        let refused = !st.refused.is_empty();
+        if st.changed.is_empty() {
+            self.strokes.pop();
+        }
+        self.event(if refused { Event::Error(text) } else { Event::Info(text) });
+    }
+
+    fn load_stl(&mut self, stroke: u64, path: &std::path::Path, center: [f32; 3], size: f32) {
+        let d = self.solver.domain();
+        let cells = match sim_core::scene::voxel::stl_cells(path, d.n, d.lattice.dims(), center, size) {
+            Ok(c) => c,
+            Err(e) => {
+                self.event(Event::Error(format!("STL not loaded: {e}")));
+                return;
+            }
+        };
+        let name = path.file_stem().map_or_else(|| "stl".to_string(), |s| s.to_string_lossy().to_string());
+        match self.solver.edit_cells(&CellEdit { cells, to: EditTo::Solid(name.clone()) }) {
+            Ok(r) => {
+                let n = r.changed.len();
+                self.edited(&r);
+                let st = self.stroke(stroke, || format!("loaded {} (obstacle \"{name}\")", path.display()));
+                st.changed = r.changed;
+                self.event(Event::Info(format!("loaded {} as obstacle \"{name}\": {n} cells", path.display())));
+            }
+            Err(e) => {
+                self.event(Event::Error(format!("STL not loaded: {e}; move or shrink the mesh (position and size in the Scene panel)")))
+            }
+        }
+    }
+
+    fn undo_stroke(&mut self) {
+        let Some(st) = self.strokes.pop() else {
+            self.event(Event::Info("nothing to undo".into()));
+            return;
+        };
+        let r = EditReport { changed: st.changed, ..EditReport::default() };
+        for e in r.undo() {
+            match self.solver.edit_cells(&e) {
+                Ok(r) => self.edited(&r),
+                Err(err) => {
+                    self.event(Event::Error(format!("undo failed: {err}")));
+                    return;
+                }
+            }
+        }
+        self.event(Event::Info(format!("undone: {}: {} cells", st.what, r.changed.len())));
     }
 
     fn restore(&mut self, c: &Checkpoint, what: &str) {
@@ -466,7 +713,7 @@ impl Worker {
                     return;
                 }
                 let t = Instant::now();
-                self.last_good = Arc::new(self.solver.checkpoint());
+                self.last_good = Arc::new(Saved { ckpt: self.solver.checkpoint(), flags: Arc::clone(&self.flags), mass0: self.mass0 });
                 self.ckpt_secs = t.elapsed().as_secs_f64();
                 self.last_ckpt_at = Instant::now();
             }
@@ -483,7 +730,7 @@ impl Worker {
     fn blow_up(&mut self, st: &Stats) {
         self.blown = true;
         self.running = false;
-        self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.step });
+        self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.ckpt.step });
     }
 
     fn publish(&mut self) {
@@ -529,6 +776,8 @@ impl Worker {
             fields_secs: t.elapsed().as_secs_f64(),
             mlups: self.mlups,
             steps_per_sec: if self.running { self.steps_per_sec } else { 0.0 },
+            edit_seq: self.edit_seq,
+            undo_depth: self.strokes.len(),
         };
         self.serial += 1;
         *self.mailbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(snap);

@@ -88,6 +88,28 @@ pub fn read_stl(path: &Path) -> Result<Vec<[[f32; 3]; 3]>, String> {
     Ok(tris)
 }
 
+/// Cells (linear indices) inside an STL mesh placed in a domain of `n` cells: the centre of its
+/// bounding box at `center`, its longest edge `size` cells (the rule of `shape = "stl"`).
+///
+/// # Errors
+/// An unreadable, damaged or empty file, a bad size, or a mesh that covers no cell centre.
+pub fn stl_cells(path: &Path, n: [usize; 3], dims: usize, center: [f32; 3], size: f32) -> Result<Vec<usize>, String> {
+    if !(size > 0.0 && size.is_finite() && center.iter().all(|c| c.is_finite())) {
+        return Err(format!("the STL size must be a positive number of cells, got {size}"));
+    }
+    let tris = read_stl(path)?;
+    let mut m = vec![false; n[0] * n[1] * n[2]];
+    voxelise_mesh(&tris, Vec3(center), size, n, dims, &mut m).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cells: Vec<usize> = m.iter().enumerate().filter(|(_, b)| **b).map(|(i, _)| i).collect();
+    if cells.is_empty() {
+        return Err(format!(
+            "{}: placed at {center:?} with size {size} the mesh covers no cell centre (is it a closed surface? make it larger)",
+            path.display()
+        ));
+    }
+    Ok(cells)
+}
+
 /// Voxelise a closed triangle mesh by ray parity along x, after scaling its bounding box so its
 /// longest edge is `size` cells and centring it on `center`.
 fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3], dims: usize, m: &mut [bool]) -> Result<(), String> {
@@ -208,6 +230,29 @@ mod tests {
         voxelise_mesh(&cube(), Vec3([10.0, 10.0, 10.0]), 9.0, n, 3, &mut m).unwrap();
         // Cube from 5.5 to 14.5 -> cells 6..=14 on each axis: 9^3.
         assert_eq!(m.iter().filter(|&&b| b).count(), 729);
+    }
+
+    #[test]
+    fn damaged_or_empty_stl_files_give_messages() {
+        let dir = std::env::temp_dir().join(format!("esoflow-stl-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut truncated = vec![0u8; 80];
+        truncated.extend_from_slice(&5u32.to_le_bytes());
+        truncated.extend_from_slice(&[1u8; 30]);
+        for (name, bytes) in [
+            ("empty.stl", Vec::new()),
+            ("garbage.stl", (0..997u32).map(|i| (i * 31 % 251) as u8).collect()),
+            ("noface.stl", b"solid x\nendsolid x\n".to_vec()),
+            ("truncated.stl", truncated),
+            ("half.stl", b"solid x\nfacet normal 0 0 1\nouter loop\nvertex 0 0 0\nvertex 1".to_vec()),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let e = stl_cells(&p, [10, 10, 10], 3, [5.0; 3], 4.0).expect_err(name);
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        let e = stl_cells(&dir.join("missing.stl"), [10, 10, 10], 3, [5.0; 3], 4.0).unwrap_err();
+        assert!(e.contains("cannot open"), "{e}");
     }
 
     #[test]
