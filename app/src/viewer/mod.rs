@@ -7,11 +7,13 @@
 //!   table of its isosurfaces.
 //! - `window`: the winit shell (surface, event loop, screenshots).
 //! - `headless`: offscreen GPU setup and screenshots without a window.
+//! - `interop`: Vulkan buffers (and timeline semaphores) exported for CUDA (zero-copy).
 
 pub mod app;
 pub mod camera;
 pub mod colormap;
 pub mod headless;
+pub mod interop;
 pub mod mc;
 pub mod render;
 pub mod window;
