@@ -423,16 +423,12 @@ extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned ch
     out[3 * DEF_N + n] = u[2];
 }
 
-// One derived field from the velocity planes of `fl` into `out` (N floats): which = 0 vorticity
-// magnitude, 1 Q criterion (central differences, periodic), 2 speed. Solid cells get 0.
-extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 which, float* __restrict__ out) {
-    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= DEF_N) return;
-    if (is_solid(flags[n])) { out[n] = 0.0f; return; }
+// One derived field at fluid cell `n` from the velocity planes of `fl`: which = 0 vorticity
+// magnitude, 1 Q criterion (central differences, periodic), 2 speed.
+__device__ float derived_value(const float* __restrict__ fl, const idx_t n, const u32 which) {
     if (which == 2u) {
         const float ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
-        out[n] = sqrtf(ux * ux + uy * uy + uz * uz);
-        return;
+        return sqrtf(ux * ux + uy * uy + uz * uz);
     }
     const u32 p[3] = {(u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY))};
     const u32 dims[3] = {DEF_NX, DEF_NY, DEF_NZ};
@@ -448,8 +444,7 @@ extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned 
     }
     if (which == 0u) {
         const float wx = g[2][1] - g[1][2], wy = g[0][2] - g[2][0], wz = g[1][0] - g[0][1];
-        out[n] = sqrtf(wx * wx + wy * wy + wz * wz);
-        return;
+        return sqrtf(wx * wx + wy * wy + wz * wz);
     }
     float s2 = 0.0f, o2 = 0.0f;
 #pragma unroll
@@ -459,7 +454,61 @@ extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned 
             const float s = 0.5f * (g[a][b] + g[b][a]), o = 0.5f * (g[a][b] - g[b][a]);
             s2 += s * s; o2 += o * o;
         }
-    out[n] = 0.5f * (o2 - s2);
+    return 0.5f * (o2 - s2);
+}
+
+// One derived field from the velocity planes of `fl` into `out` (N floats): which as in
+// derived_value. Solid cells get 0.
+extern "C" __global__ void derived(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 which, float* __restrict__ out) {
+    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= DEF_N) return;
+    out[n] = is_solid(flags[n]) ? 0.0f : derived_value(fl, n, which);
+}
+
+// A float's order as an unsigned key (unsigned comparison of keys = comparison of floats).
+__device__ __forceinline__ u32 float_key(const float v) {
+    const u32 b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// One frame of a view: `nk` fields (4-bit codes packed in `kinds`, field k in bits 4k..4k+3:
+// 0 rho, 1 ux, 2 uy, 3 uz, 4 speed, 5 |vorticity|, 6 Q) of every cell, from the field planes
+// `fl`, into `out`: field k's plane starts at k * plane floats, its rows (x fastest) `pitch`
+// floats apart. Derived fields are 0 in solid cells. Per field, range[2k] and range[2k + 1]
+// take the keys (float_key) of the smallest and largest finite fluid value (start them at
+// 0xffffffff and 0), and range[8] counts non-finite fluid values.
+extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
+                                        const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range) {
+    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = n < DEF_N;
+    const bool fluid = live && !is_solid(flags[n]);
+    const u64 at = live ? (u64)(n / DEF_NX) * pitch + (u64)(n % DEF_NX) : 0ull;
+    const u32 lane = threadIdx.x & 31u;
+    u32 bad = 0u;
+    for (u32 k = 0; k < nk; k++) {
+        const u32 code = (kinds >> (4u * k)) & 15u;
+        float v = 0.0f;
+        if (live) {
+            if (code < 4u) v = fl[(idx_t)code * DEF_N + n];
+            else if (fluid) v = derived_value(fl, n, code == 4u ? 2u : code - 5u);
+            out[(u64)k * plane + at] = v;
+        }
+        u32 lo = 0xffffffffu, hi = 0u;
+        if (fluid) {
+            if (isfinite(v)) { lo = float_key(v); hi = lo; } else bad = 1u;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+            hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+        }
+        if (lane == 0u) {
+            if (lo != 0xffffffffu) atomicMin(&range[2 * k], lo);
+            if (hi != 0u) atomicMax(&range[2 * k + 1], hi);
+        }
+    }
+    bad = __any_sync(0xffffffffu, bad) ? 1u : 0u;
+    if (lane == 0u && bad) atomicAdd(&range[8], 1u);
 }
 
 // Mass, largest speed and the first non-finite cell, from the field planes.

@@ -65,6 +65,8 @@ fn main() -> ExitCode {
                 view: None,
                 steps_per_frame: 20,
                 bench: None,
+                bench_fps: 0.0,
+                frame_path: viewer::frames::FramePath::Auto,
             };
             viewer::window::run_window(&a)
         }

@@ -10,6 +10,7 @@ pub mod domain;
 pub mod edit;
 pub mod export;
 pub mod fields;
+pub mod frame;
 pub mod lattice;
 pub mod precision;
 pub mod scene;

@@ -159,6 +159,38 @@ pub trait Solver: Send {
     fn scalar_field(&self, kind: crate::fields::FieldKind) -> Vec<f32> {
         crate::fields::scalar(&self.fields(), kind)
     }
+    /// Write one frame of a view: the fields `kinds` of the current state into `target` as
+    /// `layout` says, with each field's range over the fluid cells. Derived fields (speed,
+    /// vorticity, Q) are 0 in solid cells. Host targets work on every backend; device targets
+    /// (memory shared with a renderer) only where [`Solver::shares_device_memory`] is true.
+    ///
+    /// # Errors
+    /// A request that does not fit the grid or the target (see
+    /// [`crate::frame::check_request`]); a device target on a host backend; device errors.
+    fn write_frame(
+        &mut self,
+        kinds: &[crate::fields::FieldKind],
+        layout: &crate::frame::FrameLayout,
+        target: crate::frame::FrameTarget<'_>,
+    ) -> Result<crate::frame::FrameRanges, SolverError> {
+        crate::frame::check_request(self.domain(), kinds, layout, target.floats())?;
+        match target {
+            crate::frame::FrameTarget::Host(out) => Ok(crate::frame::write_host(&self.fields(), kinds, layout, out)),
+            crate::frame::FrameTarget::Device { .. } => {
+                Err(SolverError::Backend(format!("the {} backend writes frames only to host memory", self.info().backend)))
+            }
+        }
+    }
+    /// Host memory for frames of `floats` floats (page-locked on GPU backends, so copies into
+    /// it run at full speed).
+    fn host_frame(&self, floats: usize) -> crate::frame::HostFrame {
+        crate::frame::HostFrame::vec(floats)
+    }
+    /// Whether frames can be written into device memory shared with a renderer (imported with
+    /// [`crate::backend::cuda::SharedImport`]).
+    fn shares_device_memory(&self) -> bool {
+        false
+    }
     /// The bricks this solver tiles the domain in, with the class of each (all solid, plain
     /// fluid, boundary). The default classifies the domain in bricks of
     /// [`BrickMap::default_brick`] (8^3, 8x8 in 2D); backends that run bricks report their own.

@@ -278,6 +278,74 @@ fn gpu_derived_fields_match_cpu() {
 }
 
 #[test]
+fn gpu_frames_match_cpu() {
+    // One frame of several fields, padded rows, into host memory (pinned, through the GPU's
+    // staging buffer) and into device memory (the shared-buffer path), against the CPU's.
+    if !gpu() {
+        return;
+    }
+    use cudarc::driver::DevicePtr;
+    use sim_core::fields::FieldKind;
+    use sim_core::frame::{FrameLayout, FrameTarget};
+    let ls = scene(SCENE_3D, &[]);
+    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+    c.step(200).unwrap();
+    g.step(200).unwrap();
+    let n = c.domain().n;
+    let solid: Vec<bool> = c.domain().flags.iter().map(|&f| sim_core::domain::is_solid(f)).collect();
+    for kinds in [
+        vec![FieldKind::Speed, FieldKind::Vorticity, FieldKind::Q, FieldKind::Density],
+        vec![FieldKind::Ux, FieldKind::Uy, FieldKind::Uz],
+        vec![FieldKind::Q],
+    ] {
+        for align in [1usize, 256] {
+            let layout = FrameLayout::new(n, kinds.len(), align);
+            let mut want = vec![0.0f32; layout.floats()];
+            let rc = c.write_frame(&kinds, &layout, FrameTarget::Host(&mut want)).unwrap();
+            let mut host = g.host_frame(layout.floats());
+            assert!(host.pinned(), "CUDA host frames are page-locked");
+            let rg = g.write_frame(&kinds, &layout, FrameTarget::Host(host.floats_mut())).unwrap();
+            // The device path: a plain device allocation stands in for the shared buffer.
+            let stream = g.stream();
+            let dev = stream.alloc_zeros::<f32>(layout.floats()).unwrap();
+            let ptr = dev.device_ptr(&stream).0;
+            let rd = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr, bytes: layout.bytes() }).unwrap();
+            let back = stream.clone_dtoh(&dev).unwrap();
+            assert!(rc.finite && rg.finite && rd.finite);
+            assert_eq!(rg, rd, "{kinds:?}: host and device frames give the same ranges");
+            for (k, kind) in kinds.iter().enumerate() {
+                let (a, b, d) = (layout.unpad(host.floats(), k), layout.unpad(&want, k), layout.unpad(&back, k));
+                assert_eq!(a, d, "{kind:?}: host and device frames are the same values");
+                let fluid = |v: &[f32]| v.iter().zip(&solid).filter(|(_, &s)| !s).map(|(x, _)| *x).collect::<Vec<f32>>();
+                let (a, b) = (fluid(&a), fluid(&b));
+                let m = b.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+                let diff = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(diff <= 1e-4 * m.max(1e-12), "{kind:?} align {align}: {diff} vs max {m}");
+                let (lc, lg) = (rc.min_max[k], rg.min_max[k]);
+                let tol = 1e-4 * m.max(1e-12);
+                assert!((lc.0 - lg.0).abs() <= tol && (lc.1 - lg.1).abs() <= tol, "{kind:?}: range {lg:?} vs CPU {lc:?}");
+            }
+        }
+    }
+    // A NaN put into one cell (through a CPU checkpoint) makes the frame non-finite.
+    let mut ck = c.checkpoint();
+    let off = (500 * 19 + 5) * 4;
+    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let mut bad = cuda::CudaSolver::from_scene(&ls).unwrap();
+    bad.restore(&ck).unwrap();
+    let layout = FrameLayout::new(n, 1, 1);
+    let mut out = vec![0.0f32; layout.floats()];
+    let r = bad.write_frame(&[FieldKind::Density], &layout, FrameTarget::Host(&mut out)).unwrap();
+    assert!(!r.finite, "a NaN in the state is flagged");
+    // Bad requests are refused with a message.
+    let e = g.write_frame(&[], &layout, FrameTarget::Host(&mut out)).unwrap_err().to_string();
+    assert!(e.contains("1 to 4 fields"), "{e}");
+    let e = g.write_frame(&[FieldKind::Q], &layout, FrameTarget::Host(&mut out[..10])).unwrap_err().to_string();
+    assert!(e.contains("frame target holds"), "{e}");
+}
+
+#[test]
 fn gpu_dispatches_are_bit_identical() {
     // Split (lean + boundary kernels), fused (one launch) and boundary-only run the same cell
     // code: the states must agree bit for bit, and the forces too.

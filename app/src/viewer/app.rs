@@ -452,7 +452,7 @@ impl ViewerApp {
     /// The isosurface data of the latest snapshot, if it is of the field the view wants.
     #[must_use]
     pub fn iso_data(&self) -> Option<&super::worker::IsoData> {
-        self.snap.as_ref().and_then(|s| s.iso.as_deref()).filter(|d| d.kind == self.view.iso_field)
+        self.snap.as_ref().and_then(|s| s.iso.as_ref()).filter(|d| d.kind == self.view.iso_field)
     }
 
     /// Colour range of the velocity magnitude on the isosurface: the slices' range when they

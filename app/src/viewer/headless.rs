@@ -300,6 +300,17 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     Ok(gpu.adapter)
 }
 
+/// How the render bench runs.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchHow {
+    /// Steps between two frames (the solver thread's batch).
+    pub steps_per_frame: u64,
+    /// How frames reach the renderer.
+    pub path: super::frames::FramePath,
+    /// Frames per second to draw at most (0: every new frame at once).
+    pub fps: f64,
+}
+
 /// The viewer's pipeline without a window, timed: first the solver alone, then the solver thread
 /// running while this thread takes every new snapshot, uploads it and draws the view (as the
 /// window does, less egui and presenting). Prints frames per second and MLUPS both ways.
@@ -311,13 +322,14 @@ pub fn render_bench(
     backend: crate::BackendChoice,
     secs: f64,
     spec: ViewSpec,
-    steps_per_frame: u64,
+    how: BenchHow,
 ) -> anyhow::Result<std::process::ExitCode> {
+    use super::frames::FramePath;
     use super::worker::WorkerHandle;
     use std::time::{Duration, Instant};
     let gpu = gpu().map_err(anyhow::Error::msg)?;
     let secs = secs.max(0.5);
-    let spf = steps_per_frame.max(1);
+    let spf = how.steps_per_frame.max(1);
     let mut solver = crate::run::build_solver(ls, backend)?;
     let info = solver.info();
     let n = solver.domain().n;
@@ -341,7 +353,27 @@ pub fn render_bench(
     let size = spec.size.unwrap_or_else(|| default_size(n));
     let cmap = spec.cmap.unwrap_or_else(|| default_cmap(spec.field));
     let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+    let shared = if how.path == FramePath::Host {
+        Err("host memory asked for (--frame-path host)".to_string())
+    } else if info.backend != "cuda" {
+        Err(format!("the {} backend computes fields in host memory", info.backend))
+    } else {
+        super::frames::make_shared_slots(&gpu.device, n, super::frames::POOL)
+    };
+    let path_note = match &shared {
+        Ok(_) => "shared GPU memory (CUDA writes into Vulkan buffers; copied to textures on the GPU)".to_string(),
+        Err(why) => format!("host memory ({why})"),
+    };
+    if how.path == FramePath::Shared {
+        if let Err(why) = &shared {
+            eprintln!("shared frames are not available: {why}");
+        }
+    }
+    eprintln!("frames: {path_note}");
     let worker = WorkerHandle::start(solver, ls.origin.clone(), true, spec.field, spf);
+    if let Ok(slots) = shared {
+        worker.send(super::worker::Command::SharedFrames(slots));
+    }
     let iso = spec.iso.filter(|_| n[2] > 1);
     if let Some((kind, _)) = iso {
         worker.send(super::worker::Command::SetIso(Some(kind)));
@@ -356,17 +388,24 @@ pub fn render_bench(
     // state (seconds for a large grid on a GPU), which is not what is measured here.
     let mut t_end = Instant::now() + Duration::from_secs(180);
     let mut fields_s = 0.0f64;
+    let period = (how.fps > 0.0).then(|| Duration::from_secs_f64(1.0 / how.fps));
+    let mut next_frame = Instant::now();
     while Instant::now() < t_end {
+        if let Some(p) = period {
+            let now = Instant::now();
+            if now < next_frame {
+                std::thread::sleep(next_frame - now);
+            }
+            next_frame = next_frame.max(now) + p;
+        }
         let Some(snap) = worker.take() else {
             std::thread::sleep(Duration::from_micros(200));
             continue;
         };
         let tu = Instant::now();
-        fr.upload(&gpu.device, &gpu.queue, snap.size, snap.values.as_slice(), (!solid_done).then(|| snap.solid.as_slice()))?;
+        super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &snap, (!solid_done).then(|| snap.solid.as_slice()))
+            .map_err(anyhow::Error::msg)?;
         solid_done = true;
-        if let Some(d) = &snap.iso {
-            fr.upload_iso(&gpu.device, &gpu.queue, snap.size, d.kind, &d.values, &d.speed)?;
-        }
         let td = Instant::now();
         let range = spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap));
         let mut params =
@@ -402,13 +441,14 @@ pub fn render_bench(
     let dt = t_end.min(Instant::now()).duration_since(t_first).as_secs_f64().max(1e-9);
     let drawing = cells * (last_step - step_first) as f64 / dt / 1e6;
     let f = frames.max(1) as f64;
-    println!("frames drawn (each a new field):  {frames} in {dt:.2} s = {:.1} FPS", frames as f64 / dt);
+    println!("frames drawn (each a new field):  {frames} in {dt:.2} s = {:.1} FPS{}", frames as f64 / dt, period.map_or(String::new(), |_| format!(" (paced at {} FPS)", how.fps)));
+    println!("frame path: {path_note}");
     let what = match iso {
         Some((kind, t)) => format!("one x slice and the isosurface {} = {t}, {triangles} triangles at the end", kind.name()),
         None => "one x slice".into(),
     };
     println!(
-        "per frame: fields to the host {:.2} ms (solver thread), upload {:.2} ms, draw {:.2} ms ({}x{} px, {what})",
+        "per frame: fields {:.2} ms (solver thread: computed, and on the host path copied to the host), upload {:.2} ms, draw {:.2} ms ({}x{} px, {what})",
         fields_s / f * 1e3,
         upload_s / f * 1e3,
         draw_s / f * 1e3,

@@ -12,6 +12,7 @@
 pub mod app;
 pub mod camera;
 pub mod colormap;
+pub mod frames;
 pub mod headless;
 pub mod interop;
 pub mod mc;
@@ -59,6 +60,13 @@ pub struct ViewArgs {
     /// solver thread running while the main thread uploads and draws every new field (FPS, MLUPS).
     #[arg(long, value_name = "SECONDS")]
     pub bench: Option<f64>,
+    /// With --bench: draw at most this many frames per second (0: as fast as they come).
+    #[arg(long, value_name = "FPS", default_value_t = 0.0, requires = "bench")]
+    pub bench_fps: f64,
+    /// How the fields reach the renderer: `auto` (GPU memory shared between CUDA and Vulkan
+    /// where both run on one GPU, else host memory), `shared` (say why when it cannot), `host`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub frame_path: frames::FramePath,
 }
 
 /// Parse a field name.

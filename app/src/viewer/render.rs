@@ -716,6 +716,85 @@ impl FieldRenderer {
         Ok(())
     }
 
+    /// Take a frame's fields from a GPU buffer (one shared with the solver) into the textures,
+    /// by copies on the GPU: the slices' field from plane `field`, and with `iso` = (kind, its
+    /// plane, the speed's plane) the isosurface's data. `solid` as in [`FieldRenderer::upload`].
+    /// The copies go into `encoder`, so they run before anything drawn after them.
+    ///
+    /// # Errors
+    /// A domain over the GPU's 3D texture limit, rows not aligned for copies, or a buffer too
+    /// small for the layout.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_from_buffer(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        buffer: &wgpu::Buffer,
+        layout: &sim_core::frame::FrameLayout,
+        field: usize,
+        iso: Option<(FieldKind, usize, usize)>,
+        solid: Option<&[u8]>,
+    ) -> Result<(), RenderError> {
+        let size = layout.n;
+        let cells = size[0] * size[1] * size[2];
+        if solid.is_some_and(|s| s.len() != cells) {
+            return Err(RenderError::Length(solid.map_or(0, <[u8]>::len), cells));
+        }
+        let row_bytes = layout.row_pitch * 4;
+        if row_bytes % wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize != 0 || (layout.bytes() as u64) > buffer.size() {
+            return Err(RenderError::Length(buffer.size() as usize / 4, layout.floats()));
+        }
+        let max = device.limits().max_texture_dimension_3d;
+        if size.iter().any(|&n| n == 0 || n > max as usize) {
+            return Err(RenderError::TooLarge(size, max));
+        }
+        if self.field.as_ref().is_none_or(|f| f.size != size) {
+            let field_tex = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
+            let solid_tex = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
+            self.field = Some(FieldTextures { size, field: field_tex, solid: solid_tex, iso: None, bricks: None, bind_group: None });
+            self.iso_kind = None;
+            self.iso_serial += 1;
+            self.solid_serial += 1;
+            self.rebind(device);
+        }
+        if iso.is_some() && self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
+            let t = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
+            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
+            if let Some(f) = self.field.as_mut() {
+                f.iso = Some((t, sp));
+            }
+            self.rebind(device);
+        }
+        let Some(f) = &self.field else { return Ok(()) };
+        let copy = |encoder: &mut wgpu::CommandEncoder, plane: usize, tex: &wgpu::Texture| {
+            encoder.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer,
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: (plane * layout.plane_floats() * 4) as u64,
+                        bytes_per_row: Some(row_bytes as u32),
+                        rows_per_image: Some(size[1] as u32),
+                    },
+                },
+                tex.as_image_copy(),
+                wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
+            );
+        };
+        copy(encoder, field, &f.field);
+        if let (Some((kind, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) {
+            copy(encoder, ip, t);
+            copy(encoder, sp, s);
+            self.iso_kind = Some(kind);
+            self.iso_serial += 1;
+        }
+        if let Some(s) = solid {
+            write_3d(queue, &f.solid, size, 1, s);
+            self.solid_serial += 1;
+        }
+        Ok(())
+    }
+
     /// Upload the solver's brick classes (for the overlay), for the domain of the last
     /// [`FieldRenderer::upload`].
     ///

@@ -71,7 +71,8 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
     }
     let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
     if let Some(secs) = args.bench {
-        return super::headless::render_bench(&ls, args.backend, secs, spec.unwrap_or_default(), args.steps_per_frame);
+        let how = super::headless::BenchHow { steps_per_frame: args.steps_per_frame, path: args.frame_path, fps: args.bench_fps };
+        return super::headless::render_bench(&ls, args.backend, secs, spec.unwrap_or_default(), how);
     }
     let solver = build_solver(&ls, args.backend)?;
     let event_loop = EventLoop::new()
@@ -250,17 +251,13 @@ impl Shell {
                 // failure there is shown and the field is drawn anyway). A new solid mask (a new
                 // solver, or cells drawn or erased) also makes the solid surfaces again.
                 let mut problems = Vec::new();
-                match g.field.upload(device, queue, snap.size, snap.values.as_slice(), solid) {
-                    Ok(()) => {
+                match super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid) {
+                    Ok(p) => {
+                        problems.extend(p);
                         self.uploaded = Some(key);
                         if new_solid {
                             self.solid_uploaded = Some(std::sync::Arc::clone(&snap.solid));
                             self.solid_uploads += 1;
-                        }
-                        if let Some(iso) = &snap.iso {
-                            if let Err(e) = g.field.upload_iso(device, queue, snap.size, iso.kind, &iso.values, &iso.speed) {
-                                problems.push(format!("isosurface: {e}"));
-                            }
                         }
                         if new_solver {
                             self.bricks_uploaded = Some(snap.solver_serial);

@@ -4,6 +4,7 @@
 //! snapshot also carries the surface's field and the velocity magnitude that colours it (only
 //! then: with the isosurface off nothing more is computed).
 
+use super::frames::{Frame, FramePool, SharedSlot};
 use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
@@ -27,6 +28,8 @@ pub enum Command {
     SetField(FieldKind),
     /// The isosurface's field to publish with it (and the velocity magnitude), or none.
     SetIso(Option<FieldKind>),
+    /// Write frames into these buffers shared with the renderer's GPU (empty: host memory).
+    SharedFrames(Vec<Arc<SharedSlot>>),
     /// Keep a rollback checkpoint every K steps.
     SetCheckpointEvery(u64),
     /// Change parameters.
@@ -98,17 +101,14 @@ pub enum Event {
     },
 }
 
-/// The data of an isosurface: its field and the velocity magnitude that colours it.
-#[derive(Clone, Debug)]
+/// The isosurface's fields in a snapshot: its field and the velocity magnitude that colours it
+/// (both planes of the snapshot's frame).
+#[derive(Clone, Copy, Debug)]
 pub struct IsoData {
     /// Field of the surface.
     pub kind: FieldKind,
-    /// The field, x fastest.
-    pub values: Vec<f32>,
     /// Smallest and largest finite value over fluid cells.
     pub min_max: (f32, f32),
-    /// Velocity magnitude, x fastest.
-    pub speed: Vec<f32>,
     /// Smallest and largest finite velocity magnitude over fluid cells.
     pub speed_min_max: (f32, f32),
 }
@@ -122,14 +122,15 @@ pub struct Snapshot {
     pub step: u64,
     /// Cells per axis.
     pub size: [usize; 3],
-    /// Which field `values` holds.
+    /// The field the slices show.
     pub field: FieldKind,
-    /// The field, x fastest (shared: a snapshot is cloned cheaply).
-    pub values: Arc<Vec<f32>>,
-    /// Smallest and largest finite value over fluid cells.
+    /// The fields of this state (the slices' field; with an isosurface on, its field and the
+    /// speed), in host memory or in a buffer shared with the renderer's GPU.
+    pub frame: Arc<Frame>,
+    /// Smallest and largest finite value of `field` over fluid cells.
     pub min_max: (f32, f32),
-    /// The isosurface's data, when an isosurface is on (3D only).
-    pub iso: Option<Arc<IsoData>>,
+    /// The isosurface's fields, when an isosurface is on (3D only).
+    pub iso: Option<IsoData>,
     /// Solid mask (see [`solid_mask`]), shared between snapshots of one solver.
     pub solid: Arc<Vec<u8>>,
     /// The solver's bricks and their classes, shared between snapshots of one solver.
@@ -148,7 +149,8 @@ pub struct Snapshot {
     pub mass0: f64,
     /// Average solver time per step over the last batch (seconds).
     pub solver_secs_per_step: f64,
-    /// Time to compute this snapshot's field and stats (seconds).
+    /// Time to compute this snapshot's fields and stats (seconds; on the host path this
+    /// includes copying them to the host).
     pub fields_secs: f64,
     /// Million lattice updates per second over the last batch.
     pub mlups: f64,
@@ -245,6 +247,7 @@ const UNDO_DEPTH: usize = 64;
 
 struct Worker {
     solver: Box<dyn Solver>,
+    frames: FramePool,
     name: String,
     mailbox: Mailbox,
     events: Sender<Event>,
@@ -337,6 +340,7 @@ impl Worker {
         let t = solver.time_step();
         Worker {
             solver,
+            frames: FramePool::default(),
             name,
             mailbox,
             events,
@@ -420,6 +424,10 @@ impl Worker {
             Command::SetStepsPerBatch(n) => self.steps_per_batch = n.clamp(1, 1_000_000),
             Command::SetField(f) => self.field = f,
             Command::SetIso(k) => self.iso = k,
+            Command::SharedFrames(slots) => {
+                self.frames.set_shared(slots);
+                self.dirty = true;
+            }
             Command::SetCheckpointEvery(k) => self.checkpoint_every = k.max(1),
             Command::SetParams(p) => {
                 if let Err(e) = self.solver.set_params(p) {
@@ -733,16 +741,40 @@ impl Worker {
         self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.ckpt.step });
     }
 
+    /// The fields a frame carries: the slices' field, and with an isosurface on (3D) its field
+    /// and the speed that colours it, each once.
+    fn frame_kinds(&self) -> Vec<FieldKind> {
+        let mut kinds = vec![self.field];
+        if let Some(k) = self.iso.filter(|_| self.solver.domain().n[2] > 1) {
+            for k in [k, FieldKind::Speed] {
+                if !kinds.contains(&k) {
+                    kinds.push(k);
+                }
+            }
+        }
+        kinds
+    }
+
     fn publish(&mut self) {
         let t = Instant::now();
-        let values = self.solver.scalar_field(self.field);
-        let (min_max, finite) = fluid_min_max(&values, &self.solid);
-        let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| {
-            let iso = if kind == self.field { values.clone() } else { self.solver.scalar_field(kind) };
-            let speed = if self.field == FieldKind::Speed { values.clone() } else { self.solver.scalar_field(FieldKind::Speed) };
-            let (iso_mm, _) = fluid_min_max(&iso, &self.solid);
-            let (speed_mm, _) = fluid_min_max(&speed, &self.solid);
-            Arc::new(IsoData { kind, values: iso, min_max: iso_mm, speed, speed_min_max: speed_mm })
+        let kinds = self.frame_kinds();
+        let frame = match self.frames.write(self.solver.as_mut(), &kinds) {
+            Ok(Some(f)) => f,
+            // Every frame is still held by the window: publish after the next batch.
+            Ok(None) => return,
+            Err(e) => {
+                self.running = false;
+                self.dirty = false;
+                self.event(Event::Error(format!("the view's fields could not be computed: {e}")));
+                return;
+            }
+        };
+        let finite = frame.ranges.finite;
+        let min_max = frame.range(self.field).unwrap_or((0.0, 0.0));
+        let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| IsoData {
+            kind,
+            min_max: frame.range(kind).unwrap_or((0.0, 0.0)),
+            speed_min_max: frame.range(FieldKind::Speed).unwrap_or((0.0, 0.0)),
         });
         // Stats (mass, forces: reductions over the grid) at most 10 times a second, and at
         // once when the field shows non-finite values or the step went back.
@@ -761,7 +793,7 @@ impl Worker {
             step: self.solver.time_step(),
             size: d.n,
             field: self.field,
-            values: Arc::new(values),
+            frame,
             min_max,
             iso,
             solid: Arc::clone(&self.solid),

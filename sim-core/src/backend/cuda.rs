@@ -13,6 +13,7 @@ use crate::collision::Collision;
 use crate::domain::{is_solid, Domain};
 use crate::edit::{CellEdit, EditReport};
 use crate::fields::FieldKind;
+use crate::frame::{FrameLayout, FrameRanges, FrameTarget, HostFrame, HostFloats};
 use crate::lattice::Lattice;
 use crate::precision::Precision;
 use crate::scene::{LoadedScene, Profile};
@@ -270,6 +271,13 @@ pub fn nvrtc_present() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// Whether the CUDA driver library can be loaded.
+#[must_use]
+pub fn cuda_present() -> bool {
+    // SAFETY: only probes for the shared library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
 /// A usable CUDA device.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -360,6 +368,7 @@ struct Kernels {
     swap: CudaFunction,
     fields: CudaFunction,
     derived: CudaFunction,
+    frame: CudaFunction,
     stats: CudaFunction,
     gather: CudaFunction,
     scatter: CudaFunction,
@@ -401,6 +410,10 @@ pub struct CudaSolver {
     outlets: CudaSlice<u8>,
     forces: CudaSlice<f64>,
     planes: std::sync::Mutex<Option<CudaSlice<f32>>>,
+    /// A frame written for host memory passes through here (kept between frames).
+    frame_dev: Option<CudaSlice<f32>>,
+    /// The frame kernel's range keys and non-finite count.
+    frame_range: Option<CudaSlice<u32>>,
     /// LBM-Ghost: per ghost cell, its slot and its source cell's slot (direction 0).
     ghost_dst: CudaSlice<u64>,
     ghost_src: CudaSlice<u64>,
@@ -600,6 +613,8 @@ impl CudaSolver {
             outlets,
             forces,
             planes: std::sync::Mutex::new(None),
+            frame_dev: None,
+            frame_range: None,
             ghost_dst,
             ghost_src,
             n_ghost: n_ghost as u32,
@@ -797,6 +812,205 @@ impl CudaSolver {
     }
 }
 
+impl CudaSolver {
+    /// The stream the solver's work runs on (tests and device-memory targets).
+    #[must_use]
+    pub fn stream(&self) -> Arc<CudaStream> {
+        Arc::clone(&self.stream)
+    }
+
+    /// The frame kernel into `out` (device address of at least `layout.floats()` floats).
+    fn frame_into(&mut self, kinds: &[FieldKind], layout: &FrameLayout, out: u64) -> Result<FrameRanges, SolverError> {
+        let cells = self.mirror.domain().cells();
+        if self.frame_range.is_none() {
+            self.frame_range = Some(self.stream.alloc_zeros::<u32>(9).map_err(derr("allocating frame ranges"))?);
+        }
+        let mut init = [0u32; 9];
+        for k in 0..4 {
+            init[2 * k] = u32::MAX;
+        }
+        let range = self.frame_range.as_mut().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
+        self.stream.memcpy_htod(&init, range).map_err(derr("clearing frame ranges"))?;
+        let codes = kinds.iter().enumerate().fold(0u32, |acc, (k, &kind)| acc | (frame_code(kind) << (4 * k)));
+        let nk = kinds.len() as u32;
+        let pitch = layout.row_pitch as u64;
+        let plane = layout.plane_floats() as u64;
+        let mut range = self.frame_range.take().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
+        let launched = (|| {
+            let g = self.run_fields()?;
+            let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+            let mut b = self.stream.launch_builder(&self.k.frame);
+            b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
+            // SAFETY: arguments match frame_fields; `out` holds the layout's floats (checked by
+            // the caller), the planes hold 4 x cells floats, the range buffer 9 words.
+            unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
+            self.stream.clone_dtoh(&range).map_err(derr("reading frame ranges"))
+        })();
+        self.frame_range = Some(range);
+        let keys = launched?;
+        let min_max = (0..kinds.len())
+            .map(|k| if keys[2 * k] == u32::MAX { (0.0, 0.0) } else { (key_float(keys[2 * k]), key_float(keys[2 * k + 1])) })
+            .collect();
+        Ok(FrameRanges { min_max, finite: keys[8] == 0 })
+    }
+
+    /// The raw device address of the frame staging buffer, grown to `floats`.
+    fn frame_staging(&mut self, floats: usize) -> Result<u64, SolverError> {
+        use cudarc::driver::DevicePtr;
+        if self.frame_dev.as_ref().is_none_or(|b| b.len() < floats) {
+            self.frame_dev = None;
+            self.frame_dev = Some(self.stream.alloc_zeros::<f32>(floats).map_err(derr("allocating the frame buffer"))?);
+        }
+        let b = self.frame_dev.as_ref().ok_or_else(|| SolverError::Backend("no frame buffer".into()))?;
+        let (ptr, _sync) = b.device_ptr(&self.stream);
+        Ok(ptr)
+    }
+}
+
+/// The frame kernel's code of a field.
+fn frame_code(kind: FieldKind) -> u32 {
+    match kind {
+        FieldKind::Density => 0,
+        FieldKind::Ux => 1,
+        FieldKind::Uy => 2,
+        FieldKind::Uz => 3,
+        FieldKind::Speed => 4,
+        FieldKind::Vorticity => 5,
+        FieldKind::Q => 6,
+    }
+}
+
+/// The float of an order key (the inverse of float_key in stream_collide.cu).
+fn key_float(k: u32) -> f32 {
+    f32::from_bits(if k & 0x8000_0000 != 0 { k & 0x7fff_ffff } else { !k })
+}
+
+/// Page-locked host memory for frames: the GPU copies into it at full speed.
+struct PinnedFloats(cudarc::driver::PinnedHostSlice<f32>);
+
+impl HostFloats for PinnedFloats {
+    fn floats(&self) -> &[f32] {
+        self.0.as_slice().unwrap_or(&[])
+    }
+    fn floats_mut(&mut self) -> &mut [f32] {
+        self.0.as_mut_slice().unwrap_or(&mut [])
+    }
+    fn pinned(&self) -> bool {
+        true
+    }
+}
+
+/// Memory another API exported on the solver's GPU (a Vulkan buffer shared with the renderer),
+/// imported into CUDA: frames can be written straight into it with [`FrameTarget::Device`].
+/// It lives in device 0's primary context, which every [`CudaSolver`] shares, so it outlives
+/// solver rebuilds. Drop it before the exporting API frees the memory.
+pub struct SharedImport {
+    ctx: Arc<CudaContext>,
+    ext: cudarc::driver::sys::CUexternalMemory,
+    ptr: u64,
+    bytes: u64,
+}
+
+// SAFETY: the handles are plain driver handles, usable from any thread once the context is
+// bound (every use binds it first).
+unsafe impl Send for SharedImport {}
+// SAFETY: as above; no method mutates through &self.
+unsafe impl Sync for SharedImport {}
+
+impl SharedImport {
+    /// Import `bytes` bytes (the exporter's allocation size) of memory exported as an opaque
+    /// file descriptor; `dedicated` for a dedicated allocation. On success CUDA owns `fd`.
+    ///
+    /// # Errors
+    /// No CUDA, or the driver refused the handle (other GPU, wrong size).
+    #[cfg(unix)]
+    pub fn import_fd(fd: std::os::fd::OwnedFd, bytes: u64, dedicated: bool) -> Result<SharedImport, SolverError> {
+        use cudarc::driver::sys;
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        if !cuda_present() {
+            return Err(SolverError::Backend("no CUDA driver (libcuda) to import shared memory into".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
+        ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        let mut desc = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+            type_: sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+            handle: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 { fd: fd.as_raw_fd() },
+            size: bytes,
+            flags: if dedicated { sys::CUDA_EXTERNAL_MEMORY_DEDICATED } else { 0 },
+            reserved: [0; 16],
+        };
+        let mut ext = std::mem::MaybeUninit::uninit();
+        // SAFETY: desc is fully initialised and describes an open fd; on success the driver owns it.
+        unsafe { sys::cuImportExternalMemory(ext.as_mut_ptr(), &raw mut desc) }
+            .result()
+            .map_err(derr("importing shared memory (cuImportExternalMemory)"))?;
+        let _ = fd.into_raw_fd(); // now the driver's
+        // SAFETY: the call succeeded, so the handle is initialised.
+        let ext = unsafe { ext.assume_init() };
+        let mut bd = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC { offset: 0, size: bytes, flags: 0, reserved: [0; 16] };
+        let mut ptr = 0;
+        // SAFETY: ext is a live handle; the buffer covers the whole import.
+        if let Err(e) = unsafe { sys::cuExternalMemoryGetMappedBuffer(&raw mut ptr, ext, &raw mut bd) }.result() {
+            // SAFETY: ext is live and not mapped.
+            unsafe { sys::cuDestroyExternalMemory(ext) };
+            return Err(derr("mapping shared memory (cuExternalMemoryGetMappedBuffer)")(e));
+        }
+        Ok(SharedImport { ctx, ext, ptr, bytes })
+    }
+
+    /// Device address of the memory (for [`FrameTarget::Device`]).
+    #[must_use]
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Fill the first `values.len()` floats from the host and wait (tests of the shared path).
+    ///
+    /// # Errors
+    /// More floats than the memory holds, or a driver error.
+    pub fn write_floats(&self, values: &[f32]) -> Result<(), SolverError> {
+        use cudarc::driver::sys;
+        if values.len() as u64 * 4 > self.bytes {
+            return Err(SolverError::Backend(format!("{} floats do not fit {} bytes of shared memory", values.len(), self.bytes)));
+        }
+        self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        // SAFETY: the destination holds at least that many bytes (checked above).
+        unsafe { sys::cuMemcpyHtoD_v2(self.ptr, values.as_ptr().cast(), values.len() * 4) }.result().map_err(derr("writing shared memory"))?;
+        self.ctx.synchronize().map_err(derr("waiting for the GPU"))
+    }
+}
+
+impl Drop for SharedImport {
+    fn drop(&mut self) {
+        use cudarc::driver::sys;
+        let _ = self.ctx.synchronize();
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: the pointer came from cuExternalMemoryGetMappedBuffer and is freed once, before
+        // its external memory is destroyed.
+        unsafe {
+            let _ = sys::cuMemFree_v2(self.ptr);
+            let _ = sys::cuDestroyExternalMemory(self.ext);
+        }
+    }
+}
+
+/// The UUID of CUDA device 0 (to check a renderer runs on the same GPU), if there is one.
+#[must_use]
+pub fn device_uuid() -> Option<[u8; 16]> {
+    if !cuda_present() {
+        return None;
+    }
+    let ctx = CudaContext::new(0).ok()?;
+    let u = ctx.uuid().ok()?;
+    Some(u.bytes.map(|b| b as u8))
+}
+
 /// Refuse a grid that does not fit in free GPU memory, saying how much it needs and what to change.
 fn check_memory(
     n: [usize; 3],
@@ -835,6 +1049,7 @@ fn load_kernels(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) ->
         swap: get("swap_stream")?,
         fields: get("fields")?,
         derived: get("derived")?,
+        frame: get("frame_fields")?,
         stats: get("stats")?,
         gather: get("gather_slots")?,
         scatter: get("scatter_slots")?,
@@ -935,6 +1150,31 @@ impl Solver for CudaSolver {
     }
     fn synchronize(&self) -> Result<(), SolverError> {
         self.stream.synchronize().map_err(derr("waiting for the GPU"))
+    }
+    fn write_frame(&mut self, kinds: &[FieldKind], layout: &FrameLayout, target: FrameTarget<'_>) -> Result<FrameRanges, SolverError> {
+        crate::frame::check_request(self.mirror.domain(), kinds, layout, target.floats())?;
+        match target {
+            FrameTarget::Device { ptr, .. } => self.frame_into(kinds, layout, ptr),
+            FrameTarget::Host(out) => {
+                let ptr = self.frame_staging(layout.floats())?;
+                let ranges = self.frame_into(kinds, layout, ptr)?;
+                let staging = self.frame_dev.as_ref().ok_or_else(|| SolverError::Backend("no frame buffer".into()))?;
+                let n = layout.floats();
+                self.stream.memcpy_dtoh(&staging.slice(..n), &mut out[..n]).map_err(derr("copying the frame to the host"))?;
+                self.stream.synchronize().map_err(derr("waiting for the frame copy"))?;
+                Ok(ranges)
+            }
+        }
+    }
+    fn host_frame(&self, floats: usize) -> HostFrame {
+        // SAFETY: the pinned memory is only read after the copies into it are waited for.
+        match unsafe { self.ctx.alloc_pinned::<f32>(floats) } {
+            Ok(p) => HostFrame::new(Box::new(PinnedFloats(p))),
+            Err(_) => HostFrame::vec(floats),
+        }
+    }
+    fn shares_device_memory(&self) -> bool {
+        true
     }
     fn stats(&self) -> Stats {
         self.stats_inner().unwrap_or_else(|e| {

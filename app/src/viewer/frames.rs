@@ -1,0 +1,267 @@
+//! Frames: the field data a snapshot carries to the renderer, and the few buffers they are
+//! written into, reused frame after frame.
+//!
+//! A frame lies either in host memory (the CPU backend; CUDA without interop, copied through
+//! page-locked memory) or in a buffer the renderer's GPU shares with the solver's (CUDA writes
+//! the fields straight into Vulkan memory; the renderer copies them into its textures on the
+//! GPU). Nothing is allocated per frame: a buffer is written again once no snapshot and no GPU
+//! copy holds it.
+
+use sim_core::fields::FieldKind;
+use sim_core::frame::{FrameLayout, FrameRanges, FrameTarget, HostFrame};
+use sim_core::{Solver, SolverError};
+use std::sync::Arc;
+
+/// Row alignment of shared frames: what `wgpu` wants for buffer-to-texture copies.
+pub const SHARED_ROW_ALIGN: usize = wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize;
+
+/// Most fields a frame carries in the viewer: the slice field, the isosurface's field and the
+/// speed that colours it.
+pub const VIEW_PLANES: usize = 3;
+
+/// Which way frames travel (`--frame-path`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FramePath {
+    /// Shared GPU memory where the solver and the renderer can share it, else host memory.
+    #[default]
+    Auto,
+    /// Shared GPU memory (CUDA writes into Vulkan memory); where it cannot be had, host memory
+    /// and a message saying why.
+    Shared,
+    /// Host memory always (the staging path: page-locked copies on CUDA).
+    Host,
+}
+
+/// A buffer shared by the renderer's GPU and the solver's: the CUDA mapping first, so it is
+/// dropped before the Vulkan memory it maps.
+pub struct SharedSlot {
+    /// The CUDA side (device address to write to).
+    pub import: sim_core::backend::cuda::SharedImport,
+    /// The renderer's side.
+    pub buffer: super::interop::SharedBuffer,
+}
+
+impl SharedSlot {
+    /// Bytes a frame may use.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.buffer.size()
+    }
+}
+
+impl std::fmt::Debug for SharedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedSlot({} bytes)", self.bytes())
+    }
+}
+
+/// Where a frame's data lies.
+#[derive(Debug)]
+pub enum FrameData {
+    /// Host memory, in the layout of the frame.
+    Host(HostFrame),
+    /// A shared GPU buffer.
+    Shared(Arc<SharedSlot>),
+}
+
+/// One frame: the fields, their layout and ranges, and where they lie.
+#[derive(Debug)]
+pub struct Frame {
+    /// The fields, one plane each, in this order.
+    pub kinds: Vec<FieldKind>,
+    /// Where each value lies.
+    pub layout: FrameLayout,
+    /// Each field's range over the fluid cells.
+    pub ranges: FrameRanges,
+    /// The data.
+    pub data: FrameData,
+}
+
+impl Frame {
+    /// Plane of `kind`, if the frame has it.
+    #[must_use]
+    pub fn plane(&self, kind: FieldKind) -> Option<usize> {
+        self.kinds.iter().position(|&k| k == kind)
+    }
+
+    /// Range of `kind` over the fluid cells.
+    #[must_use]
+    pub fn range(&self, kind: FieldKind) -> Option<(f32, f32)> {
+        self.plane(kind).and_then(|p| self.ranges.min_max.get(p).copied())
+    }
+
+    /// The field `kind` in the domain's cell order, when the frame is in host memory.
+    #[must_use]
+    pub fn host_values(&self, kind: FieldKind) -> Option<&[f32]> {
+        let p = self.plane(kind)?;
+        match &self.data {
+            FrameData::Host(h) if self.layout.is_tight() => h.floats().get(p * self.layout.plane_floats()..(p + 1) * self.layout.plane_floats()),
+            _ => None,
+        }
+    }
+
+    /// Whether the data is in a shared GPU buffer.
+    #[must_use]
+    pub fn is_shared(&self) -> bool {
+        matches!(self.data, FrameData::Shared(_))
+    }
+}
+
+/// The frames the solver thread writes, reused once nobody holds them.
+#[derive(Default)]
+pub struct FramePool {
+    frames: Vec<Arc<Frame>>,
+    shared: Vec<Arc<SharedSlot>>,
+}
+
+/// Frames in flight at most: the one the window shows, the one in the mailbox, the one being
+/// written.
+pub const POOL: usize = 3;
+
+impl FramePool {
+    /// Use these shared buffers from now on (none: host memory).
+    pub fn set_shared(&mut self, slots: Vec<Arc<SharedSlot>>) {
+        self.shared = slots;
+        self.frames.retain(|f| !f.is_shared());
+    }
+
+    /// Write the fields `kinds` of the solver's state into a free frame: a shared buffer when
+    /// there is a free one that fits and the solver can write it, else host memory. `None` when
+    /// every frame is still held (the caller publishes later).
+    ///
+    /// # Errors
+    /// The solver's errors.
+    pub fn write(&mut self, solver: &mut dyn Solver, kinds: &[FieldKind]) -> Result<Option<Arc<Frame>>, SolverError> {
+        let n = solver.domain().n;
+        let shared_layout = FrameLayout::new(n, kinds.len(), SHARED_ROW_ALIGN);
+        let use_shared = solver.shares_device_memory() && self.shared.iter().any(|s| s.bytes() >= shared_layout.bytes() as u64);
+        if use_shared {
+            // Every shared buffer gets a frame of its own; a frame is free when no snapshot and no
+            // GPU copy holds it (or its buffer).
+            for s in &self.shared {
+                if s.bytes() >= shared_layout.bytes() as u64 && !self.frames.iter().any(|f| matches!(&f.data, FrameData::Shared(x) if Arc::ptr_eq(x, s))) {
+                    self.frames.push(Arc::new(Frame {
+                        kinds: Vec::new(),
+                        layout: shared_layout,
+                        ranges: FrameRanges::default(),
+                        data: FrameData::Shared(Arc::clone(s)),
+                    }));
+                }
+            }
+            for f in &mut self.frames {
+                let Some(fr) = Arc::get_mut(f) else { continue };
+                let FrameData::Shared(slot) = &fr.data else { continue };
+                if Arc::strong_count(slot) > 2 || slot.bytes() < shared_layout.bytes() as u64 {
+                    continue;
+                }
+                let ptr = slot.import.device_ptr();
+                let bytes = slot.bytes() as usize;
+                fr.ranges = solver.write_frame(kinds, &shared_layout, FrameTarget::Device { ptr, bytes })?;
+                fr.kinds = kinds.to_vec();
+                fr.layout = shared_layout;
+                return Ok(Some(Arc::clone(f)));
+            }
+            return Ok(None);
+        }
+        let layout = FrameLayout::new(n, kinds.len(), 1);
+        let free = self.frames.iter().position(|f| !f.is_shared() && Arc::strong_count(f) == 1);
+        let i = match free {
+            Some(i) => i,
+            None if self.frames.iter().filter(|f| !f.is_shared()).count() < POOL => {
+                self.frames.push(Arc::new(Frame {
+                    kinds: Vec::new(),
+                    layout,
+                    ranges: FrameRanges::default(),
+                    data: FrameData::Host(solver.host_frame(layout.floats())),
+                }));
+                self.frames.len() - 1
+            }
+            None => return Ok(None),
+        };
+        let Some(fr) = Arc::get_mut(&mut self.frames[i]) else { return Ok(None) };
+        if let FrameData::Host(h) = &mut fr.data {
+            if h.floats().len() < layout.floats() {
+                *h = solver.host_frame(layout.floats());
+            }
+            fr.ranges = solver.write_frame(kinds, &layout, FrameTarget::Host(h.floats_mut()))?;
+        }
+        fr.kinds = kinds.to_vec();
+        fr.layout = layout;
+        Ok(Some(Arc::clone(&self.frames[i])))
+    }
+}
+
+/// Upload a snapshot's frame into the renderer's textures: the slices' field, the isosurface's
+/// data when the snapshot has it, and `solid` when given. Host frames are written through the
+/// queue; shared frames are copied on the GPU, and the buffer is handed back to the solver
+/// thread once that copy has run. Returns problems that left the field drawn (an isosurface
+/// that could not be uploaded).
+///
+/// # Errors
+/// The field itself could not be uploaded (the message says why).
+pub fn upload_snapshot(
+    fr: &mut super::render::FieldRenderer,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    snap: &super::worker::Snapshot,
+    solid: Option<&[u8]>,
+) -> Result<Vec<String>, String> {
+    let frame = &snap.frame;
+    let mut problems = Vec::new();
+    let field = frame.plane(snap.field).ok_or_else(|| format!("the frame lacks {}", snap.field.name()))?;
+    let iso = snap.iso.and_then(|d| Some((d.kind, frame.plane(d.kind)?, frame.plane(FieldKind::Speed)?)));
+    if snap.iso.is_some() && iso.is_none() {
+        problems.push("isosurface: its fields are missing from the frame".into());
+    }
+    match &frame.data {
+        FrameData::Host(_) => {
+            let values = frame.host_values(snap.field).ok_or("the frame's host data is not laid out for upload")?;
+            fr.upload(device, queue, snap.size, values, solid).map_err(|e| e.to_string())?;
+            if let Some((kind, _, _)) = iso {
+                match (frame.host_values(kind), frame.host_values(FieldKind::Speed)) {
+                    (Some(v), Some(sp)) => {
+                        if let Err(e) = fr.upload_iso(device, queue, snap.size, kind, v, sp) {
+                            problems.push(format!("isosurface: {e}"));
+                        }
+                    }
+                    _ => problems.push("isosurface: its fields are missing from the frame".into()),
+                }
+            }
+        }
+        FrameData::Shared(slot) => {
+            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("frame copy") });
+            fr.upload_from_buffer(device, queue, &mut enc, slot.buffer.buffer(), &frame.layout, field, iso, solid)
+                .map_err(|e| e.to_string())?;
+            queue.submit([enc.finish()]);
+            // The solver thread writes this buffer again only once the copy has run.
+            let held = Arc::clone(slot);
+            queue.on_submitted_work_done(move || drop(held));
+        }
+    }
+    Ok(problems)
+}
+
+/// Shared buffers for frames of a grid `n` (room for [`VIEW_PLANES`] fields each) on the
+/// renderer's device, imported into CUDA: `count` of them. Works where the renderer runs on
+/// Vulkan on the same GPU as CUDA device 0.
+///
+/// # Errors
+/// Why interop cannot be had here (other backend, other GPU, missing extension, driver refusal).
+pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize) -> Result<Vec<Arc<SharedSlot>>, String> {
+    use super::interop::{device_uuid, interop_support, SharedBuffer};
+    interop_support(device).map_err(|e| e.to_string())?;
+    let cuda = sim_core::backend::cuda::device_uuid().ok_or("no CUDA device to share memory with")?;
+    let vk = device_uuid(device).ok_or("the renderer's GPU has no UUID to match with CUDA's")?;
+    if cuda != vk {
+        return Err("the renderer runs on another GPU than CUDA device 0".into());
+    }
+    let bytes = FrameLayout::new(n, VIEW_PLANES, SHARED_ROW_ALIGN).bytes() as u64;
+    (0..count)
+        .map(|i| {
+            let mut buffer = SharedBuffer::new(device, bytes, &format!("shared frame {i}")).map_err(|e| e.to_string())?;
+            let fd = buffer.take_fd().ok_or("the shared buffer has no file descriptor")?;
+            let import = sim_core::backend::cuda::SharedImport::import_fd(fd, buffer.alloc_size(), buffer.dedicated()).map_err(|e| e.to_string())?;
+            Ok(Arc::new(SharedSlot { import, buffer }))
+        })
+        .collect()
+}

@@ -1,0 +1,276 @@
+//! A view's frame: the fields one picture needs, written by the solver in one pass into memory
+//! laid out for the renderer (host memory, or device memory the renderer shares with the
+//! solver's GPU), with each field's range over the fluid cells.
+//!
+//! This is the seam between the solver and every view: the dense solvers write whole planes
+//! here; block and subgrid solvers write the same layout from their own storage, so the viewer
+//! does not change with them.
+
+use crate::domain::Domain;
+use crate::fields::FieldKind;
+use crate::solver::SolverError;
+
+/// Most fields one frame carries (the slice field, the isosurface's field and the speed that
+/// colours it, and one spare).
+pub const MAX_FRAME_FIELDS: usize = 4;
+
+/// Where each value of a frame lies: `planes` planes of `f32`, one per field; a plane is the
+/// `ny * nz` rows of the grid (z slowest), each row `row_pitch >= nx` floats long with x
+/// fastest (the padding lets a GPU copy rows into a texture, which wants rows aligned to
+/// 256 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameLayout {
+    /// Cells per axis.
+    pub n: [usize; 3],
+    /// Floats from one row to the next.
+    pub row_pitch: usize,
+    /// Number of planes (fields).
+    pub planes: usize,
+}
+
+impl FrameLayout {
+    /// A layout for `planes` fields of a grid `n` with rows padded to a multiple of
+    /// `row_align_bytes` (1 for tight rows; 256 for `wgpu` buffer-to-texture copies).
+    #[must_use]
+    pub fn new(n: [usize; 3], planes: usize, row_align_bytes: usize) -> FrameLayout {
+        let align = (row_align_bytes / 4).max(1);
+        FrameLayout { n, row_pitch: n[0].div_ceil(align) * align, planes }
+    }
+
+    /// Floats in one plane (padding included).
+    #[must_use]
+    pub fn plane_floats(&self) -> usize {
+        self.row_pitch * self.n[1] * self.n[2]
+    }
+
+    /// Floats in the whole frame.
+    #[must_use]
+    pub fn floats(&self) -> usize {
+        self.plane_floats() * self.planes
+    }
+
+    /// Bytes in the whole frame.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.floats() * 4
+    }
+
+    /// Whether rows carry no padding (a plane is then the field in the solver's cell order).
+    #[must_use]
+    pub fn is_tight(&self) -> bool {
+        self.row_pitch == self.n[0]
+    }
+
+    /// Index of cell `c` (the domain's cell index, x fastest) in plane `plane`.
+    #[must_use]
+    pub fn index(&self, plane: usize, c: usize) -> usize {
+        let x = c % self.n[0];
+        let row = c / self.n[0];
+        plane * self.plane_floats() + row * self.row_pitch + x
+    }
+
+    /// Plane `plane` of `data` (a whole frame) as the field in the domain's cell order (the
+    /// padding dropped).
+    #[must_use]
+    pub fn unpad(&self, data: &[f32], plane: usize) -> Vec<f32> {
+        let p = &data[plane * self.plane_floats()..(plane + 1) * self.plane_floats()];
+        if self.is_tight() {
+            return p.to_vec();
+        }
+        p.chunks(self.row_pitch).flat_map(|r| &r[..self.n[0]]).copied().collect()
+    }
+}
+
+/// Each field's smallest and largest finite value over the fluid cells ((0, 0) when there is no
+/// finite fluid value), and whether every fluid value was finite.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FrameRanges {
+    /// Per plane, in the order asked for.
+    pub min_max: Vec<(f32, f32)>,
+    /// False as soon as one fluid cell of one field is NaN or infinite (a blow-up).
+    pub finite: bool,
+}
+
+/// Where a solver writes a frame.
+#[derive(Debug)]
+pub enum FrameTarget<'a> {
+    /// Host memory of at least [`FrameLayout::floats`] floats.
+    Host(&'a mut [f32]),
+    /// Device memory the solver's GPU can write (a buffer shared with the renderer): its
+    /// address in the solver's device address space and its size in bytes. Only GPU backends
+    /// take this; see [`crate::Solver::write_frame`].
+    Device {
+        /// Device address.
+        ptr: u64,
+        /// Bytes at `ptr`.
+        bytes: usize,
+    },
+}
+
+impl FrameTarget<'_> {
+    /// Floats the target holds.
+    #[must_use]
+    pub fn floats(&self) -> usize {
+        match self {
+            FrameTarget::Host(h) => h.len(),
+            FrameTarget::Device { bytes, .. } => bytes / 4,
+        }
+    }
+}
+
+/// Host memory a frame is written into: a plain vector, or memory a GPU backend page-locked so
+/// that its copies run at full speed.
+pub trait HostFloats: Send + Sync {
+    /// The floats.
+    fn floats(&self) -> &[f32];
+    /// The floats, to write.
+    fn floats_mut(&mut self) -> &mut [f32];
+    /// Whether the memory is page-locked.
+    fn pinned(&self) -> bool {
+        false
+    }
+}
+
+impl HostFloats for Vec<f32> {
+    fn floats(&self) -> &[f32] {
+        self
+    }
+    fn floats_mut(&mut self) -> &mut [f32] {
+        self
+    }
+}
+
+/// A buffer for frames in host memory, from [`crate::Solver::host_frame`].
+pub struct HostFrame(Box<dyn HostFloats>);
+
+impl HostFrame {
+    /// Wrap memory.
+    #[must_use]
+    pub fn new(m: Box<dyn HostFloats>) -> HostFrame {
+        HostFrame(m)
+    }
+    /// A zeroed vector of `floats`.
+    #[must_use]
+    pub fn vec(floats: usize) -> HostFrame {
+        HostFrame(Box::new(vec![0.0f32; floats]))
+    }
+    /// The floats.
+    #[must_use]
+    pub fn floats(&self) -> &[f32] {
+        self.0.floats()
+    }
+    /// The floats, to write.
+    pub fn floats_mut(&mut self) -> &mut [f32] {
+        self.0.floats_mut()
+    }
+    /// Whether the memory is page-locked.
+    #[must_use]
+    pub fn pinned(&self) -> bool {
+        self.0.pinned()
+    }
+}
+
+impl std::fmt::Debug for HostFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostFrame({} floats{})", self.floats().len(), if self.pinned() { ", pinned" } else { "" })
+    }
+}
+
+/// Check a request before writing it: field count and target size.
+///
+/// # Errors
+/// No field or more than [`MAX_FRAME_FIELDS`], a layout of another grid or plane count, rows
+/// shorter than the grid, or a target smaller than the layout.
+pub fn check_request(d: &Domain, kinds: &[FieldKind], layout: &FrameLayout, target_floats: usize) -> Result<(), SolverError> {
+    let bad = |m: String| Err(SolverError::Backend(m));
+    if kinds.is_empty() || kinds.len() > MAX_FRAME_FIELDS {
+        return bad(format!("a frame carries 1 to {MAX_FRAME_FIELDS} fields, not {}", kinds.len()));
+    }
+    if layout.n != d.n || layout.planes != kinds.len() || layout.row_pitch < d.n[0] {
+        return bad(format!(
+            "frame layout {:?} x {} planes (row pitch {}) does not fit a {:?} grid with {} fields",
+            layout.n,
+            layout.planes,
+            layout.row_pitch,
+            d.n,
+            kinds.len()
+        ));
+    }
+    if target_floats < layout.floats() {
+        return bad(format!("frame target holds {} bytes; the frame needs {}", target_floats * 4, layout.bytes()));
+    }
+    Ok(())
+}
+
+/// Smallest and largest finite value over fluid cells ((0, 0) if none) and whether every fluid
+/// value is finite. `solid[c]` is true for solid cells.
+#[must_use]
+pub fn fluid_range(values: impl Iterator<Item = f32>, solid: impl Iterator<Item = bool>) -> ((f32, f32), bool) {
+    let mut lo = f32::INFINITY;
+    let mut hi = f32::NEG_INFINITY;
+    let mut finite = true;
+    for (v, s) in values.zip(solid) {
+        if s {
+            continue;
+        }
+        if v.is_finite() {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        } else {
+            finite = false;
+        }
+    }
+    if lo > hi {
+        ((0.0, 0.0), finite)
+    } else {
+        ((lo, hi), finite)
+    }
+}
+
+/// The host implementation every backend can use: density and velocity once, each field from
+/// them, written into `out` in `layout` (padding left as it is), with the ranges.
+#[must_use]
+pub fn write_host(f: &crate::solver::Fields, kinds: &[FieldKind], layout: &FrameLayout, out: &mut [f32]) -> FrameRanges {
+    let mut ranges = FrameRanges { min_max: Vec::with_capacity(kinds.len()), finite: true };
+    let nx = layout.n[0];
+    for (k, &kind) in kinds.iter().enumerate() {
+        let v = crate::fields::scalar(f, kind);
+        let (mm, fin) = fluid_range(v.iter().copied(), f.solid.iter().copied());
+        ranges.min_max.push(mm);
+        ranges.finite &= fin;
+        let plane = &mut out[k * layout.plane_floats()..(k + 1) * layout.plane_floats()];
+        for (dst, src) in plane.chunks_mut(layout.row_pitch).zip(v.chunks(nx)) {
+            dst[..nx].copy_from_slice(src);
+        }
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_pads_rows_and_indexes_cells() {
+        let l = FrameLayout::new([10, 3, 2], 2, 256);
+        assert_eq!(l.row_pitch, 64);
+        assert_eq!(l.plane_floats(), 64 * 6);
+        assert_eq!(l.index(1, 10 + 3), 64 * 6 + 64 + 3);
+        let tight = FrameLayout::new([10, 3, 2], 1, 1);
+        assert!(tight.is_tight());
+        let data: Vec<f32> = (0..l.floats()).map(|i| i as f32).collect();
+        let p = l.unpad(&data, 1);
+        assert_eq!(p.len(), 60);
+        assert_eq!(p[13], data[l.index(1, 13)]);
+    }
+
+    #[test]
+    fn fluid_range_skips_solids_and_flags_non_finite() {
+        let v = [1.0, -2.0, f32::NAN, 5.0];
+        let s = [false, false, true, true];
+        assert_eq!(fluid_range(v.into_iter(), s.into_iter()), ((-2.0, 1.0), true));
+        let s = [false, false, false, true];
+        assert_eq!(fluid_range(v.into_iter(), s.into_iter()), ((-2.0, 1.0), false));
+        assert_eq!(fluid_range(v.into_iter(), [true; 4].into_iter()), ((0.0, 0.0), true));
+    }
+}
