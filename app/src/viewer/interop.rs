@@ -33,6 +33,17 @@
 //! semaphore, and [`SharedTimeline::wait_signal_on_next_submit`] makes the next
 //! `queue.submit` wait on one value and signal another (wgpu-hal's
 //! `Queue::add_wait_semaphore` / `add_signal_semaphore`).
+//!
+//! # Where it was tried
+//! - lavapipe (Mesa 22.3.6): buffers export (non-dedicated); no `VK_KHR_external_semaphore_fd`,
+//!   so [`open_device_with_semaphore_export`] returns a plain device there.
+//! - NVIDIA H100, driver 580.159.04: buffers export; 4 KiB non-dedicated, 64 MiB **dedicated**
+//!   (so the CUDA import needs `CUDA_EXTERNAL_MEMORY_DEDICATED`: cudarc's
+//!   `import_external_memory` passes flags 0); timeline semaphores export and gate wgpu submits.
+
+// The CUDA side that calls this is being written on another branch; until it lands, the binary
+// itself uses none of it.
+#![allow(dead_code, reason = "API for the CUDA interop, wired in by the solver side")]
 
 use ash::vk;
 use std::ffi::CStr;
@@ -383,6 +394,260 @@ fn pick_memory_type(props: &vk::PhysicalDeviceMemoryProperties, type_bits: u32) 
     pick(false).or_else(|| pick(true))
 }
 
+/// Open a device on `adapter` as `adapter.request_device(desc)` would, adding
+/// `VK_KHR_external_semaphore_fd` when the adapter is a Vulkan one that supports it and timeline
+/// semaphores (Vulkan 1.2). Returns the device, its queue and whether semaphore export is on
+/// (if not, the device is a plain one and [`SharedTimeline::new`] will refuse it).
+///
+/// wgpu-hal 30 already enables timeline semaphores (it uses one as its fence) and
+/// `VK_KHR_external_memory_fd` where supported; only the semaphore extension is added here,
+/// through `hal::vulkan::Adapter::open_with_callback` and `Adapter::create_device_from_hal`.
+/// Give the result to eframe as `WgpuSetup::Existing`.
+///
+/// # Errors
+/// Features or limits the adapter lacks, or the device could not be opened.
+pub fn open_device_with_semaphore_export(
+    adapter: &wgpu::Adapter,
+    desc: &wgpu::DeviceDescriptor<'_>,
+) -> Result<(wgpu::Device, wgpu::Queue, bool), InteropError> {
+    let plain = || {
+        pollster::block_on(adapter.request_device(desc))
+            .map(|(d, q)| (d, q, false))
+            .map_err(|e| InteropError::RequestDevice(e.to_string()))
+    };
+    let info = adapter.get_info();
+    let open = {
+        // SAFETY: the guard is only read from and dropped at the end of this block.
+        let Some(hal) = (unsafe { adapter.as_hal::<Vulkan>() }) else { return plain() };
+        if semaphore_support(&hal, &info.name).is_err() {
+            return plain();
+        }
+        // `create_device_from_hal` skips the checks `request_device` makes: make them here.
+        if !adapter.features().contains(desc.required_features) {
+            return Err(InteropError::RequestDevice(format!(
+                "unsupported features were requested: {:?}",
+                desc.required_features - adapter.features()
+            )));
+        }
+        if desc.required_features.intersects(wgpu::Features::all_experimental_mask()) && !desc.experimental_features.is_enabled() {
+            return Err(InteropError::RequestDevice("experimental features requested but not enabled".into()));
+        }
+        if !desc.required_limits.check_limits(&adapter.limits()) {
+            return Err(InteropError::RequestDevice("the required limits exceed the adapter's".into()));
+        }
+        let callback = |args: wgpu::hal::vulkan::CreateDeviceCallbackArgs<'_, '_, '_>| {
+            for ext in [ash::khr::external_semaphore::NAME, ash::khr::external_semaphore_fd::NAME] {
+                if !args.extensions.contains(&ext) {
+                    args.extensions.push(ext);
+                }
+            }
+        };
+        // SAFETY: the callback only adds extensions the adapter supports (checked by
+        // `semaphore_support`: VK_KHR_external_semaphore is core in the Vulkan 1.2 it requires,
+        // and listing it again is allowed); features and limits are checked above.
+        unsafe { hal.open_with_callback(desc.required_features, &desc.required_limits, &desc.memory_hints, Some(Box::new(callback))) }
+            .map_err(|e| InteropError::RequestDevice(format!("vkCreateDevice with VK_KHR_external_semaphore_fd: {e}")))?
+    };
+    // SAFETY: `open` was created from this adapter's hal adapter with `desc`'s features and
+    // limits (checked against the adapter above).
+    let (device, queue) =
+        unsafe { adapter.create_device_from_hal::<Vulkan>(open, desc) }.map_err(|e| InteropError::RequestDevice(e.to_string()))?;
+    Ok((device, queue, true))
+}
+
+/// Whether the adapter can export timeline semaphores as opaque fds: Vulkan 1.2, the
+/// `VK_KHR_external_semaphore_fd` extension, the timeline feature, and export support.
+fn semaphore_support(hal: &wgpu::hal::vulkan::Adapter, adapter: &str) -> Result<(), InteropError> {
+    let caps = hal.physical_device_capabilities();
+    let shared = hal.shared_instance();
+    let instance = shared.raw_instance();
+    let phys = hal.raw_physical_device();
+    need_version(effective_version(instance, shared.instance_api_version(), phys), vk::API_VERSION_1_2, adapter)?;
+    if !caps.supports_extension(ash::khr::external_semaphore_fd::NAME) {
+        return Err(missing(ash::khr::external_semaphore_fd::NAME, adapter));
+    }
+    timeline_export_support(instance, phys, adapter)
+}
+
+fn timeline_export_support(instance: &ash::Instance, phys: vk::PhysicalDevice, adapter: &str) -> Result<(), InteropError> {
+    let mut timeline = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut timeline);
+    // SAFETY: Vulkan 1.2 checked by the callers; the chain lives for the call.
+    unsafe { instance.get_physical_device_features2(phys, &mut features) };
+    if timeline.timeline_semaphore != vk::TRUE {
+        return Err(InteropError::NoTimelineSemaphores { adapter: adapter.to_owned() });
+    }
+    let mut ty = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+    let info = vk::PhysicalDeviceExternalSemaphoreInfo::default().handle_type(SEM_HANDLE).push_next(&mut ty);
+    let mut props = vk::ExternalSemaphoreProperties::default();
+    // SAFETY: as above (core 1.1 entry point); the structs live for the call.
+    unsafe { instance.get_physical_device_external_semaphore_properties(phys, &info, &mut props) };
+    if !props.external_semaphore_features.contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE) {
+        return Err(InteropError::NotExportable {
+            what: "timeline semaphores",
+            features: format!("{:?}", props.external_semaphore_features),
+            adapter: adapter.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+const SEM_HANDLE: vk::ExternalSemaphoreHandleTypeFlags = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
+
+/// A timeline `VkSemaphore` (initial value 0) exported as an opaque fd for CUDA
+/// (`cuImportExternalSemaphore` with `CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD`).
+///
+/// The protocol of INTEROP.md: CUDA waits 2k and signals 2k+1 around its kernels; wgpu waits
+/// 2k+1 and signals 2k+2 on the frame's submit ([`SharedTimeline::wait_signal_on_next_submit`]).
+///
+/// Drop: destroy the CUDA external semaphore first. Dropping this waits (up to 5 s) for the
+/// device's submitted work, takes back waits/signals staged but not yet submitted, then destroys
+/// the semaphore (leaking it, with a warning, if the device does not go idle in time).
+#[derive(Debug)]
+pub struct SharedTimeline {
+    device: wgpu::Device,
+    semaphore: vk::Semaphore,
+    fd: Option<OwnedFd>,
+    /// The queue staged on by `wait_signal_on_next_submit` (to unstage on drop).
+    staged_on: std::sync::Mutex<Option<wgpu::Queue>>,
+}
+
+impl SharedTimeline {
+    /// Create an exportable timeline semaphore on `device`, which must come from
+    /// [`open_device_with_semaphore_export`] (returning `true`).
+    ///
+    /// # Errors
+    /// Not Vulkan, below Vulkan 1.2, `VK_KHR_external_semaphore_fd` not enabled on this device,
+    /// no timeline or export support, or a failed Vulkan call.
+    pub fn new(device: &wgpu::Device) -> Result<SharedTimeline, InteropError> {
+        let info = device.adapter_info();
+        // SAFETY: the guard is dropped at the end of this function; nothing is destroyed through it.
+        let hal = unsafe { device.as_hal::<Vulkan>() }.ok_or_else(|| not_vulkan(info.backend))?;
+        let shared = hal.shared_instance();
+        let instance = shared.raw_instance();
+        let phys = hal.raw_physical_device();
+        need_version(effective_version(instance, shared.instance_api_version(), phys), vk::API_VERSION_1_2, &info.name)?;
+        if !has_extension(hal.enabled_device_extensions(), ash::khr::external_semaphore_fd::NAME) {
+            return Err(missing(ash::khr::external_semaphore_fd::NAME, &info.name));
+        }
+        timeline_export_support(instance, phys, &info.name)?;
+        let raw = hal.raw_device();
+        let mut ty = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(SEM_HANDLE);
+        let create = vk::SemaphoreCreateInfo::default().push_next(&mut ty).push_next(&mut export);
+        // SAFETY: timeline semaphores are supported (wgpu-hal enables the feature whenever the
+        // device has it) and exportable as OPAQUE_FD (both checked); the chain lives for the call.
+        let semaphore = unsafe { raw.create_semaphore(&create, None) }.map_err(vk_err("vkCreateSemaphore"))?;
+        let fd_fn = ash::khr::external_semaphore_fd::Device::new(instance, raw);
+        let get = vk::SemaphoreGetFdInfoKHR::default().semaphore(semaphore).handle_type(SEM_HANDLE);
+        // SAFETY: the extension is enabled on this device (checked); the semaphore was created
+        // exportable as OPAQUE_FD.
+        let fd = match unsafe { fd_fn.get_semaphore_fd(&get) } {
+            // SAFETY: on success vkGetSemaphoreFdKHR returns a new fd that the caller owns.
+            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            Err(e) => {
+                // SAFETY: just created, never used.
+                unsafe { raw.destroy_semaphore(semaphore, None) };
+                return Err(InteropError::Vulkan { call: "vkGetSemaphoreFdKHR", result: e });
+            }
+        };
+        Ok(SharedTimeline { device: device.clone(), semaphore, fd: Some(fd), staged_on: std::sync::Mutex::new(None) })
+    }
+
+    /// The exported opaque fd, once (CUDA's import takes ownership of it). `None` afterwards.
+    pub fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fd.take()
+    }
+
+    /// The raw semaphore (for other Vulkan code; do not destroy it).
+    #[must_use]
+    pub fn raw(&self) -> vk::Semaphore {
+        self.semaphore
+    }
+
+    /// Stage, on `queue`'s next submit (`Queue::submit`, including the one eframe/egui-wgpu
+    /// makes each frame), a wait for this timeline to reach `wait` (at all pipeline stages) and a
+    /// signal of `signal` when that submission completes. `None` skips either.
+    ///
+    /// They apply to whichever thread submits next on this queue: stage them right before the
+    /// submit they belong to. `signal` must be larger than every value signalled before.
+    pub fn wait_signal_on_next_submit(&self, queue: &wgpu::Queue, wait: Option<u64>, signal: Option<u64>) {
+        // SAFETY: the queue is only used to stage semaphores; the semaphore lives until this
+        // `SharedTimeline` drops, which unstages anything not yet submitted and waits for the
+        // device before destroying it.
+        let Some(hal) = (unsafe { queue.as_hal::<Vulkan>() }) else { return };
+        *self.staged_on.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(queue.clone());
+        if let Some(v) = wait {
+            hal.add_wait_semaphore(self.semaphore, Some(v), vk::PipelineStageFlags::ALL_COMMANDS);
+        }
+        if let Some(v) = signal {
+            hal.add_signal_semaphore(self.semaphore, Some(v));
+        }
+    }
+
+    fn with_raw<T>(&self, f: impl FnOnce(&ash::Device) -> T) -> T {
+        // SAFETY: the guard is only used for this call; the device is not destroyed through it.
+        let hal = unsafe { self.device.as_hal::<Vulkan>() }.expect("SharedTimeline is only made on Vulkan devices");
+        f(hal.raw_device())
+    }
+
+    /// The current value (`vkGetSemaphoreCounterValue`).
+    ///
+    /// # Errors
+    /// The Vulkan call failed (device lost).
+    pub fn value(&self) -> Result<u64, InteropError> {
+        // SAFETY: a live timeline semaphore of this device (Vulkan 1.2 checked in `new`).
+        self.with_raw(|d| unsafe { d.get_semaphore_counter_value(self.semaphore) }).map_err(vk_err("vkGetSemaphoreCounterValue"))
+    }
+
+    /// Signal `value` from the host (`vkSignalSemaphore`).
+    ///
+    /// # Errors
+    /// The Vulkan call failed.
+    pub fn signal(&self, value: u64) -> Result<(), InteropError> {
+        let info = vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(value);
+        // SAFETY: a live timeline semaphore of this device; the caller keeps values increasing.
+        self.with_raw(|d| unsafe { d.signal_semaphore(&info) }).map_err(vk_err("vkSignalSemaphore"))
+    }
+
+    /// Wait on the host until the timeline reaches `value`; `false` on timeout.
+    ///
+    /// # Errors
+    /// The Vulkan call failed.
+    pub fn wait(&self, value: u64, timeout: std::time::Duration) -> Result<bool, InteropError> {
+        let sems = [self.semaphore];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values);
+        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: a live timeline semaphore of this device; arrays live for the call.
+        match self.with_raw(|d| unsafe { d.wait_semaphores(&info, ns) }) {
+            Ok(()) => Ok(true),
+            Err(vk::Result::TIMEOUT) => Ok(false),
+            Err(e) => Err(InteropError::Vulkan { call: "vkWaitSemaphores", result: e }),
+        }
+    }
+}
+
+impl Drop for SharedTimeline {
+    fn drop(&mut self) {
+        if let Some(queue) = self.staged_on.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            // SAFETY: only unstages this semaphore from the queue's pending lists.
+            if let Some(hal) = unsafe { queue.as_hal::<Vulkan>() } {
+                while hal.remove_wait_semaphore(self.semaphore) {}
+                while hal.remove_signal_semaphore(self.semaphore) {}
+            }
+        }
+        let idle = self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(std::time::Duration::from_secs(5)) });
+        if let Err(e) = idle {
+            tracing::warn!("shared timeline semaphore leaked: the device did not go idle ({e})");
+            return;
+        }
+        // SAFETY: all submitted work is done (waited above) and nothing staged remains, so no
+        // pending operation uses the semaphore; it was created on this device.
+        self.with_raw(|d| unsafe { d.destroy_semaphore(self.semaphore, None) });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,5 +784,103 @@ mod tests {
         assert!(e.to_string().starts_with("interop needs the Vulkan backend; this device runs on gl"), "{e}");
         assert!(interop_support(&device).is_err());
         assert!(device_uuid(&device).is_none());
+    }
+    /// A Vulkan adapter and a device opened with semaphore export, or `None` (with a skip
+    /// message).
+    fn semaphore_device() -> Option<(wgpu::Device, wgpu::Queue, String)> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN,
+            flags: wgpu::InstanceFlags::from_build_config().with_env(),
+            backend_options: wgpu::BackendOptions::from_env_or_default(),
+            memory_budget_thresholds: wgpu::MemoryBudgetThresholds::default(),
+            display: None,
+        });
+        let Ok(adapter) = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default())) else {
+            eprintln!("SKIP: no Vulkan adapter for the timeline test");
+            return None;
+        };
+        let name = adapter.get_info().name;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("interop"),
+            required_limits: wgpu::Limits::downlevel_defaults().using_resolution(adapter.limits()),
+            ..Default::default()
+        };
+        let (device, queue, on) = open_device_with_semaphore_export(&adapter, &desc).expect("open device");
+        if !on {
+            // SAFETY: read-only use of the guard.
+            let why = unsafe { adapter.as_hal::<Vulkan>() }.map(|h| semaphore_support(&h, &name));
+            eprintln!("SKIP: {name} cannot export timeline semaphores as fds: {why:?}");
+            let e = SharedTimeline::new(&device).expect_err("no export");
+            eprintln!("  SharedTimeline::new: {e}");
+            return None;
+        }
+        Some((device, queue, name))
+    }
+
+    #[test]
+    fn interop_timeline_semaphore() {
+        let Some((device, queue, name)) = semaphore_device() else { return };
+        let mut tl = SharedTimeline::new(&device).expect("timeline");
+        let fd = tl.take_fd().expect("fd");
+        // SAFETY: F_GETFD on an fd we own reads its flags and changes nothing.
+        assert!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) } >= 0);
+        assert!(tl.take_fd().is_none());
+        assert_eq!(tl.value().expect("value"), 0);
+
+        // A submit that waits for 1 (not yet signalled) and signals 2, with a copy in it.
+        let size = 1024u64;
+        let src = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("src"),
+            size,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        // The copy's target: a shared buffer where this device can make one.
+        let sb = SharedBuffer::new(&device, size, "shared").ok();
+        let plain = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("dst"),
+            size,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let dst = sb.as_ref().map_or(&plain, SharedBuffer::buffer);
+        let pattern: Vec<u8> = (0..size as u32).map(|i| (i * 7 + 3) as u8).collect();
+        queue.write_buffer(&src, 0, &pattern);
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("timeline") });
+        enc.copy_buffer_to_buffer(&src, 0, dst, 0, size);
+        tl.wait_signal_on_next_submit(&queue, Some(1), Some(2));
+        queue.submit([enc.finish()]);
+        assert!(!tl.wait(2, std::time::Duration::from_millis(200)).expect("wait"), "the submit ran before its wait was signalled");
+        assert_eq!(tl.value().expect("value"), 0);
+        tl.signal(1).expect("host signal");
+        assert!(tl.wait(2, std::time::Duration::from_secs(10)).expect("wait"), "the submit did not signal 2");
+        assert_eq!(tl.value().expect("value"), 2);
+        // The next submit without staging leaves the timeline alone.
+        queue.submit([]);
+        device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+        assert_eq!(tl.value().expect("value"), 2);
+        let gpu = super::super::headless::Gpu { device: device.clone(), queue: queue.clone(), adapter: name.clone() };
+        assert!(read_back(&gpu, dst, size) == pattern, "the copy in the gated submit did not happen");
+        eprintln!("{name}: timeline semaphore exported, waited on 1 and signalled 2 through wgpu's submit");
+        drop(tl);
+        drop(sb);
+    }
+
+    #[test]
+    fn interop_timeline_dropped_while_staged() {
+        let Some((device, queue, _)) = semaphore_device() else { return };
+        let tl = SharedTimeline::new(&device).expect("timeline");
+        tl.wait_signal_on_next_submit(&queue, Some(5), Some(6));
+        drop(tl); // unstages: the next submit must not wait on a destroyed semaphore
+        queue.submit([]);
+        device.poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(std::time::Duration::from_secs(10)) }).expect("poll");
+    }
+
+    #[test]
+    fn interop_timeline_needs_the_extension() {
+        let Some(gpu) = vulkan_gpu() else { return };
+        // headless::gpu() opens a plain device: the semaphore extension is not enabled.
+        let e = SharedTimeline::new(&gpu.device).expect_err("plain device");
+        eprintln!("plain device: {e}");
     }
 }
