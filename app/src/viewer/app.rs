@@ -232,7 +232,7 @@ pub struct FrameTimes {
 
 /// The viewer: scene, solver thread, view settings, panels.
 pub struct ViewerApp {
-    worker: WorkerHandle,
+    pub(crate) worker: WorkerHandle,
     /// The scene running now.
     pub scene: LoadedScene,
     backend: BackendChoice,
@@ -271,6 +271,8 @@ pub struct ViewerApp {
     legend_tex: Vec<(ColorMap, egui::TextureHandle)>,
     /// Adapter description (shown in Stats).
     pub gpu_note: String,
+    /// How frames reach the renderer, and why (shown in Stats).
+    pub frame_note: String,
     /// Extra status line from the shell (surface state).
     pub status: Option<String>,
     /// Triangles of the isosurface last made (from the shell's renderer).
@@ -322,6 +324,7 @@ impl ViewerApp {
             view_px: [0, 0],
             legend_tex: Vec::new(),
             gpu_note: String::new(),
+            frame_note: String::new(),
             status: None,
             iso_stats: None,
             solid_stats: None,
@@ -1209,7 +1212,10 @@ impl ViewerApp {
                 "  solver",
                 format!("{:.2} ms ({} steps)", s.solver_secs_per_step * self.steps_per_frame as f64 * 1e3, self.steps_per_frame),
             );
-            row("  fields", format!("{:.2} ms", s.fields_secs * 1e3));
+            row(
+                "  fields",
+                format!("{:.2} ms ({})", s.fields_secs * 1e3, if s.frame.is_shared() { "written into shared GPU memory" } else { "in host memory" }),
+            );
             row("  render", format!("{:.2} ms", t.render_secs * 1e3));
             row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
@@ -1220,6 +1226,9 @@ impl ViewerApp {
             }
             if !self.gpu_note.is_empty() {
                 row("view GPU", self.gpu_note.clone());
+            }
+            if !self.frame_note.is_empty() {
+                row("frame path", self.frame_note.clone());
             }
         });
         let pts = |k: usize| -> Vec<[f64; 2]> { self.history.iter().map(|h| [h[0], h[k]]).collect() };

@@ -48,6 +48,10 @@ struct Shell {
     solid_uploads: u64,
     /// The solver whose bricks the overlay shows.
     bricks_uploaded: Option<u64>,
+    /// How frames should reach the renderer, and the grid shared buffers were last made (or
+    /// tried) for.
+    frame_path: super::frames::FramePath,
+    shared_for: Option<[usize; 3]>,
     drawn: Option<(u64, u64, [u32; 2], super::render::ViewParams)>,
     surface_events: Shared<String>,
     shots: Shared<Result<PathBuf, String>>,
@@ -112,6 +116,8 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         solid_uploaded: None,
         solid_uploads: 0,
         bricks_uploaded: None,
+        frame_path: args.frame_path,
+        shared_for: None,
         drawn: None,
         surface_events: Arc::default(),
         shots: Arc::default(),
@@ -125,6 +131,26 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
     };
     event_loop.run_app(&mut shell).context("the window's event loop failed")?;
     Ok(shell.exit.unwrap_or(ExitCode::SUCCESS))
+}
+
+/// Shared frame buffers for the snapshot's grid when the path allows them (with a note saying
+/// which path frames take and why).
+fn shared_frames(
+    path: super::frames::FramePath,
+    device: &wgpu::Device,
+    snap: &super::worker::Snapshot,
+) -> (Option<Vec<Arc<super::frames::SharedSlot>>>, String) {
+    use super::frames::FramePath;
+    if path == FramePath::Host {
+        return (None, "host memory (--frame-path host)".into());
+    }
+    if snap.info.backend != "cuda" {
+        return (None, format!("host memory (the {} backend computes there)", snap.info.backend));
+    }
+    match super::frames::make_shared_slots(device, snap.size, super::frames::POOL) {
+        Ok(slots) => (Some(slots), "shared GPU memory (CUDA writes, Vulkan copies on the GPU)".into()),
+        Err(why) => (None, format!("page-locked host memory: {why}")),
+    }
 }
 
 fn painter_config(events: &Shared<String>) -> egui_wgpu::WgpuConfiguration {
@@ -241,6 +267,18 @@ impl Shell {
         // The field view: upload a new snapshot, draw when something changed.
         let tr = Instant::now();
         let (device, queue) = (&g.render.device, &g.render.queue);
+        // Frames in GPU memory shared with CUDA where that can be had (made once per grid size).
+        if let Some(snap) = self.app.snap.as_ref().filter(|s| self.shared_for != Some(s.size)) {
+            self.shared_for = Some(snap.size);
+            let (slots, note) = shared_frames(self.frame_path, device, snap);
+            if let Some(slots) = slots {
+                self.app.worker.send(super::worker::Command::SharedFrames(slots));
+            }
+            if self.frame_path == super::frames::FramePath::Shared && !note.starts_with("shared") {
+                self.app.message(format!("frames go through {note}"), true);
+            }
+            self.app.frame_note = note;
+        }
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
             let new_solid = !self.solid_uploaded.as_ref().is_some_and(|m| std::sync::Arc::ptr_eq(m, &snap.solid));
