@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The viewer's pipeline timed on a GPU host without a display (esoflow view --bench): a 256^3
-# D3Q19 Taylor-Green box on --backend cuda, drawn offscreen by wgpu on the host's Vulkan driver,
-# first with one slice, then with one slice and a |vorticity| isosurface. Run from the repository
-# root after scripts/stage-gpu.sh, with the Vulkan loader's .deb files in .gl/ (the device
-# README's recipe). Writes $OUT/render-*.log and prints the numbers.
+# The viewer's pipeline timed on a GPU host without a display (esoflow view --bench): a
+# Taylor-Green box on --backend cuda (256^3 D3Q19 unless SIZE is set), drawn offscreen by wgpu
+# on the host's Vulkan driver, with one slice and a |vorticity| isosurface, frames through
+# host memory (staging) and through GPU memory shared by CUDA and Vulkan (interop): first as
+# fast as frames come (FPS), then paced at 60 FPS (the solver's MLUPS while drawing). Run from
+# the repository root after scripts/stage-gpu.sh, with the Vulkan loader's .deb files in .gl/
+# (the device README's recipe). Writes $OUT/render-*.log and prints the numbers.
 set -uo pipefail
 OUT=${OUT:-out/gpu-render}
 mkdir -p "$OUT"
@@ -15,9 +17,17 @@ fi
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
 export WGPU_BACKEND=vulkan
-SCENE="stage/scenes/taylor_green_3d.toml --set domain.size=[256,256,256] --backend cuda --steps-per-frame ${SPF:-10}"
-# shellcheck disable=SC2086
-timeout 120 stage/esoflow view $SCENE --bench "${SECONDS_EACH:-4}" > "$OUT/render-slice.log" 2>&1
-# shellcheck disable=SC2086
-timeout 120 stage/esoflow view $SCENE --bench "${SECONDS_EACH:-4}" --view "iso=vorticity:${ISO:-0.0008}" > "$OUT/render-iso.log" 2>&1
-for f in "$OUT"/render-slice.log "$OUT"/render-iso.log; do echo "== $(basename "$f")"; grep -vE "^\s*$" "$f" | tail -n 6; done
+S=${SIZE:-256}
+SCENE="stage/scenes/taylor_green_3d.toml --set domain.size=[$S,$S,$S] --backend cuda --steps-per-frame ${SPF:-10}"
+ISO="iso=vorticity:${ISO:-0.0008}"
+run() { # name, extra args
+  local name=$1; shift
+  # shellcheck disable=SC2086
+  timeout 200 stage/esoflow view $SCENE --bench "${SECONDS_EACH:-4}" "$@" > "$OUT/render-$S-$name.log" 2>&1
+  echo "== $S^3 $name: $*"
+  grep -E "frames drawn|frame path|per frame|MLUPS" "$OUT/render-$S-$name.log"
+}
+for path in ${PATHS:-shared host}; do
+  run "$path-iso" --view "$ISO" --frame-path "$path"
+  run "$path-iso-60" --view "$ISO" --frame-path "$path" --bench-fps 60
+done

@@ -12,6 +12,9 @@ for t in cuda nvrtc; do
         | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
   cp "$exe" "stage/test-$t"
 done
+exe=$(cargo test --release -p esoflow --bin esoflow --no-run --message-format=json 2>/dev/null \
+      | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+cp "$exe" stage/test-app
 strip stage/*
 cp -r scenes stage/
 cp scripts/gpu-session.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh stage/

@@ -3,7 +3,8 @@
 // size, with the draw's vertex count written for an indirect draw (no trip to the CPU).
 //
 // Samples sit at cell centres: the cube (x, y, z) joins the centres of cells x..x+1, y..y+1,
-// z..z+1, so (nx-1)(ny-1)(nz-1) cubes. World space as in field.wgsl: cell (x, y, z) fills
+// z..z+1, so (nx-1)(ny-1)(nz-1) cubes (with stride s > 1: cubes of edge s cells from the
+// cells s*(x, y, z), ((n-1)/s)^3 of them). World space as in field.wgsl: cell (x, y, z) fills
 // [x, x+1] x [y, y+1] x [z, z+1].
 //
 // One pass: every cube looks up its triangle count; a workgroup sums its counts in shared
@@ -18,10 +19,11 @@
 struct McParams {
     // nx, ny, nz, mode (0: the field texture, 1: the obstacle mask, mask == 2 inside)
     size: vec4<u32>,
-    // threshold (mode 0), capacity in vertices (a multiple of 3), unused, unused
+    // threshold (mode 0), capacity in vertices (a multiple of 3), cube edge in cells (1, or 2
+    // and more to march a large grid on coarser cubes: fewer triangles), unused
     threshold: f32,
     capacity: u32,
-    pad0: u32,
+    stride: u32,
     pad1: u32,
 };
 
@@ -88,15 +90,17 @@ fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         atomicStore(&wg_count, 0u);
     }
     workgroupBarrier();
-    let cubes = max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u);
-    let p = vec3<i32>(gid);
+    let st = max(params.stride, 1u);
+    let cubes = (max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u)) / st;
+    let p = vec3<i32>(gid * st);
+    let sti = i32(st);
     var v: array<f32, 8>;
     var case_index = 0u;
     var ntri = 0u;
     if all(gid < cubes) {
         var finite = true;
         for (var c = 0u; c < 8u; c++) {
-            let s = value_at(p + corner_offset(c));
+            let s = value_at(p + corner_offset(c) * sti);
             v[c] = s;
             finite = finite && is_finite(s);
             if s > params.threshold {
@@ -135,8 +139,8 @@ fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             if abs(d) > 0.0 {
                 s = clamp((params.threshold - va) / d, 0.0, 1.0);
             }
-            let ca = p + corner_offset(a);
-            let cb = p + corner_offset(b);
+            let ca = p + corner_offset(a) * sti;
+            let cb = p + corner_offset(b) * sti;
             let pos = vec3<f32>(ca) + vec3<f32>(0.5) + s * vec3<f32>(cb - ca);
             // The normal points from higher to lower values (out of the inside).
             let g = mix(gradient(ca), gradient(cb), s);

@@ -191,11 +191,31 @@ impl FramePool {
     }
 }
 
+/// What [`upload_snapshot`] did: problems that left the field drawn (an isosurface that could
+/// not be uploaded), and the shared buffer its GPU copies read (hand it to [`Uploaded::release`]
+/// right after submitting the encoder).
+#[must_use]
+pub struct Uploaded {
+    /// Messages for the status line.
+    pub problems: Vec<String>,
+    hold: Option<Arc<SharedSlot>>,
+}
+
+impl Uploaded {
+    /// After the submit that carries the copies: the solver thread may write the shared buffer
+    /// again once the GPU has run them (no wait here).
+    pub fn release(self, queue: &wgpu::Queue) {
+        if let Some(held) = self.hold {
+            queue.on_submitted_work_done(move || drop(held));
+        }
+    }
+}
+
 /// Upload a snapshot's frame into the renderer's textures: the slices' field, the isosurface's
 /// data when the snapshot has it, and `solid` when given. Host frames are written through the
-/// queue; shared frames are copied on the GPU, and the buffer is handed back to the solver
-/// thread once that copy has run. Returns problems that left the field drawn (an isosurface
-/// that could not be uploaded).
+/// queue; shared frames are copied on the GPU by commands in `encoder`, so that one submit
+/// carries the copies and the drawing (every submit makes the GPU switch from CUDA's work to
+/// Vulkan's and back).
 ///
 /// # Errors
 /// The field itself could not be uploaded (the message says why).
@@ -203,9 +223,10 @@ pub fn upload_snapshot(
     fr: &mut super::render::FieldRenderer,
     device: &wgpu::Device,
     queue: &wgpu::Queue,
+    encoder: &mut wgpu::CommandEncoder,
     snap: &super::worker::Snapshot,
     solid: Option<&[u8]>,
-) -> Result<Vec<String>, String> {
+) -> Result<Uploaded, String> {
     let frame = &snap.frame;
     let mut problems = Vec::new();
     let field = frame.plane(snap.field).ok_or_else(|| format!("the frame lacks {}", snap.field.name()))?;
@@ -229,16 +250,13 @@ pub fn upload_snapshot(
             }
         }
         FrameData::Shared(slot) => {
-            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("frame copy") });
-            fr.upload_from_buffer(device, queue, &mut enc, slot.buffer.buffer(), &frame.layout, field, iso, solid)
+            fr.upload_from_buffer(device, queue, encoder, slot.buffer.buffer(), &frame.layout, field, iso, solid)
                 .map_err(|e| e.to_string())?;
-            queue.submit([enc.finish()]);
             // The solver thread writes this buffer again only once the copy has run.
-            let held = Arc::clone(slot);
-            queue.on_submitted_work_done(move || drop(held));
+            return Ok(Uploaded { problems, hold: Some(Arc::clone(slot)) });
         }
     }
-    Ok(problems)
+    Ok(Uploaded { problems, hold: None })
 }
 
 /// Shared buffers for frames of a grid `n` (room for [`VIEW_PLANES`] fields each) on the

@@ -403,7 +403,8 @@ pub fn render_bench(
             continue;
         };
         let tu = Instant::now();
-        super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &snap, (!solid_done).then(|| snap.solid.as_slice()))
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
+        let uploaded = super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
             .map_err(anyhow::Error::msg)?;
         solid_done = true;
         let td = Instant::now();
@@ -415,9 +416,9 @@ pub fn render_bench(
             let color_range = snap.iso.as_ref().map_or((0.0, 0.1), |d| auto_range(d.speed_min_max, cmap));
             IsoView { kind, threshold, color_range }
         });
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
         fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
         gpu.queue.submit([enc.finish()]);
+        uploaded.release(&gpu.queue);
         gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
         let done = Instant::now();
         fr.poll(&gpu.device, true);

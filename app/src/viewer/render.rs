@@ -73,8 +73,10 @@ pub mod gpu_data {
         pub threshold: f32,
         /// Capacity of the vertex buffer in vertices.
         pub capacity: u32,
+        /// Cube edge in cells (1: every cell; more: a coarser surface with fewer triangles).
+        pub stride: u32,
         /// Padding.
-        pub pad: [u32; 2],
+        pub pad: u32,
     }
     const _: () = assert!(std::mem::size_of::<McParams>() == 32);
 }
@@ -220,6 +222,7 @@ impl Mesh {
         textures: (&wgpu::Texture, &wgpu::Texture),
         size: [usize; 3],
         threshold: f32,
+        stride: u32,
         key: MeshKey,
     ) {
         let verts = self.verts.get_or_insert_with(|| {
@@ -234,7 +237,8 @@ impl Mesh {
             size: [size[0] as u32, size[1] as u32, size[2] as u32, self.mode],
             threshold,
             capacity: self.capacity,
-            pad: [0; 2],
+            stride,
+            pad: 0,
         };
         queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&params));
         let fv = textures.0.create_view(&wgpu::TextureViewDescriptor::default());
@@ -258,7 +262,7 @@ impl Mesh {
                 encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes: None });
             pass.set_bind_group(0, &bind_group, &[]);
             pass.set_pipeline(&mc.emit);
-            let groups = |a: usize| (size[a].saturating_sub(1) as u32).div_ceil(4).max(1);
+            let groups = |a: usize| (size[a].saturating_sub(1) as u32 / stride).div_ceil(4).max(1);
             pass.dispatch_workgroups(groups(0), groups(1), groups(2));
             pass.set_pipeline(&mc.finish);
             pass.dispatch_workgroups(1, 1, 1);
@@ -355,8 +359,23 @@ pub enum RenderError {
 #[must_use]
 pub fn wanted_limits(base: wgpu::Limits, adapter: &wgpu::Limits) -> wgpu::Limits {
     let storage = adapter.max_storage_buffer_binding_size.min(MAX_VERTEX_BUFFER).max(base.max_storage_buffer_binding_size);
-    let buffer = adapter.max_buffer_size.min(MAX_VERTEX_BUFFER).max(base.max_buffer_size);
+    // Buffers may be as large as the adapter allows (a 512^3 frame shared with CUDA is 1.5 GiB);
+    // vertex buffers stay under MAX_VERTEX_BUFFER where they are made.
+    let buffer = adapter.max_buffer_size.max(base.max_buffer_size);
     wgpu::Limits { max_storage_buffer_binding_size: storage, max_buffer_size: buffer, ..base }
+}
+
+/// Cubes per axis above which an isosurface is marched on coarser cubes.
+pub const ISO_FULL_DETAIL_CUBES: usize = 160;
+
+/// Cube edge (cells) of the isosurface of a grid: every cell up to [`ISO_FULL_DETAIL_CUBES`]
+/// cubes along the longest axis, then 2, 3, ... cells, so that a large grid's surface keeps
+/// about as many triangles as a 160^3 one (a 256^3 flow's |vorticity| surface has millions at
+/// full detail, more than the picture has pixels).
+#[must_use]
+pub fn iso_stride(size: [usize; 3]) -> u32 {
+    let longest = size.iter().copied().max().unwrap_or(1).saturating_sub(1);
+    longest.div_ceil(ISO_FULL_DETAIL_CUBES).max(1) as u32
 }
 
 fn texture_3d(device: &wgpu::Device, label: &str, size: [usize; 3], format: wgpu::TextureFormat) -> wgpu::Texture {
@@ -981,7 +1000,7 @@ impl FieldRenderer {
             if self.iso_kind == Some(iso.kind) && iso.threshold.is_finite() {
                 let key = MeshKey { data: self.iso_serial, threshold: iso.threshold.to_bits() };
                 if mesh.key != Some(key) {
-                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, key);
+                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key);
                 }
                 draw.0 = true;
             }
@@ -989,7 +1008,7 @@ impl FieldRenderer {
         if let (true, Some(mesh)) = (p.solids, self.solid_mesh.as_mut()) {
             let key = MeshKey { data: self.solid_serial, threshold: 0 };
             if mesh.key != Some(key) {
-                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, key);
+                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key);
             }
             draw.1 = true;
         }

@@ -279,6 +279,9 @@ impl Shell {
             }
             self.app.frame_note = note;
         }
+        // One encoder for the frame's copies (shared GPU buffers) and the drawing: one submit.
+        let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
+        let mut uploaded: Option<super::frames::Uploaded> = None;
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
             let new_solid = !self.solid_uploaded.as_ref().is_some_and(|m| std::sync::Arc::ptr_eq(m, &snap.solid));
@@ -289,9 +292,10 @@ impl Shell {
                 // failure there is shown and the field is drawn anyway). A new solid mask (a new
                 // solver, or cells drawn or erased) also makes the solid surfaces again.
                 let mut problems = Vec::new();
-                match super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid) {
-                    Ok(p) => {
-                        problems.extend(p);
+                match super::frames::upload_snapshot(&mut g.field, device, queue, &mut encoder, snap, solid) {
+                    Ok(mut up) => {
+                        problems.append(&mut up.problems);
+                        uploaded = Some(up);
                         self.uploaded = Some(key);
                         if new_solid {
                             self.solid_uploaded = Some(std::sync::Arc::clone(&snap.solid));
@@ -316,10 +320,15 @@ impl Shell {
         let params = self.app.view_params();
         let px = self.app.view_px;
         let draw_key = (self.uploaded.map_or(0, |k| k.1), self.solid_uploads, px, params.clone());
-        if (self.drawn.as_ref() != Some(&draw_key) || g.field.needs_redraw()) && px[0] > 0 && px[1] > 0 {
-            let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
-            let reallocated = g.field.render(device, queue, &mut encoder, px, &params);
+        let draw = (self.drawn.as_ref() != Some(&draw_key) || g.field.needs_redraw()) && px[0] > 0 && px[1] > 0;
+        let reallocated = draw && g.field.render(device, queue, &mut encoder, px, &params);
+        if draw || uploaded.is_some() {
             queue.submit([encoder.finish()]);
+        }
+        if let Some(up) = uploaded {
+            up.release(queue);
+        }
+        if draw {
             if let Some((_, view)) = g.field.target() {
                 let mut renderer = g.render.renderer.write();
                 match g.field_tex {
