@@ -1214,7 +1214,11 @@ impl ViewerApp {
             );
             row(
                 "  fields",
-                format!("{:.2} ms ({})", s.fields_secs * 1e3, if s.frame.is_shared() { "written into shared GPU memory" } else { "in host memory" }),
+                format!(
+                    "{:.2} ms ({})",
+                    s.fields_secs * 1e3,
+                    if s.frame.is_shared() { "written into shared GPU memory" } else { "in host memory" }
+                ),
             );
             row("  render", format!("{:.2} ms", t.render_secs * 1e3));
             row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));

@@ -95,7 +95,9 @@ impl Frame {
     pub fn host_values(&self, kind: FieldKind) -> Option<&[f32]> {
         let p = self.plane(kind)?;
         match &self.data {
-            FrameData::Host(h) if self.layout.is_tight() => h.floats().get(p * self.layout.plane_floats()..(p + 1) * self.layout.plane_floats()),
+            FrameData::Host(h) if self.layout.is_tight() => {
+                h.floats().get(p * self.layout.plane_floats()..(p + 1) * self.layout.plane_floats())
+            }
             _ => None,
         }
     }
@@ -139,7 +141,9 @@ impl FramePool {
             // Every shared buffer gets a frame of its own; a frame is free when no snapshot and no
             // GPU copy holds it (or its buffer).
             for s in &self.shared {
-                if s.bytes() >= shared_layout.bytes() as u64 && !self.frames.iter().any(|f| matches!(&f.data, FrameData::Shared(x) if Arc::ptr_eq(x, s))) {
+                if s.bytes() >= shared_layout.bytes() as u64
+                    && !self.frames.iter().any(|f| matches!(&f.data, FrameData::Shared(x) if Arc::ptr_eq(x, s)))
+                {
                     self.frames.push(Arc::new(Frame {
                         kinds: Vec::new(),
                         layout: shared_layout,
@@ -278,7 +282,8 @@ pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize) -> 
         .map(|i| {
             let mut buffer = SharedBuffer::new(device, bytes, &format!("shared frame {i}")).map_err(|e| e.to_string())?;
             let fd = buffer.take_fd().ok_or("the shared buffer has no file descriptor")?;
-            let import = sim_core::backend::cuda::SharedImport::import_fd(fd, buffer.alloc_size(), buffer.dedicated()).map_err(|e| e.to_string())?;
+            let import =
+                sim_core::backend::cuda::SharedImport::import_fd(fd, buffer.alloc_size(), buffer.dedicated()).map_err(|e| e.to_string())?;
             Ok(Arc::new(SharedSlot { import, buffer }))
         })
         .collect()

@@ -404,8 +404,9 @@ pub fn render_bench(
         };
         let tu = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
-        let uploaded = super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
-            .map_err(anyhow::Error::msg)?;
+        let uploaded =
+            super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
+                .map_err(anyhow::Error::msg)?;
         solid_done = true;
         let td = Instant::now();
         let range = spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap));
@@ -442,7 +443,11 @@ pub fn render_bench(
     let dt = t_end.min(Instant::now()).duration_since(t_first).as_secs_f64().max(1e-9);
     let drawing = cells * (last_step - step_first) as f64 / dt / 1e6;
     let f = frames.max(1) as f64;
-    println!("frames drawn (each a new field):  {frames} in {dt:.2} s = {:.1} FPS{}", frames as f64 / dt, period.map_or(String::new(), |_| format!(" (paced at {} FPS)", how.fps)));
+    println!(
+        "frames drawn (each a new field):  {frames} in {dt:.2} s = {:.1} FPS{}",
+        frames as f64 / dt,
+        period.map_or(String::new(), |_| format!(" (paced at {} FPS)", how.fps))
+    );
     println!("frame path: {path_note}");
     let what = match iso {
         Some((kind, t)) => format!("one x slice and the isosurface {} = {t}, {triangles} triangles at the end", kind.name()),

@@ -161,7 +161,9 @@ fn missing(name: &CStr, adapter: &str) -> InteropError {
 
 /// The Vulkan usage flags of a shared buffer: every wgpu usage [`SharedBuffer`] declares.
 const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
-    vk::BufferUsageFlags::TRANSFER_SRC.as_raw() | vk::BufferUsageFlags::TRANSFER_DST.as_raw() | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
 );
 const HANDLE: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
 
@@ -290,9 +292,8 @@ impl SharedBuffer {
             // `check_buffer_support`; the buffer is live.
             unsafe { raw.get_buffer_memory_requirements2(&req_info, &mut req2) };
             let req = req2.memory_requirements;
-            let dedicated = dedicated_only
-                || ded_req.prefers_dedicated_allocation == vk::TRUE
-                || ded_req.requires_dedicated_allocation == vk::TRUE;
+            let dedicated =
+                dedicated_only || ded_req.prefers_dedicated_allocation == vk::TRUE || ded_req.requires_dedicated_allocation == vk::TRUE;
 
             // SAFETY: `phys` is the device's physical device; fills a plain struct.
             let mem_props = unsafe { instance.get_physical_device_memory_properties(phys) };
@@ -301,10 +302,8 @@ impl SharedBuffer {
 
             let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(HANDLE);
             let mut ded_alloc = vk::MemoryDedicatedAllocateInfo::default().buffer(pending.buffer);
-            let mut alloc = vk::MemoryAllocateInfo::default()
-                .allocation_size(req.size)
-                .memory_type_index(type_index)
-                .push_next(&mut export);
+            let mut alloc =
+                vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(type_index).push_next(&mut export);
             if dedicated {
                 alloc = alloc.push_next(&mut ded_alloc);
             }
@@ -411,9 +410,7 @@ pub fn open_device_with_semaphore_export(
     desc: &wgpu::DeviceDescriptor<'_>,
 ) -> Result<(wgpu::Device, wgpu::Queue, bool), InteropError> {
     let plain = || {
-        pollster::block_on(adapter.request_device(desc))
-            .map(|(d, q)| (d, q, false))
-            .map_err(|e| InteropError::RequestDevice(e.to_string()))
+        pollster::block_on(adapter.request_device(desc)).map(|(d, q)| (d, q, false)).map_err(|e| InteropError::RequestDevice(e.to_string()))
     };
     let info = adapter.get_info();
     let open = {

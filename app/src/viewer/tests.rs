@@ -662,7 +662,8 @@ fn ui_isosurface_toggle_field_and_threshold() {
     run_until(&mut h, "vorticity data", |a| a.iso_data().is_some_and(|d| d.kind == FieldKind::Vorticity));
     let d = h.state().iso_data().copied().expect("iso data");
     let frame = std::sync::Arc::clone(&h.state().snap.as_ref().expect("snapshot").frame);
-    let (v, sp) = (frame.host_values(FieldKind::Vorticity).expect("vorticity plane"), frame.host_values(FieldKind::Speed).expect("speed plane"));
+    let (v, sp) =
+        (frame.host_values(FieldKind::Vorticity).expect("vorticity plane"), frame.host_values(FieldKind::Speed).expect("speed plane"));
     assert!(v.len() == 24 * 16 * 16 && sp.len() == v.len(), "the frame carries the surface's field and the speed");
     assert!(d.min_max.1 > 0.0 && d.speed_min_max.1 > 0.0, "the flow bends around the ball: {:?}", d.min_max);
     h.step();

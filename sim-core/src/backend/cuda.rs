@@ -13,7 +13,7 @@ use crate::collision::Collision;
 use crate::domain::{is_solid, Domain};
 use crate::edit::{CellEdit, EditReport};
 use crate::fields::FieldKind;
-use crate::frame::{FrameLayout, FrameRanges, FrameTarget, HostFrame, HostFloats};
+use crate::frame::{FrameLayout, FrameRanges, FrameTarget, HostFloats, HostFrame};
 use crate::lattice::Lattice;
 use crate::precision::Precision;
 use crate::scene::{LoadedScene, Profile};
@@ -944,7 +944,8 @@ impl SharedImport {
         unsafe { sys::cuImportExternalMemory(ext.as_mut_ptr(), &raw mut desc) }
             .result()
             .map_err(derr("importing shared memory (cuImportExternalMemory)"))?;
-        let _ = fd.into_raw_fd(); // now the driver's
+        // The descriptor is now the driver's.
+        let _ = fd.into_raw_fd();
         // SAFETY: the call succeeded, so the handle is initialised.
         let ext = unsafe { ext.assume_init() };
         let mut bd = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC { offset: 0, size: bytes, flags: 0, reserved: [0; 16] };
@@ -981,7 +982,9 @@ impl SharedImport {
         }
         self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
         // SAFETY: the destination holds at least that many bytes (checked above).
-        unsafe { sys::cuMemcpyHtoD_v2(self.ptr, values.as_ptr().cast(), values.len() * 4) }.result().map_err(derr("writing shared memory"))?;
+        unsafe { sys::cuMemcpyHtoD_v2(self.ptr, values.as_ptr().cast(), values.len() * 4) }
+            .result()
+            .map_err(derr("writing shared memory"))?;
         self.ctx.synchronize().map_err(derr("waiting for the GPU"))
     }
 }
