@@ -655,6 +655,29 @@ impl FieldRenderer {
         }
     }
 
+    /// The field and solid textures for a grid of `size` (new ones, zeroed, when the size
+    /// changes), and with `iso` the isosurface's field and speed textures too.
+    fn ensure_textures(&mut self, device: &wgpu::Device, size: [usize; 3], iso: bool) {
+        if self.field.as_ref().is_none_or(|f| f.size != size) {
+            // New textures start zeroed: no solid cells until a mask arrives.
+            let field = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
+            let solid = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
+            self.field = Some(FieldTextures { size, field, solid, iso: None, bricks: None, bind_group: None });
+            self.iso_kind = None;
+            self.iso_serial += 1;
+            self.solid_serial += 1;
+            self.rebind(device);
+        }
+        if iso && self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
+            let t = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
+            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
+            if let Some(f) = self.field.as_mut() {
+                f.iso = Some((t, sp));
+            }
+            self.rebind(device);
+        }
+    }
+
     /// Upload a scalar field and the solid mask (x fastest; 0 fluid, 1 solid wall, 2 solid
     /// obstacle: the slices draw every solid cell grey, the solid surfaces are the obstacles').
     /// Textures are reallocated only when the size changes.
@@ -677,16 +700,7 @@ impl FieldRenderer {
         if size.iter().any(|&n| n == 0 || n > max as usize) {
             return Err(RenderError::TooLarge(size, max));
         }
-        if self.field.as_ref().is_none_or(|f| f.size != size) {
-            // New textures start zeroed: no solid cells until a mask arrives.
-            let field = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
-            let solid_tex = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
-            self.field = Some(FieldTextures { size, field, solid: solid_tex, iso: None, bricks: None, bind_group: None });
-            self.iso_kind = None;
-            self.iso_serial += 1;
-            self.solid_serial += 1;
-            self.rebind(device);
-        }
+        self.ensure_textures(device, size, false);
         let Some(f) = &self.field else { return Ok(()) };
         write_3d(queue, &f.field, size, 4, bytemuck::cast_slice(values));
         if let Some(s) = solid {
@@ -719,14 +733,7 @@ impl FieldRenderer {
         if values.len() != cells || speed.len() != cells {
             return Err(RenderError::Length(values.len().min(speed.len()), cells));
         }
-        if self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
-            let iso = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
-            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
-            if let Some(f) = self.field.as_mut() {
-                f.iso = Some((iso, sp));
-            }
-            self.rebind(device);
-        }
+        self.ensure_textures(device, size, true);
         let Some((iso, sp)) = self.field.as_ref().and_then(|f| f.iso.as_ref()) else { return Ok(()) };
         write_3d(queue, iso, size, 4, bytemuck::cast_slice(values));
         write_3d(queue, sp, size, 4, bytemuck::cast_slice(speed));
@@ -768,22 +775,9 @@ impl FieldRenderer {
         if size.iter().any(|&n| n == 0 || n > max as usize) {
             return Err(RenderError::TooLarge(size, max));
         }
-        if self.field.as_ref().is_none_or(|f| f.size != size) {
-            let field_tex = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
-            let solid_tex = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
-            self.field = Some(FieldTextures { size, field: field_tex, solid: solid_tex, iso: None, bricks: None, bind_group: None });
-            self.iso_kind = None;
-            self.iso_serial += 1;
-            self.solid_serial += 1;
-            self.rebind(device);
-        }
-        if iso.is_some() && self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
-            let t = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
-            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
-            if let Some(f) = self.field.as_mut() {
-                f.iso = Some((t, sp));
-            }
-            self.rebind(device);
+        self.ensure_textures(device, size, false);
+        if iso.is_some() {
+            self.ensure_textures(device, size, true);
         }
         let Some(f) = &self.field else { return Ok(()) };
         let copy = |encoder: &mut wgpu::CommandEncoder, plane: usize, tex: &wgpu::Texture| {

@@ -299,23 +299,7 @@ pub fn solid_mask(d: &Domain) -> Vec<u8> {
 /// value is finite.
 #[must_use]
 pub fn fluid_min_max(values: &[f32], solid: &[u8]) -> ((f32, f32), bool) {
-    let mut lo = f32::INFINITY;
-    let mut hi = f32::NEG_INFINITY;
-    let mut finite = true;
-    for (v, &s) in values.iter().zip(solid) {
-        if s == 0 {
-            if v.is_finite() {
-                lo = lo.min(*v);
-                hi = hi.max(*v);
-            } else {
-                finite = false;
-            }
-        }
-    }
-    if lo > hi {
-        (lo, hi) = (0.0, 0.0);
-    }
-    ((lo, hi), finite)
+    sim_core::frame::fluid_range(values.iter().copied(), solid.iter().map(|&s| s != 0))
 }
 
 impl Worker {
