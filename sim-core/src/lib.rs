@@ -6,6 +6,7 @@ pub mod backend;
 pub mod bricks;
 pub mod checkpoint;
 pub mod collision;
+pub mod compress;
 pub mod domain;
 pub mod edit;
 pub mod export;
