@@ -40,6 +40,19 @@ pub struct BenchArgs {
     /// Also write the table as CSV.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Compression bench instead: run this scene, then compress its DDFs at each --tau and
+    /// report ratio, error (NMSE), mass drift and compress/decompress time against an LBM step.
+    #[arg(long, value_name = "SCENE")]
+    pub compress: Option<PathBuf>,
+    /// Override a scene key for --compress, e.g. --set domain.size=[384,128,128].
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "compress")]
+    pub set: Vec<String>,
+    /// Steps to run the scene before compressing (--compress).
+    #[arg(long, default_value_t = 2000)]
+    pub steps: u64,
+    /// Thresholds to sweep with --compress (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
+    #[arg(long, value_delimiter = ',', requires = "compress")]
+    pub tau: Vec<f32>,
 }
 
 /// Measured copy bandwidth in GB/s, counting bytes read plus bytes written.
@@ -87,6 +100,14 @@ struct Row {
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(scene) = &a.compress {
+        if let Some(bad) = a.tau.iter().find(|t| !t.is_finite() || **t < 0.0) {
+            bail!("--tau {bad}: thresholds must be finite and >= 0");
+        }
+        let taus = if a.tau.is_empty() { crate::bench_compress::DEFAULT_TAUS.to_vec() } else { a.tau.clone() };
+        crate::bench_compress::bench_compress(scene, &a.set, a.backend, a.steps, &taus, a.csv.as_ref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let cuda = match a.backend {
         BackendChoice::Cpu => false,
         BackendChoice::Cuda => {

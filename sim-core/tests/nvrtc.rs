@@ -74,7 +74,10 @@ fn every_kernel_variant_compiles_without_warnings() {
     use rayon::prelude::*;
     let cfgs = configs();
     let jobs: Vec<(&KernelConfig, &str)> = ["sm_80", "sm_90"].iter().flat_map(|a| cfgs.iter().map(move |c| (c, *a))).collect();
-    let failures: Vec<String> = jobs.par_iter().filter_map(|(c, arch)| compile(c, arch).err()).collect();
+    let mut failures: Vec<String> = jobs.par_iter().filter_map(|(c, arch)| compile(c, arch).err()).collect();
+    // The compression kernels (one program per block shape).
+    let shape = sim_core::compress::BlockShape::DEFAULT;
+    failures.extend(["sm_80", "sm_90"].iter().filter_map(|a| sim_core::backend::cuda_compress::compile_compress(&shape, a).err()));
     assert!(failures.is_empty(), "{} of {} kernel builds failed:\n{}", failures.len(), 2 * cfgs.len(), failures.join("\n\n"));
     eprintln!("compiled {} kernel variants for sm_80 and sm_90", cfgs.len());
 }

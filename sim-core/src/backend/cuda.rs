@@ -226,11 +226,24 @@ pub fn kernel_source(cfg: &KernelConfig) -> String {
 /// # Errors
 /// NVRTC missing, compile errors or warnings.
 pub fn compile(cfg: &KernelConfig, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    let what = format!(
+        "kernels/stream_collide.cu for {} {} {} {} force={} on {arch}",
+        cfg.lattice, cfg.scheme, cfg.precision, cfg.collision, cfg.force
+    );
+    compile_source(&kernel_source(cfg), &what, arch, true)
+}
+
+/// Compile CUDA source with NVRTC for `arch`; `what` names it in errors. Any warning in the log
+/// is an error. `fmad: false` forbids fused multiply-adds (kernels that must give the CPU
+/// reference's bits).
+///
+/// # Errors
+/// NVRTC missing, compile errors or warnings.
+pub fn compile_source(src: &str, what: &str, arch: &str, fmad: bool) -> Result<cudarc::nvrtc::Ptx, String> {
     if !nvrtc_present() {
         return Err(NVRTC_MISSING.into());
     }
-    let src = kernel_source(cfg);
-    let opts = [format!("--gpu-architecture={arch}"), "--std=c++17".to_string(), "--fmad=true".into()];
+    let opts = [format!("--gpu-architecture={arch}"), "--std=c++17".to_string(), format!("--fmad={fmad}")];
     let csrc = std::ffi::CString::new(src).map_err(|_| "kernel source contains a NUL byte".to_string())?;
     let prog = cudarc::nvrtc::result::create_program(&csrc, None).map_err(|e| format!("NVRTC could not create the program: {e:?}"))?;
     // SAFETY: the program handle is valid until destroyed below.
@@ -238,10 +251,6 @@ pub fn compile(cfg: &KernelConfig, arch: &str) -> Result<cudarc::nvrtc::Ptx, Str
     let log = unsafe { cudarc::nvrtc::result::get_program_log(prog) }
         .map(|v| String::from_utf8_lossy(&v.iter().map(|&c| c as u8).collect::<Vec<u8>>()).trim_end_matches('\0').trim().to_string())
         .unwrap_or_default();
-    let what = format!(
-        "kernels/stream_collide.cu for {} {} {} {} force={} on {arch}",
-        cfg.lattice, cfg.scheme, cfg.precision, cfg.collision, cfg.force
-    );
     if res.is_err() {
         unsafe {
             let _ = cudarc::nvrtc::result::destroy_program(prog);
@@ -305,7 +314,7 @@ pub fn probe() -> Result<DeviceInfo, String> {
     device_info(&ctx)
 }
 
-fn device_info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, String> {
+pub(crate) fn device_info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, String> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let name = ctx.name().map_err(|e| format!("{e:?}"))?;
     let major = ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(|e| format!("{e:?}"))?;

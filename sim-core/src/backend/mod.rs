@@ -2,4 +2,5 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_compress;
 mod ghost;

@@ -1,0 +1,211 @@
+// Compression kernels (seed 000): one CUDA block per 33x17x17 block of a field, in shared
+// memory: load, lifting wavelet (wavelet.cuh), hard threshold per level, compaction into the
+// record of sim-core/src/compress/coding.rs (bit mask, COO or dense: the smallest), and the
+// reverse. The host prepends the WL_* defines (see wavelet.cuh).
+//
+// Fields are x-fastest f32 grids of nx * ny * nz samples, `gridDim.y` of them one after another
+// (the DDF planes of a subgrid); blockIdx.x is the block (x fastest), blockIdx.y the field.
+// Records of field f, block b start at word offsets[f * gridDim.x + b] of `out`.
+
+#define FMT_DENSE 0u
+#define FMT_MASK 1u
+#define FMT_COO 2u
+#define COUNT_BITS 30u
+#define NO_RECORD 0xffffffffffffffffull
+
+typedef unsigned long long wl_u64;
+
+__device__ __forceinline__ wl_u64 record_words(unsigned f, unsigned kept) {
+    if (f == FMT_DENSE) return 1ull + WL_N;
+    if (f == FMT_MASK) return 1ull + WL_MASK_WORDS + kept;
+    return 1ull + (kept + 1) / 2 + kept;
+}
+
+// The smallest format for `kept` values: choose().
+__device__ __forceinline__ unsigned choose_format(unsigned kept) {
+    unsigned best = FMT_MASK;
+    if (record_words(FMT_COO, kept) < record_words(best, kept)) best = FMT_COO;
+    if (record_words(FMT_DENSE, kept) < record_words(best, kept)) best = FMT_DENSE;
+    return best;
+}
+
+// First sample and extents of this CUDA block's block.
+__device__ __forceinline__ void block_box(unsigned nx, unsigned ny, unsigned nz, int origin[3], int ext[3]) {
+    const unsigned cx = (nx + WL_NX - 1) / WL_NX, cy = (ny + WL_NY - 1) / WL_NY;
+    const unsigned b = blockIdx.x;
+    const unsigned bx = b % cx, by = (b / cx) % cy, bz = b / (cx * cy);
+    origin[0] = bx * WL_NX;
+    origin[1] = by * WL_NY;
+    origin[2] = bz * WL_NZ;
+    ext[0] = min((int)nx - origin[0], WL_NX);
+    ext[1] = min((int)ny - origin[1], WL_NY);
+    ext[2] = min((int)nz - origin[2], WL_NZ);
+}
+
+__device__ __forceinline__ wl_u64 sample_at(int i, const int origin[3], unsigned nx, unsigned ny, bool* inside, const int ext[3]) {
+    const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
+    *inside = x < ext[0] && y < ext[1] && z < ext[2];
+    return (wl_u64)(origin[0] + x) + (wl_u64)nx * ((wl_u64)(origin[1] + y) + (wl_u64)ny * (wl_u64)(origin[2] + z));
+}
+
+// Exclusive prefix of the kept counts of the mask words, by warp 0.
+__device__ __forceinline__ void mask_prefix(const unsigned* mask, unsigned* prefix) {
+    if (threadIdx.x >= 32) return;
+    const unsigned lane = threadIdx.x;
+    unsigned carry = 0;
+    for (unsigned g = 0; g < WL_MASK_WORDS; g += 32) {
+        const unsigned w = g + lane;
+        const unsigned v = w < WL_MASK_WORDS ? __popc(mask[w]) : 0u;
+        unsigned incl = v;
+        for (unsigned d = 1; d < 32; d <<= 1) {
+            const unsigned o = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += o;
+        }
+        if (w < WL_MASK_WORDS) prefix[w] = carry + incl - v;
+        carry += __shfl_sync(0xffffffffu, incl, 31);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
+    const float* __restrict__ field, unsigned nx, unsigned ny, unsigned nz, float tau,
+    unsigned* __restrict__ out, wl_u64* cursor, wl_u64 capacity, wl_u64* __restrict__ offsets,
+    unsigned* overflow) {
+    __shared__ float s[WL_N];
+    __shared__ unsigned mask[WL_MASK_WORDS];
+    __shared__ unsigned prefix[WL_MASK_WORDS];
+    __shared__ unsigned total;
+    __shared__ wl_u64 pos;
+    int origin[3], ext[3];
+    block_box(nx, ny, nz, origin, ext);
+    const float* f = field + (wl_u64)blockIdx.y * nx * ny * nz;
+    for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+        bool inside;
+        const wl_u64 g = sample_at(i, origin, nx, ny, &inside, ext);
+        s[i] = inside ? f[g] : 0.0f;
+    }
+    if (threadIdx.x == 0) total = 0;
+    __syncthreads();
+    wl_forward(s, ext);
+
+    // Keep flags: one ballot per warp is one mask word (WL_THREADS is a multiple of 32).
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    for (int base = 0; base < WL_N; base += WL_THREADS) {
+        const int i = base + threadIdx.x;
+        bool keep = false;
+        if (i < WL_N) {
+            const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
+            keep = wl_keeps(s[i], wl_detail_level(x, y, z, ext), tau);
+        }
+        const unsigned bal = __ballot_sync(0xffffffffu, keep);
+        const unsigned word = (unsigned)base / 32u + warp;
+        if (lane == 0 && word < WL_MASK_WORDS) {
+            mask[word] = bal;
+            atomicAdd(&total, __popc(bal));
+        }
+    }
+    __syncthreads();
+    const unsigned kept = total;
+    const unsigned fmt = choose_format(kept);
+    const unsigned slot = blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) {
+        const wl_u64 words = record_words(fmt, kept);
+        const wl_u64 p = atomicAdd(cursor, words);
+        if (p + words > capacity) {
+            offsets[slot] = NO_RECORD;
+            atomicOr(overflow, 1u);
+            pos = NO_RECORD;
+        } else {
+            offsets[slot] = p;
+            out[p] = (fmt << COUNT_BITS) | (fmt == FMT_DENSE ? (unsigned)WL_N : kept);
+            pos = p;
+        }
+    }
+    mask_prefix(mask, prefix);
+    __syncthreads();
+    const wl_u64 p = pos;
+    if (p == NO_RECORD) return;
+
+    if (fmt == FMT_DENSE) {
+        for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+            const bool keep = (mask[i >> 5] >> (i & 31)) & 1u;
+            out[p + 1 + i] = keep ? __float_as_uint(s[i]) : 0u;
+        }
+        return;
+    }
+    wl_u64 values = p + 1 + (fmt == FMT_MASK ? WL_MASK_WORDS : (kept + 1) / 2);
+    unsigned short* index16 = reinterpret_cast<unsigned short*>(out + p + 1);
+    if (fmt == FMT_MASK) {
+        for (int w = threadIdx.x; w < WL_MASK_WORDS; w += WL_THREADS) out[p + 1 + w] = mask[w];
+    } else if ((kept & 1u) && threadIdx.x == 0) {
+        index16[kept] = 0;  // the unused half of the last index word
+    }
+    for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+        const unsigned m = mask[i >> 5];
+        const unsigned bit = i & 31;
+        if ((m >> bit) & 1u) {
+            const unsigned k = prefix[i >> 5] + __popc(m & ((1u << bit) - 1u));
+            out[values + k] = __float_as_uint(s[i]);
+            if (fmt == FMT_COO) index16[k] = (unsigned short)i;
+        }
+    }
+}
+
+// Reverse of compress_blocks: records to fields. A missing or damaged record leaves its block
+// unwritten and sets bit 0 of *bad.
+extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
+    const unsigned* __restrict__ in, const wl_u64* __restrict__ offsets, float* __restrict__ field,
+    unsigned nx, unsigned ny, unsigned nz, unsigned* bad) {
+    __shared__ float s[WL_N];
+    __shared__ unsigned mask[WL_MASK_WORDS];
+    __shared__ unsigned prefix[WL_MASK_WORDS];
+    __shared__ unsigned head;
+    __shared__ int ok;
+    int origin[3], ext[3];
+    block_box(nx, ny, nz, origin, ext);
+    const wl_u64 p = offsets[blockIdx.y * gridDim.x + blockIdx.x];
+    if (p == NO_RECORD) {
+        if (threadIdx.x == 0) atomicOr(bad, 1u);
+        return;
+    }
+    if (threadIdx.x == 0) {
+        head = in[p];
+        const unsigned f = head >> COUNT_BITS, c = head & ((1u << COUNT_BITS) - 1u);
+        ok = f <= FMT_COO && c <= WL_N && (f != FMT_DENSE || c == WL_N);
+        if (!ok) atomicOr(bad, 1u);
+    }
+    __syncthreads();
+    if (!ok) return;
+    const unsigned fmt = head >> COUNT_BITS, kept = head & ((1u << COUNT_BITS) - 1u);
+    if (fmt == FMT_DENSE) {
+        for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) s[i] = __uint_as_float(in[p + 1 + i]);
+    } else if (fmt == FMT_MASK) {
+        for (int w = threadIdx.x; w < WL_MASK_WORDS; w += WL_THREADS) mask[w] = in[p + 1 + w];
+        __syncthreads();
+        mask_prefix(mask, prefix);
+        __syncthreads();
+        const wl_u64 values = p + 1 + WL_MASK_WORDS;
+        for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+            const unsigned m = mask[i >> 5];
+            const unsigned bit = i & 31;
+            s[i] = ((m >> bit) & 1u) ? __uint_as_float(in[values + prefix[i >> 5] + __popc(m & ((1u << bit) - 1u))]) : 0.0f;
+        }
+    } else {
+        for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) s[i] = 0.0f;
+        __syncthreads();
+        const unsigned short* index16 = reinterpret_cast<const unsigned short*>(in + p + 1);
+        const wl_u64 values = p + 1 + (kept + 1) / 2;
+        for (unsigned k = threadIdx.x; k < kept; k += WL_THREADS) {
+            const unsigned i = index16[k];
+            if (i < WL_N) s[i] = __uint_as_float(in[values + k]);
+            else atomicOr(bad, 1u);
+        }
+    }
+    __syncthreads();
+    wl_inverse(s, ext);
+    float* f = field + (wl_u64)blockIdx.y * nx * ny * nz;
+    for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+        bool inside;
+        const wl_u64 g = sample_at(i, origin, nx, ny, &inside, ext);
+        if (inside) f[g] = s[i];
+    }
+}

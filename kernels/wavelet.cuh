@@ -1,0 +1,139 @@
+// The mass-conserving 5/3 lifting wavelet on one block in shared memory (seed 000), used by the
+// compression kernels (compress.cu) and, later, by the subgrid kernels. Mirrors
+// sim-core/src/compress/wavelet.rs operation for operation: keep them in sync. Compile without
+// fused multiply-adds (--fmad=false) so both give the same bits.
+//
+// The host prepends:
+//   WL_NX WL_NY WL_NZ   samples of a full block per axis (33, 17, 17)
+//   WL_LX WL_LY WL_LZ   wavelet levels per axis (3, 2, 2)
+//   WL_THREADS          threads per CUDA block
+//
+// A block buffer holds WL_NX * WL_NY * WL_NZ floats, x fastest. Partial blocks (at a grid's far
+// edges) use the same layout with smaller extents; samples outside them are zero.
+
+#define WL_N (WL_NX * WL_NY * WL_NZ)
+#define WL_MASK_WORDS ((WL_N + 31) / 32)
+#define WL_MAX_LEVELS (WL_LX > WL_LY ? (WL_LX > WL_LZ ? WL_LX : WL_LZ) : (WL_LY > WL_LZ ? WL_LY : WL_LZ))
+
+typedef unsigned int wl_u32;
+
+__device__ __forceinline__ int wl_levels_of(int a) { return a == 0 ? WL_LX : (a == 1 ? WL_LY : WL_LZ); }
+__device__ __forceinline__ int wl_stride_of(int a) { return a == 0 ? 1 : (a == 1 ? WL_NX : WL_NX * WL_NY); }
+
+// Levels a line of n samples gets (it stops below 5 samples on its lattice): line_levels().
+__device__ __forceinline__ int wl_line_levels(int n, int levels) {
+    int l = 0;
+    while (l < levels && ((n - 1) >> l) >= 4) l++;
+    return l;
+}
+
+// The level that made coordinate p a detail on a line of n samples, or -1 (approximation to the
+// end, including dangling last samples): axis_class().
+__device__ __forceinline__ int wl_axis_detail(int p, int n, int levels) {
+    const int ll = wl_line_levels(n, levels);
+    for (int l = 0; l < ll; l++) {
+        if ((p >> l) & 1) return p + (1 << l) < n ? l : -1;
+    }
+    return -1;
+}
+
+// Level at which sample p of a block with extents ext became a detail, or -1: detail_level().
+__device__ __forceinline__ int wl_detail_level(int x, int y, int z, const int ext[3]) {
+    int lv = 1 << 30;
+    const int d0 = wl_axis_detail(x, ext[0], WL_LX);
+    const int d1 = wl_axis_detail(y, ext[1], WL_LY);
+    const int d2 = wl_axis_detail(z, ext[2], WL_LZ);
+    if (d0 >= 0 && d0 < lv) lv = d0;
+    if (d1 >= 0 && d1 < lv) lv = d1;
+    if (d2 >= 0 && d2 < lv) lv = d2;
+    return lv == (1 << 30) ? -1 : lv;
+}
+
+// Whether coordinate p is still an approximation along its axis when level l starts.
+__device__ __forceinline__ bool wl_approx_before(int p, int n, int levels, int l) {
+    const int d = wl_axis_detail(p, n, levels);
+    return d < 0 || d >= l;
+}
+
+__device__ __forceinline__ float wl_weight(int k, int m) { return (k == 0 || k + 1 == m) ? 0.5f : 0.25f; }
+
+__device__ __forceinline__ int wl_details_on_line(int c) {
+    const int odd = (c & 1) ? c : c - 1;
+    return odd > 1 ? (odd - 1) / 2 : 0;
+}
+
+// One level of lifting on the line s[base + i * stride], i < c: lift_line().
+__device__ __forceinline__ void wl_lift_line(float* s, int base, int stride, int c) {
+    const int m = wl_details_on_line(c);
+    for (int k = 0; k < m; k++) {
+        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
+        s[base + (2 * k + 1) * stride] = __fsub_rn(s[base + (2 * k + 1) * stride], p);
+    }
+    for (int k = 1; k < m; k++) {
+        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
+                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
+        s[base + 2 * k * stride] = __fadd_rn(s[base + 2 * k * stride], t);
+    }
+}
+
+// Inverse of wl_lift_line: unlift_line().
+__device__ __forceinline__ void wl_unlift_line(float* s, int base, int stride, int c) {
+    const int m = wl_details_on_line(c);
+    for (int k = 1; k < m; k++) {
+        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
+                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
+        s[base + 2 * k * stride] = __fsub_rn(s[base + 2 * k * stride], t);
+    }
+    for (int k = 0; k < m; k++) {
+        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
+        s[base + (2 * k + 1) * stride] = __fadd_rn(s[base + (2 * k + 1) * stride], p);
+    }
+}
+
+// Every line of level l along axis a, spread over the CUDA block's threads; consecutive threads
+// take consecutive coordinates of the next axis, which puts their lines in different shared
+// memory banks (the 2^k + 1 sizes).
+template <bool INVERSE>
+__device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, int a) {
+    const int b = (a + 1) % 3, c = (a + 2) % 3;
+    const int step = 1 << l;
+    const int count = (ext[a] - 1) / step + 1;
+    const int stride = wl_stride_of(a) * step;
+    const int lines = ext[b] * ext[c];
+    for (int t = threadIdx.x; t < lines; t += WL_THREADS) {
+        const int qb = t % ext[b], qc = t / ext[b];
+        if (!wl_approx_before(qb, ext[b], wl_levels_of(b), l) || !wl_approx_before(qc, ext[c], wl_levels_of(c), l)) continue;
+        const int base = qb * wl_stride_of(b) + qc * wl_stride_of(c);
+        if (INVERSE) wl_unlift_line(s, base, stride, count);
+        else wl_lift_line(s, base, stride, count);
+    }
+}
+
+// Forward transform of the block in s (all threads of the CUDA block call it): forward().
+__device__ void wl_forward(float* s, const int ext[3]) {
+    for (int l = 0; l < WL_MAX_LEVELS; l++) {
+        for (int a = 0; a < 3; a++) {
+            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
+                wl_axis_pass<false>(s, ext, l, a);
+                __syncthreads();
+            }
+        }
+    }
+}
+
+// Inverse of wl_forward: inverse().
+__device__ void wl_inverse(float* s, const int ext[3]) {
+    for (int l = WL_MAX_LEVELS - 1; l >= 0; l--) {
+        for (int a = 2; a >= 0; a--) {
+            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
+                wl_axis_pass<true>(s, ext, l, a);
+                __syncthreads();
+            }
+        }
+    }
+}
+
+// Whether a coefficient is kept: Thresholds::keeps() with tau_l = tau * 2^(l+1).
+__device__ __forceinline__ bool wl_keeps(float v, int level, float tau) {
+    return v != 0.0f && (level < 0 || !(fabsf(v) < tau * (float)(2u << level)));
+}
