@@ -305,6 +305,11 @@ fn simd_available() -> bool {
 /// One row of cells for the stepping loop.
 struct RowJob<'a, S> {
     row: usize,
+    /// Cells of the row stepped: `x0..x1`.
+    x0: usize,
+    x1: usize,
+    /// Added (wrapping) to the buffer's coordinates to give the domain's (boundary profiles).
+    off: [usize; 3],
     n3: [usize; 3],
     nn: usize,
     odd: bool,
@@ -336,14 +341,14 @@ unsafe fn row_avx2<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut For
 /// `rd`/`wr` point to the scheme's buffers and no other thread touches this row's slots.
 #[inline(always)]
 unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut Forces) {
-    let RowJob { row, n3, nn, odd, rd, wr, flags, ctx } = *job;
+    let RowJob { row, x0, x1, off, n3, nn, odd, rd, wr, flags, ctx } = *job;
     let (y, z) = (row % n3[1], row / n3[1]);
     let rb = row_bases::<L>(y, z, n3);
     let nx = n3[0];
-    let mut x = 0;
-    while x < nx {
+    let mut x = x0;
+    while x < x1 {
         let n = rb[0] + x;
-        if x >= 1 && x + LANES < nx && flags[n..n + LANES].iter().all(|&f| f == 0) {
+        if x >= 1 && x + LANES < x1 && flags[n..n + LANES].iter().all(|&f| f == 0) {
             let nbr = neighbours::<L>(x, nx, &rb);
             let mut f = [[0.0f32; LANES]; MAX_Q];
             for i in 0..L::Q {
@@ -381,7 +386,8 @@ unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut F
                         }
                     }
                 }
-                update_cell::<L>(&mut f, flag, [x, y, z], |i| flags[nbr[i]], ctx, acc);
+                let pos = [x.wrapping_add(off[0]), y.wrapping_add(off[1]), z.wrapping_add(off[2])];
+                update_cell::<L>(&mut f, flag, pos, |i| flags[nbr[i]], ctx, acc);
                 for i in 0..L::Q {
                     *wr.at(store_slot::<P>(i, n, &nbr, odd, nn)) = S::enc(f[i]);
                 }
@@ -389,6 +395,48 @@ unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut F
         }
         x += 1;
     }
+}
+
+/// One Esoteric-Pull step (FP32) of the cells of a box buffer that carries a one-cell ghost
+/// frame: cells `1..bn[a] - 1` on each axis are updated, the frame is only read and written as
+/// their neighbours' slots. `origin` is the domain position of the first updated cell
+/// (boundary profiles need it); `flags` are the domain's flags of every box cell. The
+/// compressed-subgrid solver steps each subgrid this way, with the same cell update as the
+/// dense solver.
+pub(crate) fn step_box<L: Lat>(
+    buf: &mut [f32],
+    flags: &[u8],
+    bn: [usize; 3],
+    origin: [usize; 3],
+    odd: bool,
+    params: &Params,
+    dom: &Domain,
+) -> Forces {
+    let nn = bn[0] * bn[1] * bn[2];
+    assert!(buf.len() >= L::Q * nn && flags.len() >= nn && bn.iter().all(|&b| b >= 3), "box buffer");
+    let ctx = Ctx { p: params.collide, walls: &params.walls, inlets: &dom.inlets, outlets: &dom.outlets, dims: L::D };
+    let p = Ptr(buf.as_mut_ptr());
+    let off = origin.map(|o| o.wrapping_sub(1));
+    let rows: Vec<usize> = (1..bn[2] - 1).flat_map(|z| (1..bn[1] - 1).map(move |y| y + bn[1] * z)).collect();
+    let simd = simd_available();
+    rows.into_par_iter()
+        .fold(
+            || [[0.0f64; 3]; 16],
+            |mut acc, row| {
+                let job = RowJob { row, x0: 1, x1: bn[0] - 1, off, n3: bn, nn, odd, rd: p, wr: p, flags, ctx: &ctx };
+                // SAFETY: Esoteric Pull maps concurrent cells to disjoint slots; cells of the
+                // frame are not updated, and every updated cell's neighbours lie in the box.
+                unsafe {
+                    if simd {
+                        row_avx2::<L, f32, EP>(&job, &mut acc);
+                    } else {
+                        row_kernel::<L, f32, EP>(&job, &mut acc);
+                    }
+                }
+                acc
+            },
+        )
+        .reduce(|| [[0.0f64; 3]; 16], add_forces)
 }
 
 /// The CPU solver for one velocity set and storage format.
@@ -446,6 +494,22 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             s.scatter_raw(n, &raw);
         }
         s
+    }
+
+    /// The streaming scheme.
+    pub(crate) fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The raw DDF storage of the current state (`F[i * cells + n]` for the in-place schemes).
+    pub(crate) fn state(&self) -> &[S] {
+        &self.buf[self.cur]
+    }
+
+    /// Forces on the obstacles in the last step.
+    #[cfg(test)]
+    pub(crate) fn forces_ref(&self) -> &Forces {
+        &self.last_forces
     }
 
     fn ctx(&self) -> Ctx<'_> {
@@ -549,7 +613,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             .fold(
                 || [[0.0f64; 3]; 16],
                 |mut acc, row| {
-                    let job = RowJob { row, n3, nn, odd, rd, wr, flags, ctx: &ctx };
+                    let job = RowJob { row, x0: 0, x1: n3[0], off: [0; 3], n3, nn, odd, rd, wr, flags, ctx: &ctx };
                     // SAFETY: the scheme maps concurrent cells to disjoint slots inside the
                     // buffers; the AVX2 path is only taken where the CPU has AVX2 and FMA.
                     unsafe {

@@ -4,3 +4,4 @@ pub mod cpu;
 pub mod cuda;
 pub mod cuda_compress;
 mod ghost;
+pub mod subgrid;
