@@ -214,6 +214,8 @@ pub fn render_picture_with(
     for id in &out.textures_delta.free {
         renderer.free_texture(id);
     }
+    // Applied above; epaint asserts (in debug builds) that no delta is dropped unapplied.
+    out.textures_delta.clear();
     let bytes = read_texture(device, queue, &target, size).context("reading the picture back from the GPU failed")?;
     image::RgbaImage::from_raw(size[0], size[1], bytes).context("picture of the wrong size")
 }
