@@ -3,13 +3,14 @@
 
 use super::camera::Camera;
 use super::colormap::ColorMap;
-use super::render::{IsoView, MeshStats, ViewParams};
+use super::render::{IsoView, MeshStats, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
 use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, ISO_FIELDS};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
 use glam::Vec3;
+use sim_core::bricks::BrickClass;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
 use sim_core::lattice::Lattice;
@@ -55,6 +56,8 @@ pub struct ViewSettings {
     pub solids: bool,
     /// Brick overlay on the slices.
     pub bricks: bool,
+    /// Outlines of the boundary and all-solid bricks (3D).
+    pub brick_outlines: bool,
 }
 
 impl ViewSettings {
@@ -74,6 +77,7 @@ impl ViewSettings {
             iso_thresholds: [default_iso_threshold(FieldKind::Vorticity), default_iso_threshold(FieldKind::Q)],
             solids: true,
             bricks: false,
+            brick_outlines: false,
         }
     }
 
@@ -661,6 +665,7 @@ impl ViewerApp {
             iso_thresholds: old.iso_thresholds,
             solids: old.solids,
             bricks: old.bricks,
+            brick_outlines: old.brick_outlines,
             ..ViewSettings::new(n)
         };
         self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding));
@@ -702,6 +707,7 @@ impl ViewerApp {
             iso,
             solids: self.view.solids && three_d,
             bricks: self.view.bricks,
+            outlines: self.view.brick_outlines && three_d,
         }
     }
 
@@ -740,7 +746,7 @@ impl ViewerApp {
         if let Some(iso) = self.view_params().iso {
             l.iso = Some(IsoLegend { kind: iso.kind, threshold: iso.threshold, color_range: iso.color_range, note: self.iso_note() });
         }
-        if self.view.bricks {
+        if self.view.bricks || (self.view.brick_outlines && !self.is_2d()) {
             l.bricks = self.snap.as_ref().map(|s| BrickLegend::of(&s.bricks));
         }
         l
@@ -1186,6 +1192,29 @@ impl ViewerApp {
                     "bricks of {}x{}x{}: {} all solid, {} plain fluid, {} boundary",
                     b.brick[0], b.brick[1], b.brick[2], b.counts[0], b.counts[1], b.counts[2]
                 ));
+            }
+        }
+        if !self.is_2d() {
+            ui.checkbox(&mut self.view.brick_outlines, "brick outlines (3D)").on_hover_text(
+                "the boundary and all-solid bricks as boxes in their class colour; plain fluid bricks are left to the slice overlay",
+            );
+            if self.view.brick_outlines {
+                if let Some(s) = &self.snap {
+                    let counts = BrickLegend::of(&s.bricks).counts;
+                    let total = counts[BrickClass::Boundary as usize] + counts[BrickClass::Solid as usize];
+                    let drawn = total.min(MAX_BRICK_OUTLINES);
+                    ui.label(format!(
+                        "{drawn} boxes: {} boundary, {} all solid",
+                        counts[BrickClass::Boundary as usize],
+                        counts[BrickClass::Solid as usize]
+                    ));
+                    if drawn < total {
+                        ui.colored_label(
+                            Color32::from_rgb(255, 170, 60),
+                            format!("outlines capped: {drawn} of {total} bricks drawn (evenly thinned, boundary bricks first)"),
+                        );
+                    }
+                }
             }
         }
     }

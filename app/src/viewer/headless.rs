@@ -3,7 +3,7 @@
 
 use super::app::{auto_range, default_cmap, legend_texture};
 use super::camera::Camera;
-use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, ViewParams};
+use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, OutlineBox, ViewParams};
 use super::worker::{fluid_min_max, solid_mask};
 use super::{legend_ui, BrickLegend, IsoLegend, LegendInfo, ViewSpec};
 use anyhow::Context as _;
@@ -72,13 +72,15 @@ pub struct PictureData<'a> {
     pub iso: Option<(FieldKind, &'a [f32], &'a [f32])>,
     /// Brick classes for the overlay.
     pub bricks: Option<&'a BrickMap>,
+    /// Boxes to outline (drawn where the view's `outlines` is on).
+    pub outlines: Option<&'a [OutlineBox]>,
 }
 
 impl<'a> PictureData<'a> {
     /// A field and its solid mask alone.
     #[must_use]
     pub fn field(n: [usize; 3], values: &'a [f32], solid: &'a [u8]) -> PictureData<'a> {
-        PictureData { n, values, solid, iso: None, bricks: None }
+        PictureData { n, values, solid, iso: None, bricks: None, outlines: None }
     }
 }
 
@@ -102,6 +104,9 @@ pub fn draw_offscreen(
     }
     if let Some(b) = data.bricks {
         fr.upload_bricks(device, queue, b)?;
+    }
+    if let Some(o) = data.outlines {
+        fr.set_outlines(device, queue, o);
     }
     // A surface too large for its first buffer grows (at most ~10 times to the device's limit).
     for _ in 0..12 {
@@ -250,6 +255,7 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     let mut params = ViewParams::plain(cmap, range, slices, [true; 3], Camera::default());
     params.solids = spec.solids.unwrap_or(true) && three_d;
     params.bricks = spec.bricks;
+    params.outlines = spec.brick_outlines && three_d;
     let mut legend = LegendInfo::field(spec.field, cmap, range, spec.range.is_none());
     // The isosurface: its field and |u| (the slices' own field where it is one of them).
     let iso = spec.iso.filter(|_| three_d).map(|(kind, threshold)| {
@@ -262,13 +268,21 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
         eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
     }
     params.iso = iso.as_ref().map(|(v, _, _)| *v);
-    let bricks = spec.bricks.then(|| solver.bricks());
+    let bricks = (spec.bricks || params.outlines).then(|| solver.bricks());
     if let Some(b) = &bricks {
         legend.bricks = Some(BrickLegend::of(b));
     }
+    let outlines = bricks.as_ref().filter(|_| params.outlines).map(|b| {
+        let o = super::render::brick_outlines(b, n, super::render::MAX_BRICK_OUTLINES);
+        if o.capped() {
+            eprintln!("note: brick outlines capped: {} of {} bricks drawn", o.boxes.len(), o.total);
+        }
+        o.boxes
+    });
     let data = PictureData {
         iso: iso.as_ref().map(|(v, i, s)| (v.kind, i.as_slice(), s.as_slice())),
         bricks: bricks.as_ref(),
+        outlines: outlines.as_deref(),
         ..PictureData::field(n, &values, &solid)
     };
     let size = spec.size.unwrap_or_else(|| default_size(n));

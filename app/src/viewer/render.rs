@@ -1,7 +1,7 @@
 //! The field renderer: slice planes of a scalar field (with the brick overlay), isosurfaces and
-//! solid obstacles as surfaces (marching cubes in a compute shader), and the domain box, drawn
-//! with wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it
-//! back).
+//! solid obstacles as surfaces (marching cubes in a compute shader), the domain box and outlines
+//! of boxes (the solver's bricks now; later compressed subgrids and refined blocks), drawn with
+//! wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it back).
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
@@ -34,6 +34,11 @@ const VERTEX_BYTES: u64 = 16;
 const MAX_VERTEX_BUFFER: u64 = 1 << 30;
 /// First size of a vertex buffer (vertices, a multiple of 3); it grows when a surface needs more.
 const FIRST_CAPACITY: u32 = (1 << 20) / 3 * 3;
+/// Most boxes [`FieldRenderer::set_outlines`] keeps (32 bytes each: 8 MiB of instances).
+pub const MAX_OUTLINES: usize = 1 << 18;
+/// Most brick outlines the viewer draws: a 512^3 channel has 16k boundary bricks along its four
+/// walls; far more than that is a mesh of lines, not a picture.
+pub const MAX_BRICK_OUTLINES: usize = 1 << 14;
 
 /// GPU-side structs. Keep in sync with `shaders/field.wgsl` and `shaders/marching_cubes.wgsl`.
 pub mod gpu_data {
@@ -79,6 +84,82 @@ pub mod gpu_data {
         pub pad: u32,
     }
     const _: () = assert!(std::mem::size_of::<McParams>() == 32);
+
+    /// One outline box: the instance vertex attributes of `vs_outline` in field.wgsl.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Pod, Zeroable)]
+    pub struct OutlineInstance {
+        /// Lower corner (cells, world space).
+        pub min: [f32; 3],
+        /// Upper corner.
+        pub max: [f32; 3],
+        /// Colour: sRGB bytes and alpha (read as `Unorm8x4`).
+        pub color: [u8; 4],
+        /// Padding.
+        pub pad: u32,
+    }
+    const _: () = assert!(std::mem::size_of::<OutlineInstance>() == 32);
+}
+
+/// An axis-aligned box drawn as its 12 edges in the 3D view (see [`FieldRenderer::set_outlines`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutlineBox {
+    /// Lower corner in cell units (world space: cell (x, y, z) fills [x, x+1] x ...).
+    pub min: [f32; 3],
+    /// Upper corner in cell units.
+    pub max: [f32; 3],
+    /// Colour: sRGB bytes and alpha (alpha below 255 blends over what is behind).
+    pub color: [u8; 4],
+}
+
+/// The outlines of a brick map's bricks, as [`brick_outlines`] makes them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BrickOutlines {
+    /// The boxes to draw.
+    pub boxes: Vec<OutlineBox>,
+    /// Bricks that would be outlined without the cap (boundary and all-solid ones).
+    pub total: usize,
+}
+
+impl BrickOutlines {
+    /// Whether bricks were left out to stay under the cap.
+    #[must_use]
+    pub fn capped(&self) -> bool {
+        self.boxes.len() < self.total
+    }
+}
+
+/// Outlines of the boundary bricks and the all-solid bricks of `map` (a domain of `size` cells),
+/// coloured as in the overlay ([`BRICK_COLORS`]). Plain fluid bricks are left to the slices'
+/// tint: they fill most of a large domain, and their outlines would hide everything else.
+/// At most `max` boxes: boundary bricks first, then solid ones in the room left; a class that
+/// does not fit is thinned evenly over the domain (every k-th brick), not cut at one end.
+#[must_use]
+pub fn brick_outlines(map: &BrickMap, size: [usize; 3], max: usize) -> BrickOutlines {
+    let of = |c: BrickClass| -> Vec<usize> { (0..map.class.len()).filter(|&i| map.class[i] == c).collect() };
+    let (boundary, solid) = (of(BrickClass::Boundary), of(BrickClass::Solid));
+    let total = boundary.len() + solid.len();
+    let thin = |ids: &[usize], room: usize| -> Vec<usize> {
+        if ids.len() <= room {
+            ids.to_vec()
+        } else {
+            (0..room).map(|j| ids[j * ids.len() / room]).collect()
+        }
+    };
+    let keep_b = thin(&boundary, max);
+    let keep_s = thin(&solid, max - keep_b.len());
+    let boxes = keep_b
+        .iter()
+        .chain(&keep_s)
+        .map(|&id| {
+            let c = map.coords(id);
+            let k = BRICK_COLORS[map.class[id] as usize];
+            let lo = [0, 1, 2].map(|a| (c[a] * map.brick[a]).min(size[a]));
+            let hi = [0, 1, 2].map(|a| ((c[a] + 1) * map.brick[a]).min(size[a]));
+            OutlineBox { min: lo.map(|v| v as f32), max: hi.map(|v| v as f32), color: [k[0], k[1], k[2], 255] }
+        })
+        .collect();
+    BrickOutlines { boxes, total }
 }
 
 /// The isosurface to draw.
@@ -111,13 +192,15 @@ pub struct ViewParams {
     pub solids: bool,
     /// Brick overlay on the slices.
     pub bricks: bool,
+    /// The outline boxes of [`FieldRenderer::set_outlines`] (3D).
+    pub outlines: bool,
 }
 
 impl ViewParams {
-    /// Slices and box only: no isosurface, no solid surfaces, no overlay.
+    /// Slices and box only: no isosurface, no solid surfaces, no overlay, no outlines.
     #[must_use]
     pub fn plain(cmap: ColorMap, range: (f32, f32), slices: [usize; 3], show: [bool; 3], camera: Camera) -> ViewParams {
-        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false }
+        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false, outlines: false }
     }
 }
 
@@ -323,6 +406,10 @@ pub struct FieldRenderer {
     box_pipeline: wgpu::RenderPipeline,
     iso_pipeline: wgpu::RenderPipeline,
     solid_pipeline: wgpu::RenderPipeline,
+    outline_pipeline: wgpu::RenderPipeline,
+    /// Instances of the outline boxes (grown to a power of two) and how many are drawn.
+    outlines: Option<wgpu::Buffer>,
+    outline_count: u32,
     layout: wgpu::BindGroupLayout,
     globals: wgpu::Buffer,
     lut_view: wgpu::TextureView,
@@ -457,30 +544,51 @@ impl FieldRenderer {
             step_mode: wgpu::VertexStepMode::Vertex,
             attributes: &[wgpu::VertexAttribute { format: wgpu::VertexFormat::Uint32x4, offset: 0, shader_location: 0 }],
         })];
-        let pipeline =
-            |label: &str, vs: &str, fs: &str, topology: wgpu::PrimitiveTopology, buffers: &[Option<wgpu::VertexBufferLayout>]| {
-                device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                    label: Some(label),
-                    layout: Some(&pipeline_layout),
-                    vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers },
-                    primitive: wgpu::PrimitiveState { topology, ..Default::default() },
-                    depth_stencil: Some(depth.clone()),
-                    multisample: wgpu::MultisampleState::default(),
-                    fragment: Some(wgpu::FragmentState {
-                        module: &module,
-                        entry_point: Some(fs),
-                        compilation_options: Default::default(),
-                        targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend: None, write_mask: wgpu::ColorWrites::ALL })],
-                    }),
-                    multiview_mask: None,
-                    cache: None,
-                })
-            };
+        let outline_attrs = wgpu::vertex_attr_array![0 => Float32x3, 1 => Float32x3, 2 => Unorm8x4];
+        let outline_layout = [Some(wgpu::VertexBufferLayout {
+            array_stride: std::mem::size_of::<gpu_data::OutlineInstance>() as u64,
+            step_mode: wgpu::VertexStepMode::Instance,
+            attributes: &outline_attrs,
+        })];
+        // Outlines blend by their alpha; the view's alpha stays 1.
+        let blend = wgpu::BlendState {
+            color: wgpu::BlendComponent {
+                src_factor: wgpu::BlendFactor::SrcAlpha,
+                dst_factor: wgpu::BlendFactor::OneMinusSrcAlpha,
+                operation: wgpu::BlendOperation::Add,
+            },
+            alpha: wgpu::BlendComponent::OVER,
+        };
+        let pipeline = |label: &str,
+                        vs: &str,
+                        fs: &str,
+                        topology: wgpu::PrimitiveTopology,
+                        buffers: &[Option<wgpu::VertexBufferLayout>],
+                        blend: Option<wgpu::BlendState>| {
+            device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                label: Some(label),
+                layout: Some(&pipeline_layout),
+                vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers },
+                primitive: wgpu::PrimitiveState { topology, ..Default::default() },
+                depth_stencil: Some(depth.clone()),
+                multisample: wgpu::MultisampleState::default(),
+                fragment: Some(wgpu::FragmentState {
+                    module: &module,
+                    entry_point: Some(fs),
+                    compilation_options: Default::default(),
+                    targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend, write_mask: wgpu::ColorWrites::ALL })],
+                }),
+                multiview_mask: None,
+                cache: None,
+            })
+        };
         let tri = wgpu::PrimitiveTopology::TriangleList;
-        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", tri, &[]);
-        let box_pipeline = pipeline("box", "vs_box", "fs_box", wgpu::PrimitiveTopology::LineList, &[]);
-        let iso_pipeline = pipeline("isosurface", "vs_iso", "fs_surface", tri, &vertex_layout);
-        let solid_pipeline = pipeline("solid surface", "vs_solid", "fs_surface", tri, &vertex_layout);
+        let lines = wgpu::PrimitiveTopology::LineList;
+        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", tri, &[], None);
+        let box_pipeline = pipeline("box", "vs_box", "fs_box", lines, &[], None);
+        let iso_pipeline = pipeline("isosurface", "vs_iso", "fs_surface", tri, &vertex_layout, None);
+        let solid_pipeline = pipeline("solid surface", "vs_solid", "fs_surface", tri, &vertex_layout, None);
+        let outline_pipeline = pipeline("outlines", "vs_outline", "fs_outline", lines, &outline_layout, Some(blend));
         let globals = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("field globals"),
             size: std::mem::size_of::<gpu_data::FieldGlobals>() as u64,
@@ -523,6 +631,9 @@ impl FieldRenderer {
             box_pipeline,
             iso_pipeline,
             solid_pipeline,
+            outline_pipeline,
+            outlines: None,
+            outline_count: 0,
             layout,
             globals,
             lut_view,
@@ -828,6 +939,31 @@ impl FieldRenderer {
         Ok(())
     }
 
+    /// The boxes to outline in the 3D view when [`ViewParams::outlines`] is on: a generic list
+    /// (the solver's bricks by class now; compressed subgrids by compression ratio and refined
+    /// blocks by level later), drawn as 12 edges each, one instance per box, depth-tested against
+    /// the slices and surfaces. Kept until set again; at most [`MAX_OUTLINES`] boxes (the first
+    /// ones). Returns how many are kept.
+    pub fn set_outlines(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, boxes: &[OutlineBox]) -> usize {
+        let kept = boxes.len().min(MAX_OUTLINES);
+        let data: Vec<gpu_data::OutlineInstance> =
+            boxes[..kept].iter().map(|b| gpu_data::OutlineInstance { min: b.min, max: b.max, color: b.color, pad: 0 }).collect();
+        let bytes = std::mem::size_of_val(data.as_slice()) as u64;
+        if self.outlines.as_ref().is_none_or(|b| b.size() < bytes) {
+            self.outlines = Some(device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("outline boxes"),
+                size: bytes.next_power_of_two().max(1024),
+                usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        if let Some(b) = self.outlines.as_ref().filter(|_| kept > 0) {
+            queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
+        }
+        self.outline_count = kept as u32;
+        kept
+    }
+
     /// The view texture (created by [`FieldRenderer::render`]).
     #[must_use]
     pub fn target(&self) -> Option<(&wgpu::Texture, &wgpu::TextureView)> {
@@ -971,6 +1107,11 @@ impl FieldRenderer {
         if !is_2d {
             pass.set_pipeline(&self.box_pipeline);
             pass.draw(0..24, 0..1);
+            if let Some(b) = self.outlines.as_ref().filter(|_| p.outlines && self.outline_count > 0) {
+                pass.set_pipeline(&self.outline_pipeline);
+                pass.set_vertex_buffer(0, b.slice(..));
+                pass.draw(0..24, 0..self.outline_count);
+            }
         }
         reallocated
     }

@@ -105,6 +105,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
             app.view.solids = on;
         }
         app.view.bricks = s.bricks;
+        app.view.brick_outlines = s.brick_outlines;
     }
     let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
     let mut shell = Shell {
@@ -306,6 +307,8 @@ impl Shell {
                             if let Err(e) = g.field.upload_bricks(device, queue, &snap.bricks) {
                                 problems.push(format!("brick overlay: {e}"));
                             }
+                            let outlines = super::render::brick_outlines(&snap.bricks, snap.size, super::render::MAX_BRICK_OUTLINES);
+                            g.field.set_outlines(device, queue, &outlines.boxes);
                         }
                     }
                     Err(e) => problems.push(e.to_string()),
