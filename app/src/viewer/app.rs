@@ -3,6 +3,7 @@
 
 use super::camera::Camera;
 use super::colormap::ColorMap;
+use super::gpu_timer::{self, GpuTiming};
 use super::render::{IsoView, MeshStats, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
 use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, ISO_FIELDS};
@@ -283,6 +284,8 @@ pub struct ViewerApp {
     pub iso_stats: Option<MeshStats>,
     /// Triangles of the solid surfaces last made.
     pub solid_stats: Option<MeshStats>,
+    /// GPU times of the view (from the shell's renderer).
+    pub gpu_timing: GpuTiming,
     /// Whether the shell's GPU can make surfaces (compute shaders).
     pub surfaces_supported: bool,
     iso_text: String,
@@ -332,6 +335,7 @@ impl ViewerApp {
             status: None,
             iso_stats: None,
             solid_stats: None,
+            gpu_timing: GpuTiming::Unknown,
             surfaces_supported: true,
             iso_text: String::new(),
             iso_text_focused: false,
@@ -1250,6 +1254,12 @@ impl ViewerApp {
                 ),
             );
             row("  render", format!("{:.2} ms", t.render_secs * 1e3));
+            if self.gpu_timing != GpuTiming::Unknown {
+                // GPU timestamps, read a frame or more late; each span's last frame that had it
+                // (a frame without new data copies nothing and makes no surface).
+                let line = gpu_timer::summary(&self.gpu_timing, |t, s| t.last_ms[s as usize]);
+                row("  GPU", line.strip_prefix("GPU: ").map_or(line.clone(), str::to_string));
+            }
             row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
             let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };

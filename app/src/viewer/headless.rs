@@ -22,11 +22,21 @@ pub struct Gpu {
     pub adapter: String,
 }
 
-/// Find any adapter (a software one such as lavapipe is fine) and open a device on it.
+/// Find any adapter (a software one such as lavapipe is fine) and open a device on it, with GPU
+/// timestamps where the adapter has them.
 ///
 /// # Errors
 /// No adapter, or the device could not be opened; the message says what to install.
 pub fn gpu() -> Result<Gpu, String> {
+    gpu_with(true)
+}
+
+/// As [`gpu`]; `timestamps` false opens the device without timestamp queries (tests of the
+/// path where an adapter lacks them).
+///
+/// # Errors
+/// As [`gpu`].
+pub fn gpu_with(timestamps: bool) -> Result<Gpu, String> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY | wgpu::Backends::GL),
         flags: wgpu::InstanceFlags::from_build_config().with_env(),
@@ -50,6 +60,7 @@ pub fn gpu() -> Result<Gpu, String> {
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("esoflow offscreen"),
         required_limits: limits,
+        required_features: if timestamps { super::gpu_timer::wanted_features(adapter.features()) } else { wgpu::Features::empty() },
         ..Default::default()
     }))
     .map_err(|e| format!("cannot open the GPU device {}: {e}", info.name))?;
@@ -420,6 +431,7 @@ pub fn render_bench(
         };
         let tu = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
+        fr.begin_gpu_frame();
         let uploaded =
             super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
                 .map_err(anyhow::Error::msg)?;
@@ -434,6 +446,7 @@ pub fn render_bench(
             IsoView { kind, threshold, color_range }
         });
         fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
+        fr.end_gpu_frame(&mut enc);
         gpu.queue.submit([enc.finish()]);
         uploaded.release(&gpu.queue);
         gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
@@ -445,6 +458,7 @@ pub fn render_bench(
             None => {
                 first = Some((done, snap.step));
                 t_end = done + Duration::from_secs_f64(secs);
+                fr.reset_gpu_totals();
             }
             Some(_) => {
                 frames += 1;
@@ -477,6 +491,15 @@ pub fn render_bench(
         size[0],
         size[1]
     );
+    // GPU timestamps: means over the frames timed (that had the span).
+    let timing = fr.gpu_timing();
+    let gpu_line = super::gpu_timer::summary(&timing, super::gpu_timer::GpuTimes::mean_ms);
+    match (&timing, gpu_line.strip_prefix("GPU: ")) {
+        (super::gpu_timer::GpuTiming::Times(t), Some(spans)) => {
+            println!("GPU per frame: {spans} (timestamps, means over {} frames; {} not timed)", t.frames, t.dropped);
+        }
+        _ => println!("{gpu_line}"),
+    }
     println!("MLUPS alone:          {alone:.1}");
     println!("MLUPS while drawing:  {drawing:.1} ({:+.1} %)", (drawing / alone - 1.0) * 100.0);
     Ok(std::process::ExitCode::SUCCESS)

@@ -13,6 +13,7 @@ pub mod app;
 pub mod camera;
 pub mod colormap;
 pub mod frames;
+pub mod gpu_timer;
 pub mod headless;
 pub mod interop;
 pub mod mc;

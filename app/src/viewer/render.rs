@@ -5,6 +5,7 @@
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
+use super::gpu_timer::{GpuSpan, GpuTimer, GpuTiming};
 use bytemuck::{Pod, Zeroable};
 use sim_core::bricks::{BrickClass, BrickMap};
 use sim_core::fields::FieldKind;
@@ -307,6 +308,7 @@ impl Mesh {
         threshold: f32,
         stride: u32,
         key: MeshKey,
+        timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) {
         let verts = self.verts.get_or_insert_with(|| {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -341,8 +343,7 @@ impl Mesh {
         });
         encoder.clear_buffer(&self.counter, 0, None);
         {
-            let mut pass =
-                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes });
             pass.set_bind_group(0, &bind_group, &[]);
             pass.set_pipeline(&mc.emit);
             let groups = |a: usize| (size[a].saturating_sub(1) as u32 / stride).div_ceil(4).max(1);
@@ -425,6 +426,8 @@ pub struct FieldRenderer {
     redraw: bool,
     field: Option<FieldTextures>,
     target: Option<Target>,
+    /// GPU timestamps of the frames (where the device has them).
+    timer: Option<GpuTimer>,
 }
 
 /// Errors the renderer reports (shown in the window).
@@ -648,6 +651,7 @@ impl FieldRenderer {
             redraw: false,
             field: None,
             target: None,
+            timer: GpuTimer::new(device, queue),
         }
     }
 
@@ -905,10 +909,14 @@ impl FieldRenderer {
                 wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
             );
         };
-        copy(encoder, field, &f.field);
-        if let (Some((kind, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) {
+        let iso_copied = GpuTimer::encoder_span(self.timer.as_mut(), encoder, GpuSpan::Copy, |encoder| {
+            copy(encoder, field, &f.field);
+            let (Some((_, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) else { return false };
             copy(encoder, ip, t);
             copy(encoder, sp, s);
+            true
+        });
+        if let (true, Some((kind, _, _))) = (iso_copied, iso) {
             self.iso_kind = Some(kind);
             self.iso_serial += 1;
         }
@@ -974,13 +982,47 @@ impl FieldRenderer {
     /// block until they are in). A buffer that was too small grows and the view must be drawn
     /// again: see [`FieldRenderer::needs_redraw`].
     pub fn poll(&mut self, device: &wgpu::Device, wait: bool) {
-        let pending = [&self.iso_mesh, &self.solid_mesh].iter().any(|m| m.as_ref().is_some_and(|m| m.readback.is_some()));
+        let pending = [&self.iso_mesh, &self.solid_mesh].iter().any(|m| m.as_ref().is_some_and(|m| m.readback.is_some()))
+            || self.timer.as_ref().is_some_and(GpuTimer::pending);
         if !pending {
             return;
         }
         let _ = device.poll(if wait { wgpu::PollType::wait_indefinitely() } else { wgpu::PollType::Poll });
         for m in [&mut self.iso_mesh, &mut self.solid_mesh].into_iter().flatten() {
             self.redraw |= m.take_count();
+        }
+        if let Some(t) = self.timer.as_mut() {
+            t.collect();
+        }
+    }
+
+    /// Start timing a frame on the GPU: the copies of [`FieldRenderer::upload_from_buffer`],
+    /// the marching cubes and the draw of [`FieldRenderer::render`] that go into one encoder,
+    /// ended by [`FieldRenderer::end_gpu_frame`]. Work outside such a frame is not timed.
+    pub fn begin_gpu_frame(&mut self) {
+        if let Some(t) = self.timer.as_mut() {
+            t.begin_frame();
+        }
+    }
+
+    /// End the frame begun by [`FieldRenderer::begin_gpu_frame`]: call right before submitting
+    /// `encoder`. Its times come in with a later [`FieldRenderer::poll`] (never waited for).
+    pub fn end_gpu_frame(&mut self, encoder: &mut wgpu::CommandEncoder) {
+        if let Some(t) = self.timer.as_mut() {
+            t.end_frame(encoder);
+        }
+    }
+
+    /// GPU times measured so far, or that the adapter has no timestamps.
+    #[must_use]
+    pub fn gpu_timing(&self) -> GpuTiming {
+        self.timer.as_ref().map_or(GpuTiming::Unsupported, |t| GpuTiming::Times(t.times()))
+    }
+
+    /// Start the GPU times' sums again (the bench leaves out its first frame).
+    pub fn reset_gpu_totals(&mut self) {
+        if let Some(t) = self.timer.as_mut() {
+            t.reset_totals();
         }
     }
 
@@ -1063,7 +1105,7 @@ impl FieldRenderer {
                 depth_ops: Some(wgpu::Operations { load: wgpu::LoadOp::Clear(1.0), store: wgpu::StoreOp::Discard }),
                 stencil_ops: None,
             }),
-            timestamp_writes: None,
+            timestamp_writes: self.timer.as_mut().and_then(|t| t.render_writes(GpuSpan::Draw)),
             occlusion_query_set: None,
             multiview_mask: None,
         });
@@ -1135,7 +1177,8 @@ impl FieldRenderer {
             if self.iso_kind == Some(iso.kind) && iso.threshold.is_finite() {
                 let key = MeshKey { data: self.iso_serial, threshold: iso.threshold.to_bits() };
                 if mesh.key != Some(key) {
-                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key);
+                    let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
+                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key, tw);
                 }
                 draw.0 = true;
             }
@@ -1143,7 +1186,8 @@ impl FieldRenderer {
         if let (true, Some(mesh)) = (p.solids, self.solid_mesh.as_mut()) {
             let key = MeshKey { data: self.solid_serial, threshold: 0 };
             if mesh.key != Some(key) {
-                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key);
+                let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
+                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key, tw);
             }
             draw.1 = true;
         }

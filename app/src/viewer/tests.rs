@@ -554,6 +554,86 @@ fn brick_outlines_take_boundary_and_solid_bricks_and_cap_evenly() {
     assert_eq!((o.boxes[0].min[2], o.boxes[1].min[2]), (0.0, 8.0), "{:?}", o.boxes);
 }
 
+#[test]
+fn gpu_times_are_finite_where_supported_and_reported_where_not() {
+    use super::gpu_timer::{summary, GpuSpan, GpuTiming};
+    // With the adapter's timestamps, then a device opened without them (the unsupported path
+    // runs everywhere, whatever the adapter has).
+    for timestamps in [true, false] {
+        let gpu = match headless::gpu_with(timestamps) {
+            Ok(g) => g,
+            Err(e) => {
+                assert!(std::env::var("ESOFLOW_REQUIRE_ADAPTER").as_deref() != Ok("1"), "ESOFLOW_REQUIRE_ADAPTER=1 but {e}");
+                eprintln!("skipping gpu_times_are_finite_where_supported_and_reported_where_not: {e}");
+                return;
+            }
+        };
+        let (dev, queue) = (&gpu.device, &gpu.queue);
+        let supported = dev.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let (n, values, speed) = ball();
+        // The frame in a GPU buffer as a shared one would be (the field, the surface's field,
+        // the speed), so the copies run on the GPU as on the shared path.
+        let layout = sim_core::frame::FrameLayout::new(n, 3, super::frames::SHARED_ROW_ALIGN);
+        let mut floats = vec![0.0f32; layout.floats()];
+        for c in 0..values.len() {
+            floats[layout.index(1, c)] = values[c];
+            floats[layout.index(2, c)] = speed[c];
+        }
+        let buffer = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("frame"),
+            size: layout.bytes() as u64,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&floats));
+        let solid = vec![0u8; values.len()];
+        let mut fr = FieldRenderer::new(dev, queue);
+        let p = iso_params(ColorMap::Viridis, 6.0);
+        // A few frames, each with new data (copies, marching cubes, draw); never waiting.
+        for k in 0..5 {
+            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            fr.begin_gpu_frame();
+            let iso = Some((FieldKind::Vorticity, 1, 2));
+            fr.upload_from_buffer(dev, queue, &mut enc, &buffer, &layout, 0, iso, (k == 0).then_some(solid.as_slice())).expect("upload");
+            fr.render(dev, queue, &mut enc, [96, 64], &p);
+            fr.end_gpu_frame(&mut enc);
+            queue.submit([enc.finish()]);
+            fr.poll(dev, false);
+        }
+        fr.poll(dev, true);
+        let timing = fr.gpu_timing();
+        match timing {
+            GpuTiming::Times(t) => {
+                assert!(supported && timestamps, "times without the feature");
+                assert!(t.frames >= 1, "{t:?}");
+                for s in GpuSpan::ALL {
+                    let Some(ms) = t.last_ms[s as usize] else {
+                        assert!(s == GpuSpan::Copy && !t.copies_timed, "{} not timed: {t:?}", s.name());
+                        continue;
+                    };
+                    assert!(ms.is_finite() && ms >= 0.0, "{}: {ms} ms", s.name());
+                    let mean = t.mean_ms(s).expect("a mean where there is a last time");
+                    assert!(mean.is_finite() && mean >= 0.0);
+                }
+                assert!(t.frames + t.dropped == 5, "{t:?}");
+                let line = summary(&timing, |t, s| t.last_ms[s as usize]);
+                assert!(line.starts_with("GPU: copy") && line.contains("draw"), "{line}");
+                eprintln!("{} ({}): {line}", gpu.adapter, if t.copies_timed { "copies timed" } else { "copies not timed" });
+            }
+            GpuTiming::Unsupported => {
+                assert!(!timestamps || !supported, "the adapter has timestamps but none were taken");
+                assert_eq!(summary(&timing, |t, s| t.last_ms[s as usize]), "GPU times: not supported by this adapter");
+            }
+            GpuTiming::Unknown => panic!("a renderer always knows"),
+        }
+        // The view was drawn either way (timestamps change nothing in the picture).
+        let (tex, _) = fr.target().expect("target");
+        let img = read_texture(dev, queue, tex, [96, 64]).expect("read back");
+        let c = Camera::default().project(n, [96, 64], false, [16.0; 3]).expect("in front");
+        assert_ne!(px(&img, 96, c[0] as u32, c[1] as u32), background(), "the ball's surface at the centre");
+    }
+}
+
 // ---- UI driven headless -------------------------------------------------------------------
 
 const SMALL_SCENE: &str = r#"
@@ -843,6 +923,23 @@ fn ui_isosurface_toggle_field_and_threshold() {
     h.step();
     assert!(h.state().view_params().outlines);
     assert!(h.query_by_label_contains("boxes:").is_some());
+}
+
+#[test]
+fn ui_stats_show_gpu_times_or_why_not() {
+    use super::gpu_timer::{GpuTimes, GpuTiming};
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    // No renderer (as here, without a shell): no GPU row.
+    assert!(h.query_by_label_contains("GPU times").is_none() && h.query_by_label_contains("draw ").is_none());
+    h.state_mut().gpu_timing = GpuTiming::Unsupported;
+    h.step();
+    assert!(h.query_by_label("GPU times: not supported by this adapter").is_some());
+    let t = GpuTimes { last_ms: [Some(0.05), None, Some(2.1)], copies_timed: true, ..GpuTimes::default() };
+    h.state_mut().gpu_timing = GpuTiming::Times(t);
+    h.step();
+    assert!(h.query_by_label_contains("copy 0.050 ms, iso none yet, draw 2.100 ms").is_some());
 }
 
 #[test]
