@@ -1,6 +1,6 @@
 // Slice planes of a scalar field, coloured through a lookup table; solid cells grey; the brick
 // overlay on the slices; the isosurface and the solid obstacles' surfaces (vertices made by
-// marching_cubes.wgsl), lit by a headlight; the domain box.
+// marching_cubes.wgsl), lit by a headlight; the domain box; outline boxes (bricks, blocks).
 // 2D scenes draw only the z plane (nz = 1) with an orthographic camera that fits the domain.
 // World space: cell (x, y, z) fills [x, x+1] x [y, y+1] x [z, z+1].
 // Keep `Globals` in sync with `gpu_data::FieldGlobals` in app/src/viewer/render.rs.
@@ -179,28 +179,57 @@ fn fs_surface(in: SurfaceOut) -> @location(0) vec4<f32> {
     return vec4<f32>(in.color * (0.3 + 0.7 * diffuse), 1.0);
 }
 
-// The domain box: 12 edges, 24 vertices, no vertex buffer.
-@vertex
-fn vs_box(@builtin(vertex_index) vi: u32) -> @builtin(position) vec4<f32> {
+// Vertex `vi` (0..24) of the 12 edges of the unit cube, two vertices per edge: edges 0..4 run
+// along x, 4..8 along y, 8..12 along z.
+fn cube_edge_vertex(vi: u32) -> vec3<f32> {
     let edge = vi / 2u;
     let end = f32(vi % 2u);
-    let n = vec3<f32>(g.size.xyz);
-    var p = vec3<f32>(0.0);
     let a = edge / 4u;          // axis the edge runs along
     let k = edge % 4u;          // which of the 4 parallel edges
     let b = f32(k & 1u);
     let c = f32((k >> 1u) & 1u);
     if a == 0u {
-        p = vec3<f32>(end, b, c);
+        return vec3<f32>(end, b, c);
     } else if a == 1u {
-        p = vec3<f32>(b, end, c);
-    } else {
-        p = vec3<f32>(b, c, end);
+        return vec3<f32>(b, end, c);
     }
-    return g.clip_from_world * vec4<f32>(p * n, 1.0);
+    return vec3<f32>(b, c, end);
+}
+
+// The domain box: 12 edges, 24 vertices, no vertex buffer.
+@vertex
+fn vs_box(@builtin(vertex_index) vi: u32) -> @builtin(position) vec4<f32> {
+    return g.clip_from_world * vec4<f32>(cube_edge_vertex(vi) * vec3<f32>(g.size.xyz), 1.0);
 }
 
 @fragment
 fn fs_box() -> @location(0) vec4<f32> {
     return vec4<f32>(0.8, 0.8, 0.8, 1.0);
+}
+
+struct OutlineOut {
+    @builtin(position) clip: vec4<f32>,
+    @location(0) @interpolate(flat) color: vec4<f32>,
+};
+
+// Outline boxes: one instance per box (corners in cells, colour as sRGB bytes read as unorm),
+// 24 vertices each for its 12 edges. Keep the attributes in sync with
+// `gpu_data::OutlineInstance` in app/src/viewer/render.rs.
+@vertex
+fn vs_outline(
+    @builtin(vertex_index) vi: u32,
+    @location(0) lo: vec3<f32>,
+    @location(1) hi: vec3<f32>,
+    @location(2) color: vec4<f32>,
+) -> OutlineOut {
+    var out: OutlineOut;
+    out.clip = g.clip_from_world * vec4<f32>(mix(lo, hi, cube_edge_vertex(vi)), 1.0);
+    out.color = color;
+    return out;
+}
+
+// The colour as it is (gamma-encoded, like the rest of the view); alpha blends (see render.rs).
+@fragment
+fn fs_outline(in: OutlineOut) -> @location(0) vec4<f32> {
+    return in.color;
 }

@@ -46,7 +46,8 @@ pub struct RunArgs {
     pub screenshot: Option<PathBuf>,
     /// The view for --screenshot: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
     /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT, iso=vorticity:T|q:T
-    /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks.
+    /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks (the
+    /// bricks on the slices), outlines=bricks (3D: boundary and all-solid bricks as boxes).
     #[arg(long, value_name = "SPEC", requires = "screenshot")]
     pub view: Option<String>,
 }

@@ -3,13 +3,15 @@
 
 use super::camera::Camera;
 use super::colormap::ColorMap;
-use super::render::{IsoView, MeshStats, ViewParams};
+use super::gpu_timer::{self, GpuTiming};
+use super::render::{IsoView, MeshStats, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
 use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, ISO_FIELDS};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
 use glam::Vec3;
+use sim_core::bricks::BrickClass;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
 use sim_core::lattice::Lattice;
@@ -55,6 +57,8 @@ pub struct ViewSettings {
     pub solids: bool,
     /// Brick overlay on the slices.
     pub bricks: bool,
+    /// Outlines of the boundary and all-solid bricks (3D).
+    pub brick_outlines: bool,
 }
 
 impl ViewSettings {
@@ -74,6 +78,7 @@ impl ViewSettings {
             iso_thresholds: [default_iso_threshold(FieldKind::Vorticity), default_iso_threshold(FieldKind::Q)],
             solids: true,
             bricks: false,
+            brick_outlines: false,
         }
     }
 
@@ -279,6 +284,8 @@ pub struct ViewerApp {
     pub iso_stats: Option<MeshStats>,
     /// Triangles of the solid surfaces last made.
     pub solid_stats: Option<MeshStats>,
+    /// GPU times of the view (from the shell's renderer).
+    pub gpu_timing: GpuTiming,
     /// Whether the shell's GPU can make surfaces (compute shaders).
     pub surfaces_supported: bool,
     iso_text: String,
@@ -328,6 +335,7 @@ impl ViewerApp {
             status: None,
             iso_stats: None,
             solid_stats: None,
+            gpu_timing: GpuTiming::Unknown,
             surfaces_supported: true,
             iso_text: String::new(),
             iso_text_focused: false,
@@ -661,6 +669,7 @@ impl ViewerApp {
             iso_thresholds: old.iso_thresholds,
             solids: old.solids,
             bricks: old.bricks,
+            brick_outlines: old.brick_outlines,
             ..ViewSettings::new(n)
         };
         self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding));
@@ -702,6 +711,7 @@ impl ViewerApp {
             iso,
             solids: self.view.solids && three_d,
             bricks: self.view.bricks,
+            outlines: self.view.brick_outlines && three_d,
         }
     }
 
@@ -740,7 +750,7 @@ impl ViewerApp {
         if let Some(iso) = self.view_params().iso {
             l.iso = Some(IsoLegend { kind: iso.kind, threshold: iso.threshold, color_range: iso.color_range, note: self.iso_note() });
         }
-        if self.view.bricks {
+        if self.view.bricks || (self.view.brick_outlines && !self.is_2d()) {
             l.bricks = self.snap.as_ref().map(|s| BrickLegend::of(&s.bricks));
         }
         l
@@ -1188,6 +1198,29 @@ impl ViewerApp {
                 ));
             }
         }
+        if !self.is_2d() {
+            ui.checkbox(&mut self.view.brick_outlines, "brick outlines (3D)").on_hover_text(
+                "the boundary and all-solid bricks as boxes in their class colour; plain fluid bricks are left to the slice overlay",
+            );
+            if self.view.brick_outlines {
+                if let Some(s) = &self.snap {
+                    let counts = BrickLegend::of(&s.bricks).counts;
+                    let total = counts[BrickClass::Boundary as usize] + counts[BrickClass::Solid as usize];
+                    let drawn = total.min(MAX_BRICK_OUTLINES);
+                    ui.label(format!(
+                        "{drawn} boxes: {} boundary, {} all solid",
+                        counts[BrickClass::Boundary as usize],
+                        counts[BrickClass::Solid as usize]
+                    ));
+                    if drawn < total {
+                        ui.colored_label(
+                            Color32::from_rgb(255, 170, 60),
+                            format!("outlines capped: {drawn} of {total} bricks drawn (evenly thinned, boundary bricks first)"),
+                        );
+                    }
+                }
+            }
+        }
     }
 
     fn stats_ui(&mut self, ui: &mut Ui) {
@@ -1221,6 +1254,12 @@ impl ViewerApp {
                 ),
             );
             row("  render", format!("{:.2} ms", t.render_secs * 1e3));
+            if self.gpu_timing != GpuTiming::Unknown {
+                // GPU timestamps, read a frame or more late; each span's last frame that had it
+                // (a frame without new data copies nothing and makes no surface).
+                let line = gpu_timer::summary(&self.gpu_timing, |t, s| t.last_ms[s as usize]);
+                row("  GPU", line.strip_prefix("GPU: ").map_or(line.clone(), str::to_string));
+            }
             row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
             let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };

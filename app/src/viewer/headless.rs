@@ -3,7 +3,7 @@
 
 use super::app::{auto_range, default_cmap, legend_texture};
 use super::camera::Camera;
-use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, ViewParams};
+use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, OutlineBox, ViewParams};
 use super::worker::{fluid_min_max, solid_mask};
 use super::{legend_ui, BrickLegend, IsoLegend, LegendInfo, ViewSpec};
 use anyhow::Context as _;
@@ -22,11 +22,21 @@ pub struct Gpu {
     pub adapter: String,
 }
 
-/// Find any adapter (a software one such as lavapipe is fine) and open a device on it.
+/// Find any adapter (a software one such as lavapipe is fine) and open a device on it, with GPU
+/// timestamps where the adapter has them.
 ///
 /// # Errors
 /// No adapter, or the device could not be opened; the message says what to install.
 pub fn gpu() -> Result<Gpu, String> {
+    gpu_with(true)
+}
+
+/// As [`gpu`]; `timestamps` false opens the device without timestamp queries (tests of the
+/// path where an adapter lacks them).
+///
+/// # Errors
+/// As [`gpu`].
+pub fn gpu_with(timestamps: bool) -> Result<Gpu, String> {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY | wgpu::Backends::GL),
         flags: wgpu::InstanceFlags::from_build_config().with_env(),
@@ -50,6 +60,7 @@ pub fn gpu() -> Result<Gpu, String> {
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("esoflow offscreen"),
         required_limits: limits,
+        required_features: if timestamps { super::gpu_timer::wanted_features(adapter.features()) } else { wgpu::Features::empty() },
         ..Default::default()
     }))
     .map_err(|e| format!("cannot open the GPU device {}: {e}", info.name))?;
@@ -72,13 +83,15 @@ pub struct PictureData<'a> {
     pub iso: Option<(FieldKind, &'a [f32], &'a [f32])>,
     /// Brick classes for the overlay.
     pub bricks: Option<&'a BrickMap>,
+    /// Boxes to outline (drawn where the view's `outlines` is on).
+    pub outlines: Option<&'a [OutlineBox]>,
 }
 
 impl<'a> PictureData<'a> {
     /// A field and its solid mask alone.
     #[must_use]
     pub fn field(n: [usize; 3], values: &'a [f32], solid: &'a [u8]) -> PictureData<'a> {
-        PictureData { n, values, solid, iso: None, bricks: None }
+        PictureData { n, values, solid, iso: None, bricks: None, outlines: None }
     }
 }
 
@@ -102,6 +115,9 @@ pub fn draw_offscreen(
     }
     if let Some(b) = data.bricks {
         fr.upload_bricks(device, queue, b)?;
+    }
+    if let Some(o) = data.outlines {
+        fr.set_outlines(device, queue, o);
     }
     // A surface too large for its first buffer grows (at most ~10 times to the device's limit).
     for _ in 0..12 {
@@ -214,6 +230,8 @@ pub fn render_picture_with(
     for id in &out.textures_delta.free {
         renderer.free_texture(id);
     }
+    // Applied above; epaint asserts (in debug builds) that no delta is dropped unapplied.
+    out.textures_delta.clear();
     let bytes = read_texture(device, queue, &target, size).context("reading the picture back from the GPU failed")?;
     image::RgbaImage::from_raw(size[0], size[1], bytes).context("picture of the wrong size")
 }
@@ -248,6 +266,7 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     let mut params = ViewParams::plain(cmap, range, slices, [true; 3], Camera::default());
     params.solids = spec.solids.unwrap_or(true) && three_d;
     params.bricks = spec.bricks;
+    params.outlines = spec.brick_outlines && three_d;
     let mut legend = LegendInfo::field(spec.field, cmap, range, spec.range.is_none());
     // The isosurface: its field and |u| (the slices' own field where it is one of them).
     let iso = spec.iso.filter(|_| three_d).map(|(kind, threshold)| {
@@ -260,13 +279,21 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
         eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
     }
     params.iso = iso.as_ref().map(|(v, _, _)| *v);
-    let bricks = spec.bricks.then(|| solver.bricks());
+    let bricks = (spec.bricks || params.outlines).then(|| solver.bricks());
     if let Some(b) = &bricks {
         legend.bricks = Some(BrickLegend::of(b));
     }
+    let outlines = bricks.as_ref().filter(|_| params.outlines).map(|b| {
+        let o = super::render::brick_outlines(b, n, super::render::MAX_BRICK_OUTLINES);
+        if o.capped() {
+            eprintln!("note: brick outlines capped: {} of {} bricks drawn", o.boxes.len(), o.total);
+        }
+        o.boxes
+    });
     let data = PictureData {
         iso: iso.as_ref().map(|(v, i, s)| (v.kind, i.as_slice(), s.as_slice())),
         bricks: bricks.as_ref(),
+        outlines: outlines.as_deref(),
         ..PictureData::field(n, &values, &solid)
     };
     let size = spec.size.unwrap_or_else(|| default_size(n));
@@ -404,6 +431,7 @@ pub fn render_bench(
         };
         let tu = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
+        fr.begin_gpu_frame();
         let uploaded =
             super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
                 .map_err(anyhow::Error::msg)?;
@@ -418,6 +446,7 @@ pub fn render_bench(
             IsoView { kind, threshold, color_range }
         });
         fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
+        fr.end_gpu_frame(&mut enc);
         gpu.queue.submit([enc.finish()]);
         uploaded.release(&gpu.queue);
         gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
@@ -429,6 +458,7 @@ pub fn render_bench(
             None => {
                 first = Some((done, snap.step));
                 t_end = done + Duration::from_secs_f64(secs);
+                fr.reset_gpu_totals();
             }
             Some(_) => {
                 frames += 1;
@@ -461,6 +491,15 @@ pub fn render_bench(
         size[0],
         size[1]
     );
+    // GPU timestamps: means over the frames timed (that had the span).
+    let timing = fr.gpu_timing();
+    let gpu_line = super::gpu_timer::summary(&timing, super::gpu_timer::GpuTimes::mean_ms);
+    match (&timing, gpu_line.strip_prefix("GPU: ")) {
+        (super::gpu_timer::GpuTiming::Times(t), Some(spans)) => {
+            println!("GPU per frame: {spans} (timestamps, means over {} frames; {} not timed)", t.frames, t.dropped);
+        }
+        _ => println!("{gpu_line}"),
+    }
     println!("MLUPS alone:          {alone:.1}");
     println!("MLUPS while drawing:  {drawing:.1} ({:+.1} %)", (drawing / alone - 1.0) * 100.0);
     Ok(std::process::ExitCode::SUCCESS)

@@ -13,6 +13,7 @@ pub mod app;
 pub mod camera;
 pub mod colormap;
 pub mod frames;
+pub mod gpu_timer;
 pub mod headless;
 pub mod interop;
 pub mod mc;
@@ -50,7 +51,7 @@ pub struct ViewArgs {
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
     /// Initial view, as for `run --view`: field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,
-    /// iso=vorticity:0.01,solids=on,overlay=bricks.
+    /// iso=vorticity:0.01,solids=on,overlay=bricks,outlines=bricks.
     #[arg(long, value_name = "SPEC")]
     pub view: Option<String>,
     /// Steps per frame (the solver thread's batch between two pictures).
@@ -112,7 +113,7 @@ pub fn default_iso_threshold(kind: FieldKind) -> f32 {
 pub const ISO_FIELDS: [FieldKind; 2] = [FieldKind::Vorticity, FieldKind::Q];
 
 /// A view given on the command line:
-/// `field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,size=1200x400,iso=vorticity:0.01,solids=on,overlay=bricks`.
+/// `field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,size=1200x400,iso=vorticity:0.01,solids=on,overlay=bricks,outlines=bricks`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ViewSpec {
     /// Field.
@@ -129,19 +130,31 @@ pub struct ViewSpec {
     pub iso: Option<(FieldKind, f32)>,
     /// Solid obstacles as surfaces (3D; default: on).
     pub solids: Option<bool>,
-    /// Brick overlay (default: off).
+    /// Brick overlay on the slices (default: off).
     pub bricks: bool,
+    /// Outlines of the boundary and all-solid bricks (3D; default: off).
+    pub brick_outlines: bool,
 }
 
 impl Default for ViewSpec {
     fn default() -> ViewSpec {
-        ViewSpec { field: FieldKind::Speed, cmap: None, range: None, slices: None, size: None, iso: None, solids: None, bricks: false }
+        ViewSpec {
+            field: FieldKind::Speed,
+            cmap: None,
+            range: None,
+            slices: None,
+            size: None,
+            iso: None,
+            solids: None,
+            bricks: false,
+            brick_outlines: false,
+        }
     }
 }
 
 impl ViewSpec {
     /// The keys `--view` accepts.
-    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay";
+    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay, outlines";
 
     /// Parse `key=value` pairs separated by commas.
     ///
@@ -201,6 +214,13 @@ impl ViewSpec {
                         "bricks" => true,
                         "none" | "off" => false,
                         _ => anyhow::bail!("--view overlay={val}: expected bricks or none"),
+                    };
+                }
+                "outlines" => {
+                    v.brick_outlines = match val.trim().to_ascii_lowercase().as_str() {
+                        "bricks" => true,
+                        "none" | "off" => false,
+                        _ => anyhow::bail!("--view outlines={val}: expected bricks or none"),
                     };
                 }
                 other => anyhow::bail!("--view {other}: unknown key ({})", ViewSpec::KEYS),

@@ -1,10 +1,11 @@
 //! The field renderer: slice planes of a scalar field (with the brick overlay), isosurfaces and
-//! solid obstacles as surfaces (marching cubes in a compute shader), and the domain box, drawn
-//! with wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it
-//! back).
+//! solid obstacles as surfaces (marching cubes in a compute shader), the domain box and outlines
+//! of boxes (the solver's bricks now; later compressed subgrids and refined blocks), drawn with
+//! wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it back).
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
+use super::gpu_timer::{GpuSpan, GpuTimer, GpuTiming};
 use bytemuck::{Pod, Zeroable};
 use sim_core::bricks::{BrickClass, BrickMap};
 use sim_core::fields::FieldKind;
@@ -34,6 +35,11 @@ const VERTEX_BYTES: u64 = 16;
 const MAX_VERTEX_BUFFER: u64 = 1 << 30;
 /// First size of a vertex buffer (vertices, a multiple of 3); it grows when a surface needs more.
 const FIRST_CAPACITY: u32 = (1 << 20) / 3 * 3;
+/// Most boxes [`FieldRenderer::set_outlines`] keeps (32 bytes each: 8 MiB of instances).
+pub const MAX_OUTLINES: usize = 1 << 18;
+/// Most brick outlines the viewer draws: a 512^3 channel has 16k boundary bricks along its four
+/// walls; far more than that is a mesh of lines, not a picture.
+pub const MAX_BRICK_OUTLINES: usize = 1 << 14;
 
 /// GPU-side structs. Keep in sync with `shaders/field.wgsl` and `shaders/marching_cubes.wgsl`.
 pub mod gpu_data {
@@ -79,6 +85,82 @@ pub mod gpu_data {
         pub pad: u32,
     }
     const _: () = assert!(std::mem::size_of::<McParams>() == 32);
+
+    /// One outline box: the instance vertex attributes of `vs_outline` in field.wgsl.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Pod, Zeroable)]
+    pub struct OutlineInstance {
+        /// Lower corner (cells, world space).
+        pub min: [f32; 3],
+        /// Upper corner.
+        pub max: [f32; 3],
+        /// Colour: sRGB bytes and alpha (read as `Unorm8x4`).
+        pub color: [u8; 4],
+        /// Padding.
+        pub pad: u32,
+    }
+    const _: () = assert!(std::mem::size_of::<OutlineInstance>() == 32);
+}
+
+/// An axis-aligned box drawn as its 12 edges in the 3D view (see [`FieldRenderer::set_outlines`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutlineBox {
+    /// Lower corner in cell units (world space: cell (x, y, z) fills [x, x+1] x ...).
+    pub min: [f32; 3],
+    /// Upper corner in cell units.
+    pub max: [f32; 3],
+    /// Colour: sRGB bytes and alpha (alpha below 255 blends over what is behind).
+    pub color: [u8; 4],
+}
+
+/// The outlines of a brick map's bricks, as [`brick_outlines`] makes them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BrickOutlines {
+    /// The boxes to draw.
+    pub boxes: Vec<OutlineBox>,
+    /// Bricks that would be outlined without the cap (boundary and all-solid ones).
+    pub total: usize,
+}
+
+impl BrickOutlines {
+    /// Whether bricks were left out to stay under the cap.
+    #[must_use]
+    pub fn capped(&self) -> bool {
+        self.boxes.len() < self.total
+    }
+}
+
+/// Outlines of the boundary bricks and the all-solid bricks of `map` (a domain of `size` cells),
+/// coloured as in the overlay ([`BRICK_COLORS`]). Plain fluid bricks are left to the slices'
+/// tint: they fill most of a large domain, and their outlines would hide everything else.
+/// At most `max` boxes: boundary bricks first, then solid ones in the room left; a class that
+/// does not fit is thinned evenly over the domain (every k-th brick), not cut at one end.
+#[must_use]
+pub fn brick_outlines(map: &BrickMap, size: [usize; 3], max: usize) -> BrickOutlines {
+    let of = |c: BrickClass| -> Vec<usize> { (0..map.class.len()).filter(|&i| map.class[i] == c).collect() };
+    let (boundary, solid) = (of(BrickClass::Boundary), of(BrickClass::Solid));
+    let total = boundary.len() + solid.len();
+    let thin = |ids: &[usize], room: usize| -> Vec<usize> {
+        if ids.len() <= room {
+            ids.to_vec()
+        } else {
+            (0..room).map(|j| ids[j * ids.len() / room]).collect()
+        }
+    };
+    let keep_b = thin(&boundary, max);
+    let keep_s = thin(&solid, max - keep_b.len());
+    let boxes = keep_b
+        .iter()
+        .chain(&keep_s)
+        .map(|&id| {
+            let c = map.coords(id);
+            let k = BRICK_COLORS[map.class[id] as usize];
+            let lo = [0, 1, 2].map(|a| (c[a] * map.brick[a]).min(size[a]));
+            let hi = [0, 1, 2].map(|a| ((c[a] + 1) * map.brick[a]).min(size[a]));
+            OutlineBox { min: lo.map(|v| v as f32), max: hi.map(|v| v as f32), color: [k[0], k[1], k[2], 255] }
+        })
+        .collect();
+    BrickOutlines { boxes, total }
 }
 
 /// The isosurface to draw.
@@ -111,13 +193,15 @@ pub struct ViewParams {
     pub solids: bool,
     /// Brick overlay on the slices.
     pub bricks: bool,
+    /// The outline boxes of [`FieldRenderer::set_outlines`] (3D).
+    pub outlines: bool,
 }
 
 impl ViewParams {
-    /// Slices and box only: no isosurface, no solid surfaces, no overlay.
+    /// Slices and box only: no isosurface, no solid surfaces, no overlay, no outlines.
     #[must_use]
     pub fn plain(cmap: ColorMap, range: (f32, f32), slices: [usize; 3], show: [bool; 3], camera: Camera) -> ViewParams {
-        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false }
+        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false, outlines: false }
     }
 }
 
@@ -224,6 +308,7 @@ impl Mesh {
         threshold: f32,
         stride: u32,
         key: MeshKey,
+        timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) {
         let verts = self.verts.get_or_insert_with(|| {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -258,8 +343,7 @@ impl Mesh {
         });
         encoder.clear_buffer(&self.counter, 0, None);
         {
-            let mut pass =
-                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes: None });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes });
             pass.set_bind_group(0, &bind_group, &[]);
             pass.set_pipeline(&mc.emit);
             let groups = |a: usize| (size[a].saturating_sub(1) as u32 / stride).div_ceil(4).max(1);
@@ -323,6 +407,10 @@ pub struct FieldRenderer {
     box_pipeline: wgpu::RenderPipeline,
     iso_pipeline: wgpu::RenderPipeline,
     solid_pipeline: wgpu::RenderPipeline,
+    outline_pipeline: wgpu::RenderPipeline,
+    /// Instances of the outline boxes (grown to a power of two) and how many are drawn.
+    outlines: Option<wgpu::Buffer>,
+    outline_count: u32,
     layout: wgpu::BindGroupLayout,
     globals: wgpu::Buffer,
     lut_view: wgpu::TextureView,
@@ -338,6 +426,8 @@ pub struct FieldRenderer {
     redraw: bool,
     field: Option<FieldTextures>,
     target: Option<Target>,
+    /// GPU timestamps of the frames (where the device has them).
+    timer: Option<GpuTimer>,
 }
 
 /// Errors the renderer reports (shown in the window).
@@ -457,30 +547,51 @@ impl FieldRenderer {
             step_mode: wgpu::VertexStepMode::Vertex,
             attributes: &[wgpu::VertexAttribute { format: wgpu::VertexFormat::Uint32x4, offset: 0, shader_location: 0 }],
         })];
-        let pipeline =
-            |label: &str, vs: &str, fs: &str, topology: wgpu::PrimitiveTopology, buffers: &[Option<wgpu::VertexBufferLayout>]| {
-                device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-                    label: Some(label),
-                    layout: Some(&pipeline_layout),
-                    vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers },
-                    primitive: wgpu::PrimitiveState { topology, ..Default::default() },
-                    depth_stencil: Some(depth.clone()),
-                    multisample: wgpu::MultisampleState::default(),
-                    fragment: Some(wgpu::FragmentState {
-                        module: &module,
-                        entry_point: Some(fs),
-                        compilation_options: Default::default(),
-                        targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend: None, write_mask: wgpu::ColorWrites::ALL })],
-                    }),
-                    multiview_mask: None,
-                    cache: None,
-                })
-            };
+        let outline_attrs = wgpu::vertex_attr_array![0 => Float32x3, 1 => Float32x3, 2 => Unorm8x4];
+        let outline_layout = [Some(wgpu::VertexBufferLayout {
+            array_stride: std::mem::size_of::<gpu_data::OutlineInstance>() as u64,
+            step_mode: wgpu::VertexStepMode::Instance,
+            attributes: &outline_attrs,
+        })];
+        // Outlines blend by their alpha; the view's alpha stays 1.
+        let blend = wgpu::BlendState {
+            color: wgpu::BlendComponent {
+                src_factor: wgpu::BlendFactor::SrcAlpha,
+                dst_factor: wgpu::BlendFactor::OneMinusSrcAlpha,
+                operation: wgpu::BlendOperation::Add,
+            },
+            alpha: wgpu::BlendComponent::OVER,
+        };
+        let pipeline = |label: &str,
+                        vs: &str,
+                        fs: &str,
+                        topology: wgpu::PrimitiveTopology,
+                        buffers: &[Option<wgpu::VertexBufferLayout>],
+                        blend: Option<wgpu::BlendState>| {
+            device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+                label: Some(label),
+                layout: Some(&pipeline_layout),
+                vertex: wgpu::VertexState { module: &module, entry_point: Some(vs), compilation_options: Default::default(), buffers },
+                primitive: wgpu::PrimitiveState { topology, ..Default::default() },
+                depth_stencil: Some(depth.clone()),
+                multisample: wgpu::MultisampleState::default(),
+                fragment: Some(wgpu::FragmentState {
+                    module: &module,
+                    entry_point: Some(fs),
+                    compilation_options: Default::default(),
+                    targets: &[Some(wgpu::ColorTargetState { format: VIEW_FORMAT, blend, write_mask: wgpu::ColorWrites::ALL })],
+                }),
+                multiview_mask: None,
+                cache: None,
+            })
+        };
         let tri = wgpu::PrimitiveTopology::TriangleList;
-        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", tri, &[]);
-        let box_pipeline = pipeline("box", "vs_box", "fs_box", wgpu::PrimitiveTopology::LineList, &[]);
-        let iso_pipeline = pipeline("isosurface", "vs_iso", "fs_surface", tri, &vertex_layout);
-        let solid_pipeline = pipeline("solid surface", "vs_solid", "fs_surface", tri, &vertex_layout);
+        let lines = wgpu::PrimitiveTopology::LineList;
+        let slice_pipeline = pipeline("slices", "vs_slice", "fs_slice", tri, &[], None);
+        let box_pipeline = pipeline("box", "vs_box", "fs_box", lines, &[], None);
+        let iso_pipeline = pipeline("isosurface", "vs_iso", "fs_surface", tri, &vertex_layout, None);
+        let solid_pipeline = pipeline("solid surface", "vs_solid", "fs_surface", tri, &vertex_layout, None);
+        let outline_pipeline = pipeline("outlines", "vs_outline", "fs_outline", lines, &outline_layout, Some(blend));
         let globals = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("field globals"),
             size: std::mem::size_of::<gpu_data::FieldGlobals>() as u64,
@@ -523,6 +634,9 @@ impl FieldRenderer {
             box_pipeline,
             iso_pipeline,
             solid_pipeline,
+            outline_pipeline,
+            outlines: None,
+            outline_count: 0,
             layout,
             globals,
             lut_view,
@@ -537,6 +651,7 @@ impl FieldRenderer {
             redraw: false,
             field: None,
             target: None,
+            timer: GpuTimer::new(device, queue),
         }
     }
 
@@ -794,10 +909,14 @@ impl FieldRenderer {
                 wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
             );
         };
-        copy(encoder, field, &f.field);
-        if let (Some((kind, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) {
+        let iso_copied = GpuTimer::encoder_span(self.timer.as_mut(), encoder, GpuSpan::Copy, |encoder| {
+            copy(encoder, field, &f.field);
+            let (Some((_, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) else { return false };
             copy(encoder, ip, t);
             copy(encoder, sp, s);
+            true
+        });
+        if let (true, Some((kind, _, _))) = (iso_copied, iso) {
             self.iso_kind = Some(kind);
             self.iso_serial += 1;
         }
@@ -828,6 +947,31 @@ impl FieldRenderer {
         Ok(())
     }
 
+    /// The boxes to outline in the 3D view when [`ViewParams::outlines`] is on: a generic list
+    /// (the solver's bricks by class now; compressed subgrids by compression ratio and refined
+    /// blocks by level later), drawn as 12 edges each, one instance per box, depth-tested against
+    /// the slices and surfaces. Kept until set again; at most [`MAX_OUTLINES`] boxes (the first
+    /// ones). Returns how many are kept.
+    pub fn set_outlines(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, boxes: &[OutlineBox]) -> usize {
+        let kept = boxes.len().min(MAX_OUTLINES);
+        let data: Vec<gpu_data::OutlineInstance> =
+            boxes[..kept].iter().map(|b| gpu_data::OutlineInstance { min: b.min, max: b.max, color: b.color, pad: 0 }).collect();
+        let bytes = std::mem::size_of_val(data.as_slice()) as u64;
+        if self.outlines.as_ref().is_none_or(|b| b.size() < bytes) {
+            self.outlines = Some(device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("outline boxes"),
+                size: bytes.next_power_of_two().max(1024),
+                usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        if let Some(b) = self.outlines.as_ref().filter(|_| kept > 0) {
+            queue.write_buffer(b, 0, bytemuck::cast_slice(&data));
+        }
+        self.outline_count = kept as u32;
+        kept
+    }
+
     /// The view texture (created by [`FieldRenderer::render`]).
     #[must_use]
     pub fn target(&self) -> Option<(&wgpu::Texture, &wgpu::TextureView)> {
@@ -838,13 +982,47 @@ impl FieldRenderer {
     /// block until they are in). A buffer that was too small grows and the view must be drawn
     /// again: see [`FieldRenderer::needs_redraw`].
     pub fn poll(&mut self, device: &wgpu::Device, wait: bool) {
-        let pending = [&self.iso_mesh, &self.solid_mesh].iter().any(|m| m.as_ref().is_some_and(|m| m.readback.is_some()));
+        let pending = [&self.iso_mesh, &self.solid_mesh].iter().any(|m| m.as_ref().is_some_and(|m| m.readback.is_some()))
+            || self.timer.as_ref().is_some_and(GpuTimer::pending);
         if !pending {
             return;
         }
         let _ = device.poll(if wait { wgpu::PollType::wait_indefinitely() } else { wgpu::PollType::Poll });
         for m in [&mut self.iso_mesh, &mut self.solid_mesh].into_iter().flatten() {
             self.redraw |= m.take_count();
+        }
+        if let Some(t) = self.timer.as_mut() {
+            t.collect();
+        }
+    }
+
+    /// Start timing a frame on the GPU: the copies of [`FieldRenderer::upload_from_buffer`],
+    /// the marching cubes and the draw of [`FieldRenderer::render`] that go into one encoder,
+    /// ended by [`FieldRenderer::end_gpu_frame`]. Work outside such a frame is not timed.
+    pub fn begin_gpu_frame(&mut self) {
+        if let Some(t) = self.timer.as_mut() {
+            t.begin_frame();
+        }
+    }
+
+    /// End the frame begun by [`FieldRenderer::begin_gpu_frame`]: call right before submitting
+    /// `encoder`. Its times come in with a later [`FieldRenderer::poll`] (never waited for).
+    pub fn end_gpu_frame(&mut self, encoder: &mut wgpu::CommandEncoder) {
+        if let Some(t) = self.timer.as_mut() {
+            t.end_frame(encoder);
+        }
+    }
+
+    /// GPU times measured so far, or that the adapter has no timestamps.
+    #[must_use]
+    pub fn gpu_timing(&self) -> GpuTiming {
+        self.timer.as_ref().map_or(GpuTiming::Unsupported, |t| GpuTiming::Times(t.times()))
+    }
+
+    /// Start the GPU times' sums again (the bench leaves out its first frame).
+    pub fn reset_gpu_totals(&mut self) {
+        if let Some(t) = self.timer.as_mut() {
+            t.reset_totals();
         }
     }
 
@@ -927,7 +1105,7 @@ impl FieldRenderer {
                 depth_ops: Some(wgpu::Operations { load: wgpu::LoadOp::Clear(1.0), store: wgpu::StoreOp::Discard }),
                 stencil_ops: None,
             }),
-            timestamp_writes: None,
+            timestamp_writes: self.timer.as_mut().and_then(|t| t.render_writes(GpuSpan::Draw)),
             occlusion_query_set: None,
             multiview_mask: None,
         });
@@ -971,6 +1149,11 @@ impl FieldRenderer {
         if !is_2d {
             pass.set_pipeline(&self.box_pipeline);
             pass.draw(0..24, 0..1);
+            if let Some(b) = self.outlines.as_ref().filter(|_| p.outlines && self.outline_count > 0) {
+                pass.set_pipeline(&self.outline_pipeline);
+                pass.set_vertex_buffer(0, b.slice(..));
+                pass.draw(0..24, 0..self.outline_count);
+            }
         }
         reallocated
     }
@@ -994,7 +1177,8 @@ impl FieldRenderer {
             if self.iso_kind == Some(iso.kind) && iso.threshold.is_finite() {
                 let key = MeshKey { data: self.iso_serial, threshold: iso.threshold.to_bits() };
                 if mesh.key != Some(key) {
-                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key);
+                    let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
+                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key, tw);
                 }
                 draw.0 = true;
             }
@@ -1002,7 +1186,8 @@ impl FieldRenderer {
         if let (true, Some(mesh)) = (p.solids, self.solid_mesh.as_mut()) {
             let key = MeshKey { data: self.solid_serial, threshold: 0 };
             if mesh.key != Some(key) {
-                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key);
+                let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
+                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key, tw);
             }
             draw.1 = true;
         }

@@ -42,6 +42,19 @@ fn every_shader_parses_and_validates_with_naga() {
         render::MARCHING_CUBES_WGSL,
         std::fs::read_to_string(shaders_dir().join("marching_cubes.wgsl")).expect("marching_cubes.wgsl")
     );
+    // Every entry point the renderer asks for is in its module.
+    for (src, entries) in [
+        (
+            render::FIELD_WGSL,
+            &["vs_slice", "fs_slice", "vs_iso", "vs_solid", "fs_surface", "vs_box", "fs_box", "vs_outline", "fs_outline"][..],
+        ),
+        (render::MARCHING_CUBES_WGSL, &["emit", "finish"][..]),
+    ] {
+        let module = naga::front::wgsl::parse_str(src).expect("parsed above");
+        for e in entries {
+            assert!(module.entry_points.iter().any(|p| p.name == *e), "entry point {e} missing");
+        }
+    }
 }
 
 /// A GPU adapter, or None (the test is skipped) unless ESOFLOW_REQUIRE_ADAPTER=1.
@@ -194,7 +207,10 @@ fn view_spec_parses_and_refuses_bad_input() {
     let v = ViewSpec::parse("iso=vorticity:0.01,solids=off,overlay=bricks").expect("valid");
     assert_eq!(v.iso, Some((FieldKind::Vorticity, 0.01)));
     assert_eq!(v.solids, Some(false));
-    assert!(v.bricks);
+    assert!(v.bricks && !v.brick_outlines);
+    let v = ViewSpec::parse("outlines=bricks").expect("valid");
+    assert!(v.brick_outlines && !v.bricks);
+    assert_eq!(ViewSpec::parse("outlines=none").expect("valid"), ViewSpec::default());
     assert_eq!(ViewSpec::parse("iso=q:1e-5").expect("valid").iso, Some((FieldKind::Q, 1e-5)));
     assert_eq!(ViewSpec::parse("iso=Q").expect("valid").iso, Some((FieldKind::Q, super::default_iso_threshold(FieldKind::Q))));
     assert_eq!(ViewSpec::parse("iso=off,overlay=none").expect("valid"), ViewSpec::default());
@@ -206,6 +222,7 @@ fn view_spec_parses_and_refuses_bad_input() {
         ("iso=off:1", "iso=off:1"),
         ("solids=maybe", "solids=maybe: expected on or off"),
         ("overlay=grid", "overlay=grid: expected bricks or none"),
+        ("outlines=blocks", "outlines=blocks: expected bricks or none"),
         ("isosurface=q", "unknown key"),
     ] {
         let e = ViewSpec::parse(bad).expect_err(bad).to_string();
@@ -419,6 +436,202 @@ fn brick_overlay_colours_each_class() {
     }
     assert_eq!(seen, [true; 3], "every class is in the picture");
     assert_eq!([BrickClass::Solid, BrickClass::Plain, BrickClass::Boundary].map(|c| map.count_of(c)), [3, 8, 7]);
+}
+
+/// Whether a pixel within one pixel of `at` (a line's pixels may sit half a pixel off) is `want`.
+fn near_has(img: &[u8], size: [u32; 2], at: [f32; 2], want: [u8; 4]) -> bool {
+    let (x0, y0) = (at[0].floor() as i64, at[1].floor() as i64);
+    (-1..=1).any(|dy| {
+        (-1..=1).any(|dx| {
+            let (x, y) = (x0 + dx, y0 + dy);
+            (0..i64::from(size[0])).contains(&x)
+                && (0..i64::from(size[1])).contains(&y)
+                && close(px(img, size[0], x as u32, y as u32), want, 2)
+        })
+    })
+}
+
+/// Distance (pixels) from `p` to the segment a-b.
+fn to_segment(p: [f32; 2], a: [f32; 2], b: [f32; 2]) -> f32 {
+    let (d, q) = ([b[0] - a[0], b[1] - a[1]], [p[0] - a[0], p[1] - a[1]]);
+    let t = ((q[0] * d[0] + q[1] * d[1]) / (d[0] * d[0] + d[1] * d[1]).max(1e-9)).clamp(0.0, 1.0);
+    ((q[0] - t * d[0]).powi(2) + (q[1] - t * d[1]).powi(2)).sqrt()
+}
+
+#[test]
+fn outline_box_draws_its_edges_in_its_colour() {
+    let Some(gpu) = gpu_or_skip("outline_box_draws_its_edges_in_its_colour") else { return };
+    // An empty scene (no slices, no surfaces) and one box; its edges are where the camera says.
+    let n = [32, 32, 32];
+    let values = vec![0.0f32; 32 * 32 * 32];
+    let solid = vec![0u8; values.len()];
+    let size = [320, 240];
+    let cam = Camera::default();
+    let (lo, hi) = ([6.0f32, 10.0, 8.0], [20.0f32, 22.0, 24.0]);
+    let color = [255, 0, 200, 255];
+    let boxes = [render::OutlineBox { min: lo, max: hi, color }];
+    let mut p = ViewParams::plain(ColorMap::Viridis, (0.0, 1.0), [16; 3], [false; 3], cam);
+    p.outlines = true;
+    let data = PictureData { outlines: Some(&boxes), ..PictureData::field(n, &values, &solid) };
+    let (img, _) = draw(&gpu, &data, &p, size);
+    let proj = |w: [f32; 3]| cam.project(n, size, false, w).expect("in front");
+    // The 12 edges, projected.
+    let corner = |k: usize| [0, 1, 2].map(|a| if k >> a & 1 == 1 { hi[a] } else { lo[a] });
+    let edges: Vec<([f32; 2], [f32; 2])> = (0..8usize)
+        .flat_map(|k| (0..3).filter(move |a| k >> a & 1 == 0).map(move |a| (k, k | 1 << a)))
+        .map(|(a, b)| (proj(corner(a)), proj(corner(b))))
+        .collect();
+    assert_eq!(edges.len(), 12);
+    let off_edges = |q: [f32; 2]| edges.iter().map(|&(a, b)| to_segment(q, a, b)).fold(f32::MAX, f32::min);
+    // Along the edge (lo.x..hi.x, lo.y, lo.z) and the edge (hi.x, lo.y..hi.y, hi.z): the colour.
+    for (a, b) in [(lo, [hi[0], lo[1], lo[2]]), ([hi[0], lo[1], hi[2]], hi)] {
+        let (pa, pb) = (proj(a), proj(b));
+        for t in [0.2f32, 0.5, 0.8] {
+            let q = [pa[0] + t * (pb[0] - pa[0]), pa[1] + t * (pb[1] - pa[1])];
+            assert!(near_has(&img, size, q, color), "edge {a:?}-{b:?} at {t}: pixel {q:?} lacks the box colour");
+        }
+    }
+    // Inside the box's picture (a point inside the box whose pixel is farthest from every
+    // projected edge) and outside it: not the colour.
+    let inside = [0.25f32, 0.5, 0.75]
+        .iter()
+        .flat_map(|&u| [0.25f32, 0.5, 0.75].map(|v| [0.25f32, 0.5, 0.75].map(|w| [u, v, w])))
+        .flatten()
+        .map(|t| proj([0, 1, 2].map(|a| lo[a] + t[a] * (hi[a] - lo[a]))))
+        .max_by(|a, b| off_edges(*a).total_cmp(&off_edges(*b)))
+        .expect("candidates");
+    assert!(off_edges(inside) > 4.0, "every candidate pixel inside the box lies on an edge: {inside:?}");
+    assert_eq!(px(&img, size[0], inside[0] as u32, inside[1] as u32), background(), "inside the box at {inside:?}: background");
+    for q in [[4.0f32, 4.0], [size[0] as f32 - 5.0, size[1] as f32 - 5.0]] {
+        assert!(off_edges(q) > 4.0);
+        assert!(!near_has(&img, size, q, color), "outside the box at {q:?}");
+    }
+    let colored = img.chunks(4).filter(|c| close([c[0], c[1], c[2], c[3]], color, 2)).count();
+    assert!(colored > 100, "{colored} pixels of the box colour");
+    // Outlines off: none of its colour anywhere.
+    p.outlines = false;
+    let (img, _) = draw(&gpu, &data, &p, size);
+    assert!(!img.chunks(4).any(|c| close([c[0], c[1], c[2], c[3]], color, 2)), "outlines off");
+}
+
+#[test]
+fn brick_outlines_take_boundary_and_solid_bricks_and_cap_evenly() {
+    // 28 x 12 x 10 cells (periodic) in bricks of 8: 4 x 2 x 2 bricks, the far ones partial. A
+    // solid slab at 8 <= x < 16 makes the second column all solid, the columns beside it boundary
+    // bricks (cells next to a solid); the last column is plain fluid.
+    let n = [28, 12, 10];
+    let mut dom = Domain::periodic(Lattice::D3Q19, n);
+    for z in 0..10 {
+        for y in 0..12 {
+            for x in 8..16 {
+                let i = dom.index(x, y, z);
+                dom.flags[i] = make_flag(kind::SOLID, 0);
+            }
+        }
+    }
+    dom.mark_near();
+    let map = BrickMap::classify(&dom, [8, 8, 8]);
+    let counts = [BrickClass::Solid, BrickClass::Plain, BrickClass::Boundary].map(|c| map.count_of(c));
+    assert_eq!(counts, [4, 4, 8], "{:?}", map.class);
+    let o = render::brick_outlines(&map, n, 100);
+    assert_eq!((o.boxes.len(), o.total), (12, 12));
+    assert!(!o.capped());
+    // Boundary bricks first, in their colour; corners clamped to the domain.
+    let k = render::BRICK_COLORS[BrickClass::Boundary as usize];
+    assert!(o.boxes[..8].iter().all(|b| b.color == [k[0], k[1], k[2], 255] && (b.min[0] == 0.0 || b.min[0] == 16.0)));
+    let k = render::BRICK_COLORS[BrickClass::Solid as usize];
+    assert!(o.boxes[8..].iter().all(|b| b.color == [k[0], k[1], k[2], 255] && b.min[0] == 8.0 && b.max[0] == 16.0));
+    assert!(o.boxes.iter().all(|b| (0..3).all(|a| b.max[a] <= n[a] as f32 && b.min[a] < b.max[a])));
+    assert!(o.boxes.iter().any(|b| b.min == [16.0, 8.0, 8.0] && b.max == [24.0, 12.0, 10.0]), "partial bricks end at the domain");
+    // Capped: boundary bricks fill the room first, solid ones take what is left.
+    let o = render::brick_outlines(&map, n, 10);
+    assert_eq!((o.boxes.len(), o.total), (10, 12));
+    assert!(o.capped());
+    assert_eq!(o.boxes.iter().filter(|b| b.min[0] == 8.0).count(), 2);
+    // A class thinned keeps its spread: every fourth boundary brick, not the first two.
+    let o = render::brick_outlines(&map, n, 2);
+    assert!(o.boxes.iter().all(|b| b.min[0] != 8.0));
+    assert_eq!((o.boxes[0].min[2], o.boxes[1].min[2]), (0.0, 8.0), "{:?}", o.boxes);
+}
+
+#[test]
+fn gpu_times_are_finite_where_supported_and_reported_where_not() {
+    use super::gpu_timer::{summary, GpuSpan, GpuTiming};
+    // With the adapter's timestamps, then a device opened without them (the unsupported path
+    // runs everywhere, whatever the adapter has).
+    for timestamps in [true, false] {
+        let gpu = match headless::gpu_with(timestamps) {
+            Ok(g) => g,
+            Err(e) => {
+                assert!(std::env::var("ESOFLOW_REQUIRE_ADAPTER").as_deref() != Ok("1"), "ESOFLOW_REQUIRE_ADAPTER=1 but {e}");
+                eprintln!("skipping gpu_times_are_finite_where_supported_and_reported_where_not: {e}");
+                return;
+            }
+        };
+        let (dev, queue) = (&gpu.device, &gpu.queue);
+        let supported = dev.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let (n, values, speed) = ball();
+        // The frame in a GPU buffer as a shared one would be (the field, the surface's field,
+        // the speed), so the copies run on the GPU as on the shared path.
+        let layout = sim_core::frame::FrameLayout::new(n, 3, super::frames::SHARED_ROW_ALIGN);
+        let mut floats = vec![0.0f32; layout.floats()];
+        for c in 0..values.len() {
+            floats[layout.index(1, c)] = values[c];
+            floats[layout.index(2, c)] = speed[c];
+        }
+        let buffer = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("frame"),
+            size: layout.bytes() as u64,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&floats));
+        let solid = vec![0u8; values.len()];
+        let mut fr = FieldRenderer::new(dev, queue);
+        let p = iso_params(ColorMap::Viridis, 6.0);
+        // A few frames, each with new data (copies, marching cubes, draw); never waiting.
+        for k in 0..5 {
+            let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            fr.begin_gpu_frame();
+            let iso = Some((FieldKind::Vorticity, 1, 2));
+            fr.upload_from_buffer(dev, queue, &mut enc, &buffer, &layout, 0, iso, (k == 0).then_some(solid.as_slice())).expect("upload");
+            fr.render(dev, queue, &mut enc, [96, 64], &p);
+            fr.end_gpu_frame(&mut enc);
+            queue.submit([enc.finish()]);
+            fr.poll(dev, false);
+        }
+        fr.poll(dev, true);
+        let timing = fr.gpu_timing();
+        match timing {
+            GpuTiming::Times(t) => {
+                assert!(supported && timestamps, "times without the feature");
+                assert!(t.frames >= 1, "{t:?}");
+                for s in GpuSpan::ALL {
+                    let Some(ms) = t.last_ms[s as usize] else {
+                        assert!(s == GpuSpan::Copy && !t.copies_timed, "{} not timed: {t:?}", s.name());
+                        continue;
+                    };
+                    assert!(ms.is_finite() && ms >= 0.0, "{}: {ms} ms", s.name());
+                    let mean = t.mean_ms(s).expect("a mean where there is a last time");
+                    assert!(mean.is_finite() && mean >= 0.0);
+                }
+                assert!(t.frames + t.dropped == 5, "{t:?}");
+                let line = summary(&timing, |t, s| t.last_ms[s as usize]);
+                assert!(line.starts_with("GPU: copy") && line.contains("draw"), "{line}");
+                eprintln!("{} ({}): {line}", gpu.adapter, if t.copies_timed { "copies timed" } else { "copies not timed" });
+            }
+            GpuTiming::Unsupported => {
+                assert!(!timestamps || !supported, "the adapter has timestamps but none were taken");
+                assert_eq!(summary(&timing, |t, s| t.last_ms[s as usize]), "GPU times: not supported by this adapter");
+            }
+            GpuTiming::Unknown => panic!("a renderer always knows"),
+        }
+        // The view was drawn either way (timestamps change nothing in the picture).
+        let (tex, _) = fr.target().expect("target");
+        let img = read_texture(dev, queue, tex, [96, 64]).expect("read back");
+        let c = Camera::default().project(n, [96, 64], false, [16.0; 3]).expect("in front");
+        assert_ne!(px(&img, 96, c[0] as u32, c[1] as u32), background(), "the ball's surface at the centre");
+    }
 }
 
 // ---- UI driven headless -------------------------------------------------------------------
@@ -703,8 +916,30 @@ fn ui_isosurface_toggle_field_and_threshold() {
     h.get_by_label("solid obstacles as surfaces").click();
     h.step();
     let p = h.state().view_params();
-    assert!(p.bricks && !p.solids);
+    assert!(p.bricks && !p.solids && !p.outlines);
     assert!(h.query_by_label_contains("bricks of 8x8x8").is_some());
+    // Brick outlines: their own switch, with the number of boxes.
+    h.get_by_label("brick outlines (3D)").click();
+    h.step();
+    assert!(h.state().view_params().outlines);
+    assert!(h.query_by_label_contains("boxes:").is_some());
+}
+
+#[test]
+fn ui_stats_show_gpu_times_or_why_not() {
+    use super::gpu_timer::{GpuTimes, GpuTiming};
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    // No renderer (as here, without a shell): no GPU row.
+    assert!(h.query_by_label_contains("GPU times").is_none() && h.query_by_label_contains("draw ").is_none());
+    h.state_mut().gpu_timing = GpuTiming::Unsupported;
+    h.step();
+    assert!(h.query_by_label("GPU times: not supported by this adapter").is_some());
+    let t = GpuTimes { last_ms: [Some(0.05), None, Some(2.1)], copies_timed: true, ..GpuTimes::default() };
+    h.state_mut().gpu_timing = GpuTiming::Times(t);
+    h.step();
+    assert!(h.query_by_label_contains("copy 0.050 ms, iso none yet, draw 2.100 ms").is_some());
 }
 
 #[test]
@@ -716,6 +951,10 @@ fn ui_isosurface_key_in_2d_says_it_needs_3d() {
     assert!(!h.state().view.iso);
     assert!(h.state().messages().iter().any(|m| m.text.contains("3D")));
     assert!(h.query_by_label_contains("3D scenes only").is_some());
+    // Brick outlines are 3D only: no switch, and the view never draws them.
+    assert!(h.query_by_label("brick outlines (3D)").is_none());
+    h.state_mut().view.brick_outlines = true;
+    assert!(!h.state().view_params().outlines);
 }
 
 // ---- Scene panel: draw, erase, STL obstacles ------------------------------------------------

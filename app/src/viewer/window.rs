@@ -105,6 +105,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
             app.view.solids = on;
         }
         app.view.bricks = s.bricks;
+        app.view.brick_outlines = s.brick_outlines;
     }
     let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
     let mut shell = Shell {
@@ -172,6 +173,7 @@ fn painter_config(events: &Shared<String>) -> egui_wgpu::WgpuConfiguration {
                 },
                 &a,
             ),
+            required_features: super::gpu_timer::wanted_features(adapter.features()),
             ..Default::default()
         }
     });
@@ -281,6 +283,7 @@ impl Shell {
         }
         // One encoder for the frame's copies (shared GPU buffers) and the drawing: one submit.
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
+        g.field.begin_gpu_frame();
         let mut uploaded: Option<super::frames::Uploaded> = None;
         if let Some(snap) = &self.app.snap {
             let key = (snap.solver_serial, snap.serial);
@@ -306,6 +309,8 @@ impl Shell {
                             if let Err(e) = g.field.upload_bricks(device, queue, &snap.bricks) {
                                 problems.push(format!("brick overlay: {e}"));
                             }
+                            let outlines = super::render::brick_outlines(&snap.bricks, snap.size, super::render::MAX_BRICK_OUTLINES);
+                            g.field.set_outlines(device, queue, &outlines.boxes);
                         }
                     }
                     Err(e) => problems.push(e.to_string()),
@@ -313,16 +318,18 @@ impl Shell {
                 self.app.status = (!problems.is_empty()).then(|| problems.join("; "));
             }
         }
-        // Triangle counts of the surfaces, when the GPU has them (never waiting for it).
+        // Triangle counts of the surfaces and GPU times, when the GPU has them (never waiting).
         g.field.poll(device, false);
         self.app.iso_stats = g.field.iso_stats();
         self.app.solid_stats = g.field.solid_stats();
+        self.app.gpu_timing = g.field.gpu_timing();
         let params = self.app.view_params();
         let px = self.app.view_px;
         let draw_key = (self.uploaded.map_or(0, |k| k.1), self.solid_uploads, px, params.clone());
         let draw = (self.drawn.as_ref() != Some(&draw_key) || g.field.needs_redraw()) && px[0] > 0 && px[1] > 0;
         let reallocated = draw && g.field.render(device, queue, &mut encoder, px, &params);
         if draw || uploaded.is_some() {
+            g.field.end_gpu_frame(&mut encoder);
             queue.submit([encoder.finish()]);
         }
         if let Some(up) = uploaded {
