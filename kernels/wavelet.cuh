@@ -37,18 +37,6 @@ __device__ __forceinline__ int wl_axis_detail(int p, int n, int levels) {
     return -1;
 }
 
-// Level at which sample p of a block with extents ext became a detail, or -1: detail_level().
-__device__ __forceinline__ int wl_detail_level(int x, int y, int z, const int ext[3]) {
-    int lv = 1 << 30;
-    const int d0 = wl_axis_detail(x, ext[0], WL_LX);
-    const int d1 = wl_axis_detail(y, ext[1], WL_LY);
-    const int d2 = wl_axis_detail(z, ext[2], WL_LZ);
-    if (d0 >= 0 && d0 < lv) lv = d0;
-    if (d1 >= 0 && d1 < lv) lv = d1;
-    if (d2 >= 0 && d2 < lv) lv = d2;
-    return lv == (1 << 30) ? -1 : lv;
-}
-
 // Whether coordinate p is still an approximation along its axis when level l starts.
 __device__ __forceinline__ bool wl_approx_before(int p, int n, int levels, int l) {
     const int d = wl_axis_detail(p, n, levels);
@@ -62,73 +50,109 @@ __device__ __forceinline__ int wl_details_on_line(int c) {
     return odd > 1 ? (odd - 1) / 2 : 0;
 }
 
-// One level of lifting on the line s[base + i * stride], i < c: lift_line().
-__device__ __forceinline__ void wl_lift_line(float* s, int base, int stride, int c) {
-    const int m = wl_details_on_line(c);
-    for (int k = 0; k < m; k++) {
-        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
-        s[base + (2 * k + 1) * stride] = __fsub_rn(s[base + (2 * k + 1) * stride], p);
+// Per-block tables in shared memory, filled by wl_setup: for each axis and level the
+// coordinates still approximations when the level starts (the lines of the other axes run
+// through them), and each coordinate's detail level along its axis (-1: approximation).
+struct WlTables {
+    unsigned char coords[3][WL_MAX_LEVELS][WL_NX];
+    int count[3][WL_MAX_LEVELS];
+    signed char cls[3][WL_NX];
+    int ext[3];
+};
+
+// Fill the tables for a block of extents ext (all threads call it; it ends with a barrier).
+__device__ void wl_setup(WlTables* tab, const int ext[3]) {
+    const int a = threadIdx.x;
+    if (a < 3) {
+        tab->ext[a] = ext[a];
+        for (int p = 0; p < ext[a]; p++) tab->cls[a][p] = (signed char)wl_axis_detail(p, ext[a], wl_levels_of(a));
+        for (int l = 0; l < WL_MAX_LEVELS; l++) {
+            int c = 0;
+            for (int p = 0; p < ext[a]; p++) {
+                if (wl_approx_before(p, ext[a], wl_levels_of(a), l)) tab->coords[a][l][c++] = (unsigned char)p;
+            }
+            tab->count[a][l] = c;
+        }
     }
-    for (int k = 1; k < m; k++) {
-        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
-                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
-        s[base + 2 * k * stride] = __fadd_rn(s[base + 2 * k * stride], t);
-    }
+    __syncthreads();
 }
 
-// Inverse of wl_lift_line: unlift_line().
-__device__ __forceinline__ void wl_unlift_line(float* s, int base, int stride, int c) {
-    const int m = wl_details_on_line(c);
-    for (int k = 1; k < m; k++) {
-        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
-                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
-        s[base + 2 * k * stride] = __fsub_rn(s[base + 2 * k * stride], t);
-    }
-    for (int k = 0; k < m; k++) {
-        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
-        s[base + (2 * k + 1) * stride] = __fadd_rn(s[base + (2 * k + 1) * stride], p);
-    }
+// Detail level of sample (x, y, z) from the tables: wl_detail_level.
+__device__ __forceinline__ int wl_level_of(const WlTables* tab, int x, int y, int z) {
+    int lv = 1 << 30;
+    const int d0 = tab->cls[0][x], d1 = tab->cls[1][y], d2 = tab->cls[2][z];
+    if (d0 >= 0 && d0 < lv) lv = d0;
+    if (d1 >= 0 && d1 < lv) lv = d1;
+    if (d2 >= 0 && d2 < lv) lv = d2;
+    return lv == (1 << 30) ? -1 : lv;
 }
 
-// Every line of level l along axis a, spread over the CUDA block's threads; consecutive threads
-// take consecutive coordinates of the next axis, which puts their lines in different shared
-// memory banks (the 2^k + 1 sizes).
+// One lifting level along axis a, every sample of every line in parallel: the predict (or
+// update) steps of all lines are independent, so each thread takes one. Consecutive threads
+// take the same step of consecutive lines (the next axis's coordinate), which puts them in
+// different shared memory banks (the 2^k + 1 sizes). Same operations, in the same order per
+// sample, as wl_lift_line / wl_unlift_line.
 template <bool INVERSE>
-__device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, int a) {
+__device__ __forceinline__ void wl_axis_pass(float* s, const WlTables* tab, int l, int a) {
     const int b = (a + 1) % 3, c = (a + 2) % 3;
     const int step = 1 << l;
-    const int count = (ext[a] - 1) / step + 1;
-    const int stride = wl_stride_of(a) * step;
-    const int lines = ext[b] * ext[c];
-    for (int t = threadIdx.x; t < lines; t += WL_THREADS) {
-        const int qb = t % ext[b], qc = t / ext[b];
-        if (!wl_approx_before(qb, ext[b], wl_levels_of(b), l) || !wl_approx_before(qc, ext[c], wl_levels_of(c), l)) continue;
-        const int base = qb * wl_stride_of(b) + qc * wl_stride_of(c);
-        if (INVERSE) wl_unlift_line(s, base, stride, count);
-        else wl_lift_line(s, base, stride, count);
+    const int count = (tab->ext[a] - 1) / step + 1;
+    const int m = wl_details_on_line(count);
+    const int st = wl_stride_of(a) * step;
+    const int nb = tab->count[b][l];
+    const int lines = nb * tab->count[c][l];
+    const int sb = wl_stride_of(b), sc = wl_stride_of(c);
+    // Predict (forward) or undo the update (inverse) first.
+    if (!INVERSE) {
+        for (int t = threadIdx.x; t < lines * m; t += WL_THREADS) {
+            const int line = t % lines, k = t / lines;
+            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
+            const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * st], s[base + (2 * k + 2) * st]), 0.5f);
+            s[base + (2 * k + 1) * st] = __fsub_rn(s[base + (2 * k + 1) * st], p);
+        }
+    } else {
+        for (int t = threadIdx.x; t < lines * (m - 1); t += WL_THREADS) {
+            const int line = t % lines, k = 1 + t / lines;
+            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
+            const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * st]),
+                                      __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * st]));
+            s[base + 2 * k * st] = __fsub_rn(s[base + 2 * k * st], u);
+        }
     }
+    __syncthreads();
+    if (!INVERSE) {
+        for (int t = threadIdx.x; t < lines * (m - 1); t += WL_THREADS) {
+            const int line = t % lines, k = 1 + t / lines;
+            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
+            const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * st]),
+                                      __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * st]));
+            s[base + 2 * k * st] = __fadd_rn(s[base + 2 * k * st], u);
+        }
+    } else {
+        for (int t = threadIdx.x; t < lines * m; t += WL_THREADS) {
+            const int line = t % lines, k = t / lines;
+            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
+            const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * st], s[base + (2 * k + 2) * st]), 0.5f);
+            s[base + (2 * k + 1) * st] = __fadd_rn(s[base + (2 * k + 1) * st], p);
+        }
+    }
+    __syncthreads();
 }
 
 // Forward transform of the block in s (all threads of the CUDA block call it): forward().
-__device__ void wl_forward(float* s, const int ext[3]) {
+__device__ void wl_forward(float* s, const WlTables* tab) {
     for (int l = 0; l < WL_MAX_LEVELS; l++) {
         for (int a = 0; a < 3; a++) {
-            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
-                wl_axis_pass<false>(s, ext, l, a);
-                __syncthreads();
-            }
+            if (l < wl_line_levels(tab->ext[a], wl_levels_of(a))) wl_axis_pass<false>(s, tab, l, a);
         }
     }
 }
 
 // Inverse of wl_forward: inverse().
-__device__ void wl_inverse(float* s, const int ext[3]) {
+__device__ void wl_inverse(float* s, const WlTables* tab) {
     for (int l = WL_MAX_LEVELS - 1; l >= 0; l--) {
         for (int a = 2; a >= 0; a--) {
-            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
-                wl_axis_pass<true>(s, ext, l, a);
-                __syncthreads();
-            }
+            if (l < wl_line_levels(tab->ext[a], wl_levels_of(a))) wl_axis_pass<true>(s, tab, l, a);
         }
     }
 }
