@@ -87,54 +87,66 @@ __device__ __forceinline__ int wl_level_of(const WlTables* tab, int x, int y, in
     return lv == (1 << 30) ? -1 : lv;
 }
 
-// One lifting level along axis a, every sample of every line in parallel: the predict (or
-// update) steps of all lines are independent, so each thread takes one. Consecutive threads
-// take the same step of consecutive lines (the next axis's coordinate), which puts them in
-// different shared memory banks (the 2^k + 1 sizes). Same operations, in the same order per
-// sample, as wl_lift_line / wl_unlift_line.
+#define WL_NMAX (WL_NX > WL_NY ? (WL_NX > WL_NZ ? WL_NX : WL_NZ) : (WL_NY > WL_NZ ? WL_NY : WL_NZ))
+
+// One level of lifting (or its inverse) on the line s[base + i * st], i < c, staged through
+// registers: the line is loaded at once, lifted, and stored at once, so no shared memory load
+// waits on a store. Same operations in the same order as lift_line / unlift_line.
+template <bool INVERSE>
+__device__ __forceinline__ void wl_line(float* s, int base, int st, int c) {
+    float v[WL_NMAX];
+#pragma unroll
+    for (int i = 0; i < WL_NMAX; i++) {
+        if (i < c) v[i] = s[base + i * st];
+    }
+    const int m = wl_details_on_line(c);
+    if (!INVERSE) {
+#pragma unroll
+        for (int k = 0; k < (WL_NMAX - 1) / 2; k++) {
+            if (k < m) v[2 * k + 1] = __fsub_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
+        }
+#pragma unroll
+        for (int k = 1; k < (WL_NMAX - 1) / 2; k++) {
+            if (k < m) {
+                const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), v[2 * k - 1]), __fmul_rn(wl_weight(k, m), v[2 * k + 1]));
+                v[2 * k] = __fadd_rn(v[2 * k], u);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 1; k < (WL_NMAX - 1) / 2; k++) {
+            if (k < m) {
+                const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), v[2 * k - 1]), __fmul_rn(wl_weight(k, m), v[2 * k + 1]));
+                v[2 * k] = __fsub_rn(v[2 * k], u);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < (WL_NMAX - 1) / 2; k++) {
+            if (k < m) v[2 * k + 1] = __fadd_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < WL_NMAX; i++) {
+        if (i < c) s[base + i * st] = v[i];
+    }
+}
+
+// Every line of level l along axis a, a line per thread, ending with a barrier. The lines run
+// through the coordinates of the other two axes that are still approximations (the tables);
+// consecutive threads take consecutive coordinates of the next axis, which puts their lines in
+// different shared memory banks (the 2^k + 1 sizes).
 template <bool INVERSE>
 __device__ __forceinline__ void wl_axis_pass(float* s, const WlTables* tab, int l, int a) {
     const int b = (a + 1) % 3, c = (a + 2) % 3;
     const int step = 1 << l;
     const int count = (tab->ext[a] - 1) / step + 1;
-    const int m = wl_details_on_line(count);
     const int st = wl_stride_of(a) * step;
     const int nb = tab->count[b][l];
     const int lines = nb * tab->count[c][l];
     const int sb = wl_stride_of(b), sc = wl_stride_of(c);
-    // Predict (forward) or undo the update (inverse) first.
-    if (!INVERSE) {
-        for (int t = threadIdx.x; t < lines * m; t += WL_THREADS) {
-            const int line = t % lines, k = t / lines;
-            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
-            const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * st], s[base + (2 * k + 2) * st]), 0.5f);
-            s[base + (2 * k + 1) * st] = __fsub_rn(s[base + (2 * k + 1) * st], p);
-        }
-    } else {
-        for (int t = threadIdx.x; t < lines * (m - 1); t += WL_THREADS) {
-            const int line = t % lines, k = 1 + t / lines;
-            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
-            const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * st]),
-                                      __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * st]));
-            s[base + 2 * k * st] = __fsub_rn(s[base + 2 * k * st], u);
-        }
-    }
-    __syncthreads();
-    if (!INVERSE) {
-        for (int t = threadIdx.x; t < lines * (m - 1); t += WL_THREADS) {
-            const int line = t % lines, k = 1 + t / lines;
-            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
-            const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * st]),
-                                      __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * st]));
-            s[base + 2 * k * st] = __fadd_rn(s[base + 2 * k * st], u);
-        }
-    } else {
-        for (int t = threadIdx.x; t < lines * m; t += WL_THREADS) {
-            const int line = t % lines, k = t / lines;
-            const int base = tab->coords[b][l][line % nb] * sb + tab->coords[c][l][line / nb] * sc;
-            const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * st], s[base + (2 * k + 2) * st]), 0.5f);
-            s[base + (2 * k + 1) * st] = __fadd_rn(s[base + (2 * k + 1) * st], p);
-        }
+    for (int t = threadIdx.x; t < lines; t += WL_THREADS) {
+        const int base = tab->coords[b][l][t % nb] * sb + tab->coords[c][l][t / nb] * sc;
+        wl_line<INVERSE>(s, base, st, count);
     }
     __syncthreads();
 }
