@@ -37,6 +37,18 @@ __device__ __forceinline__ int wl_axis_detail(int p, int n, int levels) {
     return -1;
 }
 
+// Level at which sample p of a block with extents ext became a detail, or -1: detail_level().
+__device__ __forceinline__ int wl_detail_level(int x, int y, int z, const int ext[3]) {
+    int lv = 1 << 30;
+    const int d0 = wl_axis_detail(x, ext[0], WL_LX);
+    const int d1 = wl_axis_detail(y, ext[1], WL_LY);
+    const int d2 = wl_axis_detail(z, ext[2], WL_LZ);
+    if (d0 >= 0 && d0 < lv) lv = d0;
+    if (d1 >= 0 && d1 < lv) lv = d1;
+    if (d2 >= 0 && d2 < lv) lv = d2;
+    return lv == (1 << 30) ? -1 : lv;
+}
+
 // Whether coordinate p is still an approximation along its axis when level l starts.
 __device__ __forceinline__ bool wl_approx_before(int p, int n, int levels, int l) {
     const int d = wl_axis_detail(p, n, levels);
@@ -50,121 +62,73 @@ __device__ __forceinline__ int wl_details_on_line(int c) {
     return odd > 1 ? (odd - 1) / 2 : 0;
 }
 
-// Per-block tables in shared memory, filled by wl_setup: for each axis and level the
-// coordinates still approximations when the level starts (the lines of the other axes run
-// through them), and each coordinate's detail level along its axis (-1: approximation).
-struct WlTables {
-    unsigned char coords[3][WL_MAX_LEVELS][WL_NX];
-    int count[3][WL_MAX_LEVELS];
-    signed char cls[3][WL_NX];
-    int ext[3];
-};
-
-// Fill the tables for a block of extents ext (all threads call it; it ends with a barrier).
-__device__ void wl_setup(WlTables* tab, const int ext[3]) {
-    const int a = threadIdx.x;
-    if (a < 3) {
-        tab->ext[a] = ext[a];
-        for (int p = 0; p < ext[a]; p++) tab->cls[a][p] = (signed char)wl_axis_detail(p, ext[a], wl_levels_of(a));
-        for (int l = 0; l < WL_MAX_LEVELS; l++) {
-            int c = 0;
-            for (int p = 0; p < ext[a]; p++) {
-                if (wl_approx_before(p, ext[a], wl_levels_of(a), l)) tab->coords[a][l][c++] = (unsigned char)p;
-            }
-            tab->count[a][l] = c;
-        }
-    }
-    __syncthreads();
-}
-
-// Detail level of sample (x, y, z) from the tables: wl_detail_level.
-__device__ __forceinline__ int wl_level_of(const WlTables* tab, int x, int y, int z) {
-    int lv = 1 << 30;
-    const int d0 = tab->cls[0][x], d1 = tab->cls[1][y], d2 = tab->cls[2][z];
-    if (d0 >= 0 && d0 < lv) lv = d0;
-    if (d1 >= 0 && d1 < lv) lv = d1;
-    if (d2 >= 0 && d2 < lv) lv = d2;
-    return lv == (1 << 30) ? -1 : lv;
-}
-
-#define WL_NMAX (WL_NX > WL_NY ? (WL_NX > WL_NZ ? WL_NX : WL_NZ) : (WL_NY > WL_NZ ? WL_NY : WL_NZ))
-
-// One level of lifting (or its inverse) on the line s[base + i * st], i < c, staged through
-// registers: the line is loaded at once, lifted, and stored at once, so no shared memory load
-// waits on a store. Same operations in the same order as lift_line / unlift_line.
-template <bool INVERSE>
-__device__ __forceinline__ void wl_line(float* s, int base, int st, int c) {
-    float v[WL_NMAX];
-#pragma unroll
-    for (int i = 0; i < WL_NMAX; i++) {
-        if (i < c) v[i] = s[base + i * st];
-    }
+// One level of lifting on the line s[base + i * stride], i < c: lift_line().
+__device__ __forceinline__ void wl_lift_line(float* s, int base, int stride, int c) {
     const int m = wl_details_on_line(c);
-    if (!INVERSE) {
-#pragma unroll
-        for (int k = 0; k < (WL_NMAX - 1) / 2; k++) {
-            if (k < m) v[2 * k + 1] = __fsub_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
-        }
-#pragma unroll
-        for (int k = 1; k < (WL_NMAX - 1) / 2; k++) {
-            if (k < m) {
-                const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), v[2 * k - 1]), __fmul_rn(wl_weight(k, m), v[2 * k + 1]));
-                v[2 * k] = __fadd_rn(v[2 * k], u);
-            }
-        }
-    } else {
-#pragma unroll
-        for (int k = 1; k < (WL_NMAX - 1) / 2; k++) {
-            if (k < m) {
-                const float u = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), v[2 * k - 1]), __fmul_rn(wl_weight(k, m), v[2 * k + 1]));
-                v[2 * k] = __fsub_rn(v[2 * k], u);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < (WL_NMAX - 1) / 2; k++) {
-            if (k < m) v[2 * k + 1] = __fadd_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
-        }
+    for (int k = 0; k < m; k++) {
+        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
+        s[base + (2 * k + 1) * stride] = __fsub_rn(s[base + (2 * k + 1) * stride], p);
     }
-#pragma unroll
-    for (int i = 0; i < WL_NMAX; i++) {
-        if (i < c) s[base + i * st] = v[i];
+    for (int k = 1; k < m; k++) {
+        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
+                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
+        s[base + 2 * k * stride] = __fadd_rn(s[base + 2 * k * stride], t);
     }
 }
 
-// Every line of level l along axis a, a line per thread, ending with a barrier. The lines run
-// through the coordinates of the other two axes that are still approximations (the tables);
-// consecutive threads take consecutive coordinates of the next axis, which puts their lines in
-// different shared memory banks (the 2^k + 1 sizes).
+// Inverse of wl_lift_line: unlift_line().
+__device__ __forceinline__ void wl_unlift_line(float* s, int base, int stride, int c) {
+    const int m = wl_details_on_line(c);
+    for (int k = 1; k < m; k++) {
+        const float t = __fadd_rn(__fmul_rn(wl_weight(k - 1, m), s[base + (2 * k - 1) * stride]),
+                                  __fmul_rn(wl_weight(k, m), s[base + (2 * k + 1) * stride]));
+        s[base + 2 * k * stride] = __fsub_rn(s[base + 2 * k * stride], t);
+    }
+    for (int k = 0; k < m; k++) {
+        const float p = __fmul_rn(__fadd_rn(s[base + 2 * k * stride], s[base + (2 * k + 2) * stride]), 0.5f);
+        s[base + (2 * k + 1) * stride] = __fadd_rn(s[base + (2 * k + 1) * stride], p);
+    }
+}
+
+// Every line of level l along axis a, spread over the CUDA block's threads; consecutive threads
+// take consecutive coordinates of the next axis, which puts their lines in different shared
+// memory banks (the 2^k + 1 sizes).
 template <bool INVERSE>
-__device__ __forceinline__ void wl_axis_pass(float* s, const WlTables* tab, int l, int a) {
+__device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, int a) {
     const int b = (a + 1) % 3, c = (a + 2) % 3;
     const int step = 1 << l;
-    const int count = (tab->ext[a] - 1) / step + 1;
-    const int st = wl_stride_of(a) * step;
-    const int nb = tab->count[b][l];
-    const int lines = nb * tab->count[c][l];
-    const int sb = wl_stride_of(b), sc = wl_stride_of(c);
+    const int count = (ext[a] - 1) / step + 1;
+    const int stride = wl_stride_of(a) * step;
+    const int lines = ext[b] * ext[c];
     for (int t = threadIdx.x; t < lines; t += WL_THREADS) {
-        const int base = tab->coords[b][l][t % nb] * sb + tab->coords[c][l][t / nb] * sc;
-        wl_line<INVERSE>(s, base, st, count);
+        const int qb = t % ext[b], qc = t / ext[b];
+        if (!wl_approx_before(qb, ext[b], wl_levels_of(b), l) || !wl_approx_before(qc, ext[c], wl_levels_of(c), l)) continue;
+        const int base = qb * wl_stride_of(b) + qc * wl_stride_of(c);
+        if (INVERSE) wl_unlift_line(s, base, stride, count);
+        else wl_lift_line(s, base, stride, count);
     }
-    __syncthreads();
 }
 
 // Forward transform of the block in s (all threads of the CUDA block call it): forward().
-__device__ void wl_forward(float* s, const WlTables* tab) {
+__device__ void wl_forward(float* s, const int ext[3]) {
     for (int l = 0; l < WL_MAX_LEVELS; l++) {
         for (int a = 0; a < 3; a++) {
-            if (l < wl_line_levels(tab->ext[a], wl_levels_of(a))) wl_axis_pass<false>(s, tab, l, a);
+            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
+                wl_axis_pass<false>(s, ext, l, a);
+                __syncthreads();
+            }
         }
     }
 }
 
 // Inverse of wl_forward: inverse().
-__device__ void wl_inverse(float* s, const WlTables* tab) {
+__device__ void wl_inverse(float* s, const int ext[3]) {
     for (int l = WL_MAX_LEVELS - 1; l >= 0; l--) {
         for (int a = 2; a >= 0; a--) {
-            if (l < wl_line_levels(tab->ext[a], wl_levels_of(a))) wl_axis_pass<true>(s, tab, l, a);
+            if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
+                wl_axis_pass<true>(s, ext, l, a);
+                __syncthreads();
+            }
         }
     }
 }
