@@ -378,7 +378,7 @@ pub fn human_bytes(b: u64) -> String {
     if v >= 1e9 {
         format!("{:.2} GB", v / 1e9)
     } else if v >= 1e6 {
-        format!("{:.1} MB", v / 1e6)
+        format!("{:.2} MB", v / 1e6)
     } else if v >= 1e3 {
         format!("{:.1} KB", v / 1e3)
     } else {
