@@ -200,6 +200,14 @@ fn a_compressed_run_reports_its_ratio_and_memory_and_resumes_densely() {
     let o = run(&["--backend", "cpu", "--resume", &p("c.ckpt")]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("done: step 40"), "{}", stderr(&o));
+    // A budget the start fits (about 0.89 MB estimated) but the developing flow outgrows: tau
+    // is raised with a warning and the run completes.
+    let o =
+        run(&["--set", "compression.enabled=true", "--set", "compression.subgrid=[24,12,12]", "--set", "compression.memory_budget=1MB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("WARN") && e.contains("over the memory budget") && e.contains("raising tau"), "{e}");
+    assert!(e.contains("done: step 20") && e.contains("budget 1.00 MB") && !e.contains("tau 1e-5, budget"), "tau was raised: {e}");
     // A budget the state cannot fit is refused before the run, saying what to change.
     let o = run(&["--set", "compression.enabled=true", "--set", "compression.memory_budget=10KB"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
