@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sim_core::backend::cpu;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
-use sim_core::scene::{self, LoadedScene};
+use sim_core::scene::{self, human_bytes, LoadedScene};
 use sim_core::Solver;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -76,6 +76,13 @@ pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<Loaded
 /// Build a solver on the chosen backend.
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
     use sim_core::backend::cuda;
+    if ls.scene.compression.enabled {
+        // Compressed subgrids run on the CPU reference only (the CUDA path is not wired yet).
+        if backend != BackendChoice::Cpu {
+            eprintln!("note: compressed subgrids (compression.enabled) run on the CPU backend only; running on the CPU");
+        }
+        return Ok(cpu::from_scene(ls)?);
+    }
     match backend {
         BackendChoice::Cpu => Ok(cpu::from_scene(ls)?),
         BackendChoice::Cuda => match cuda::CudaSolver::from_scene(ls) {
@@ -170,7 +177,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         let dt = chunk_t.elapsed().as_secs_f64();
         mlups = cells * (next - now) as f64 / dt.max(1e-9) / 1e6;
         bar.set_position(next - start_step);
-        bar.set_message(format!("{mlups:.1} MLUPS"));
+        bar.set_message(match solver.compression() {
+            Some(c) => format!("{mlups:.1} MLUPS, compressed {:.1}x ({})", c.ratio, human_bytes(c.bytes)),
+            None => format!("{mlups:.1} MLUPS"),
+        });
         let st = solver.stats();
         if st.blown_up() {
             bar.abandon();
@@ -216,6 +226,17 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         "done: step {}, {:.2} s, {:.1} MLUPS (last chunk {:.1}), mass {:.6e}, max |u| {:.4e}",
         st.step, secs, avg, mlups, st.mass, st.max_u
     );
+    if let Some(c) = solver.compression() {
+        let tau = if c.tau.0 == c.tau.1 { format!("tau {:e}", c.tau.0) } else { format!("tau {:e} to {:e}", c.tau.0, c.tau.1) };
+        let budget = c.budget.map(|b| format!(", budget {}", human_bytes(b))).unwrap_or_default();
+        eprintln!(
+            "compression: ratio {:.2}x, {} in memory ({} uncompressed), {} subgrids, {tau}{budget}",
+            c.ratio,
+            human_bytes(c.bytes),
+            human_bytes(c.dense_bytes),
+            c.subgrids
+        );
+    }
     for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {
         eprintln!("force on {name}: ({:.4e}, {:.4e}, {:.4e})", f[0], f[1], f[2]);
     }

@@ -167,3 +167,50 @@ fn cuda_backend_without_a_gpu_fails_clearly_and_auto_falls_back() {
     assert!(o.status.success());
     assert!(stderr(&o).contains("CPU backend"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_compressed_run_reports_its_ratio_and_memory_and_resumes_densely() {
+    let d = tmp("compressed");
+    let p = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let small = ["--set", "domain.size=[48,24,24]", "--set", "obstacles.0.center=[16,12,12]", "--set", "obstacles.0.radius=4"];
+    let run = |extra: &[&str]| {
+        let mut a = vec!["run", "scenes/sphere_3d.toml", "--steps", "20"];
+        a.extend_from_slice(&small);
+        a.extend_from_slice(extra);
+        esoflow(&a)
+    };
+    let o = run(&[
+        "--set",
+        "compression.enabled=true",
+        "--set",
+        "compression.tau=1e-5",
+        "--set",
+        "compression.subgrid=[24,12,12]",
+        "--checkpoint",
+        &p("c.ckpt"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("cpu-subgrid"), "{e}");
+    assert!(e.contains("compression: ratio ") && e.contains("in memory") && e.contains("8 subgrids, tau 1e-5"), "{e}");
+    if sim_core::backend::cuda::probe().is_err() {
+        assert!(e.contains("CPU backend only"), "the default (auto) backend says it runs on the CPU: {e}");
+    }
+    // The checkpoint is the dense solver's format: a dense CPU run resumes it.
+    let o = run(&["--backend", "cpu", "--resume", &p("c.ckpt")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("done: step 40"), "{}", stderr(&o));
+    // A budget the start fits (about 0.89 MB estimated) but the developing flow outgrows: tau
+    // is raised with a warning and the run completes.
+    let o =
+        run(&["--set", "compression.enabled=true", "--set", "compression.subgrid=[24,12,12]", "--set", "compression.memory_budget=1MB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("WARN") && e.contains("over the memory budget") && e.contains("raising tau"), "{e}");
+    assert!(e.contains("done: step 20") && e.contains("budget 1.00 MB") && !e.contains("tau 1e-5, budget"), "tau was raised: {e}");
+    // A budget the state cannot fit is refused before the run, saying what to change.
+    let o = run(&["--set", "compression.enabled=true", "--set", "compression.memory_budget=10KB"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("compression.memory_budget") && e.contains("needs about") && e.contains("raise compression.tau"), "{e}");
+}

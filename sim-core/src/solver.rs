@@ -33,6 +33,23 @@ pub struct SolverInfo {
     pub memory_bytes: u64,
 }
 
+/// How a compressing backend stores its state (see [`Solver::compression`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompressionInfo {
+    /// Bytes of the DDFs uncompressed (FP32) over the bytes the state takes.
+    pub ratio: f64,
+    /// Bytes the state takes (compressed cores and uncompressed interfaces).
+    pub bytes: u64,
+    /// Bytes the same DDFs take uncompressed.
+    pub dense_bytes: u64,
+    /// Number of subgrids.
+    pub subgrids: usize,
+    /// Smallest and largest threshold in use (they differ once a memory budget raised some).
+    pub tau: (f32, f32),
+    /// The memory budget, if any.
+    pub budget: Option<u64>,
+}
+
 /// Parameters that may change between steps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
@@ -197,6 +214,11 @@ pub trait Solver: Send {
     fn bricks(&self) -> BrickMap {
         let d = self.domain();
         BrickMap::classify(d, BrickMap::default_brick(d.lattice.dims()))
+    }
+    /// Compression ratio and memory of a backend that keeps its state compressed; `None` (the
+    /// default) for the dense backends.
+    fn compression(&self) -> Option<CompressionInfo> {
+        None
     }
     /// Wait until queued steps have finished (device backends queue work asynchronously).
     ///

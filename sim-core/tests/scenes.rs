@@ -221,6 +221,7 @@ fn keys_match_the_scene_types() {
         ("fluid", "[fluid]\nbogus = 1\n"),
         ("initial", "[initial]\nbogus = 1\n"),
         ("solver", "[solver]\nbogus = 1\n"),
+        ("compression", "[compression]\nbogus = 1\n"),
         ("boundaries", "[boundaries]\nbogus = 1\n"),
         ("boundaries.x_min", "[boundaries]\nx_min = { bogus = 1 }\n"),
     ];
@@ -336,6 +337,10 @@ size = 3.5
             "solver.ghost_block" => Some((key.into(), "8")),
             "solver.steps" => Some((key.into(), "10")),
             "solver.stats_every" => Some((key.into(), "5")),
+            "compression.enabled" => Some((key.into(), "true")),
+            "compression.tau" => Some((key.into(), "1e-4")),
+            "compression.subgrid" => Some((key.into(), "[8, 8, 8]")),
+            "compression.memory_budget" => Some((key.into(), "8GB")),
             "obstacles.N.min" => obstacle(0, "[2, 2, 2]"),
             "obstacles.N.max" => obstacle(0, "[4, 4, 4]"),
             "obstacles.N.shape" => obstacle(1, "sphere"),
@@ -577,4 +582,82 @@ fn lines_are_found_in_every_toml_form() {
     let text = format!("{BASE}[[obstacles]]\nshape = \"sphere\"\ncenter = [30, 10]\nradius = -1\n");
     let e = error(&text, &[]);
     assert_eq!(e, format!("bad.toml:{}: obstacles.1.radius: must be > 0, got -1", text.lines().count()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// [compression]
+
+const BOX3D: &str = "[domain]\nsize = [16, 12, 10]\n[compression]\nenabled = true\n";
+
+#[test]
+fn compression_defaults_and_overrides() {
+    let ls = parse("[domain]\nsize = [16, 12, 10]\n", &[]).unwrap();
+    let c = &ls.scene.compression;
+    assert!(!c.enabled);
+    assert_eq!(c.tau, 1e-5);
+    assert_eq!(c.subgrid_size(), [64, 64, 64]);
+    assert_eq!(c.memory_budget, None);
+    let ls = parse(
+        "[domain]\nsize = [16, 12, 10]\n",
+        &[
+            ("compression.enabled", "true"),
+            ("compression.tau", "1e-4"),
+            ("compression.subgrid", "[8,6,5]"),
+            ("compression.memory_budget", "8GB"),
+        ],
+    )
+    .unwrap();
+    let c = &ls.scene.compression;
+    assert!(c.enabled);
+    assert_eq!(c.tau, 1e-4);
+    assert_eq!(c.subgrid_size(), [8, 6, 5]);
+    assert_eq!(c.memory_budget, Some(scene::ByteSize(8_000_000_000)));
+    for (text, bytes) in [
+        ("4096", 4096u64),
+        ("\"4096\"", 4096),
+        ("\"1.5 KB\"", 1500),
+        ("\"512 MiB\"", 512 << 20),
+        ("\"2GiB\"", 2 << 30),
+        ("\"3 mb\"", 3_000_000),
+        ("1e9", 1_000_000_000),
+    ] {
+        let ls = parse(&format!("{BOX3D}memory_budget = {text}\n"), &[]).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(ls.scene.compression.memory_budget, Some(scene::ByteSize(bytes)), "{text}");
+    }
+}
+
+#[test]
+fn compression_errors_name_the_key_and_what_is_valid() {
+    let text = format!("{BOX3D}tau = -1\n");
+    let e = error(&text, &[]);
+    assert_eq!(e, format!("bad.toml:{}: compression.tau: must be a finite number >= 0, got -1", line_of(&text, "tau")));
+    let text = format!("{BOX3D}subgrid = [8, 2, 8]\n");
+    let e = error(&text, &[]);
+    assert_eq!(e, format!("bad.toml:{}: compression.subgrid: axis 1 has 2 cells; each axis needs at least 3", line_of(&text, "subgrid")));
+    let e = error(&format!("{BOX3D}subgrid = [8, 8]\n"), &[]);
+    assert!(e.contains("compression.subgrid: give three cell counts [x, y, z], got 2"), "{e}");
+    let text = format!("{BOX3D}memory_budget = \"8 XB\"\n");
+    let e = error(&text, &[]);
+    assert!(e.starts_with(&format!("bad.toml:{}: compression.memory_budget: unknown unit \"xb\"", line_of(&text, "memory_budget"))), "{e}");
+    assert!(e.contains("GiB"), "{e}");
+    let e = error(&format!("{BOX3D}memory_budget = \"lots\"\n"), &[]);
+    assert!(e.contains("compression.memory_budget: ") && e.contains("\"8 GB\""), "{e}");
+    let e = error(&format!("{BOX3D}memory_budget = 0\n"), &[]);
+    assert!(e.contains("compression.memory_budget: expected a size > 0, got 0"), "{e}");
+    let e = error(&format!("{BOX3D}memory_budget = true\n"), &[]);
+    assert!(e.contains("compression.memory_budget: ") && e.contains("number of bytes"), "{e}");
+    let e = error(BOX3D, &[("compression.enabld", "true")]);
+    assert!(e.starts_with("--set: compression.enabld: unknown key; did you mean compression.enabled?"), "{e}");
+    let e = error(BOX3D, &[("compression.enabled", "yes")]);
+    assert!(e.starts_with("--set: compression.enabled: expected true | false, got \"yes\""), "{e}");
+    // Only 3D, Esoteric Pull and FP32.
+    let text = "[domain]\nsize = [16, 12]\n[compression]\nenabled = true\n";
+    let e = error(text, &[]);
+    assert!(e.starts_with("bad.toml:4: compression.enabled: compressed subgrids need a 3D lattice"), "{e}");
+    let e = error(BOX3D, &[("solver.scheme", "aa")]);
+    assert!(e.contains("compression.enabled: compressed subgrids run the \"esoteric_pull\" scheme, but solver.scheme is \"aa\""), "{e}");
+    let e = error(BOX3D, &[("solver.precision", "fp16s")]);
+    assert!(e.contains("compression.enabled: compressed subgrids store \"fp32\", but solver.precision is \"fp16s\""), "{e}");
+    // Off, the same settings are fine.
+    parse("[domain]\nsize = [16, 12]\n[compression]\nenabled = false\n", &[]).unwrap();
 }

@@ -496,6 +496,31 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         s
     }
 
+    /// An Esoteric-Pull solver holding a given state (`F[i * cells + n]` at the parity of step
+    /// `t`) instead of an initial one: the dense view the compressed-subgrid solver reads
+    /// fields, statistics and checkpoints through.
+    pub(crate) fn with_state(dom: Domain, params: Params, t: u64, state: Vec<S>, last_forces: Forces) -> Self {
+        debug_assert_eq!(state.len(), L::Q * dom.cells(), "state length");
+        CpuSolver {
+            dom,
+            scheme: Scheme::EsotericPull,
+            buf: [state, Vec::new()],
+            cur: 0,
+            ghost: None,
+            t,
+            params,
+            last_forces,
+            _l: PhantomData,
+        }
+    }
+
+    /// The domain, parameters and current state (the inverse of [`Self::with_state`]; for an
+    /// in-place scheme).
+    pub(crate) fn into_parts(self) -> (Domain, Params, Vec<S>) {
+        let [a, b] = self.buf;
+        (self.dom, self.params, if self.cur == 0 { a } else { b })
+    }
+
     /// The streaming scheme.
     pub(crate) fn scheme(&self) -> Scheme {
         self.scheme
@@ -865,20 +890,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
         self.params.clone()
     }
     fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
-        p.validate().map_err(SolverError::Param)?;
-        if p.walls.len() != self.params.walls.len()
-            || p.inlets.len() != self.params.inlets.len()
-            || p.outlets.len() != self.params.outlets.len()
-        {
-            return Err(SolverError::Param("the number of walls, inlets and outlets is fixed by the scene".into()));
-        }
-        // Inlet velocities live in the domain tables the cell update reads.
-        for (b, v) in self.dom.inlets.iter_mut().zip(&p.inlets) {
-            b.velocity = *v;
-        }
-        for (b, d) in self.dom.outlets.iter_mut().zip(&p.outlets) {
-            b.density = *d;
-        }
+        apply_params(&mut self.dom, &self.params, &p)?;
         self.params = p;
         Ok(())
     }
@@ -939,6 +951,23 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
         self.buf[cur] = buf;
         r
     }
+}
+
+/// Check new parameters against the current ones and write the inlet velocities and outlet
+/// densities into the domain tables the cell update reads (every host-stepped backend does
+/// this in [`Solver::set_params`]).
+pub(crate) fn apply_params(dom: &mut Domain, cur: &Params, p: &Params) -> Result<(), SolverError> {
+    p.validate().map_err(SolverError::Param)?;
+    if p.walls.len() != cur.walls.len() || p.inlets.len() != cur.inlets.len() || p.outlets.len() != cur.outlets.len() {
+        return Err(SolverError::Param("the number of walls, inlets and outlets is fixed by the scene".into()));
+    }
+    for (b, v) in dom.inlets.iter_mut().zip(&p.inlets) {
+        b.velocity = *v;
+    }
+    for (b, d) in dom.outlets.iter_mut().zip(&p.outlets) {
+        b.density = *d;
+    }
+    Ok(())
 }
 
 /// Reads and writes raw storage elements (DDF slots) of the buffer holding the current state:
@@ -1060,11 +1089,16 @@ pub fn build(
     build_mirror(dom, scheme, precision, params, ghost_block, init)
 }
 
-/// Build the CPU solver a loaded scene describes.
+/// Build the CPU solver a loaded scene describes: the dense one, or with `compression.enabled`
+/// the compressed-subgrid solver ([`super::subgrid::from_scene`]).
 ///
 /// # Errors
-/// Voxelisation errors (e.g. an unreadable STL file).
+/// Voxelisation errors (e.g. an unreadable STL file); with compression, a memory budget the
+/// state does not fit.
 pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, crate::scene::SceneError> {
+    if ls.scene.compression.enabled {
+        return super::subgrid::from_scene(ls);
+    }
     let dom = Domain::from_scene(ls)?;
     let params = params_of(ls, &dom);
     let s = &ls.scene.solver;

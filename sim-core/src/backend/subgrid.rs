@@ -19,18 +19,43 @@
 //! changes no cell's share of mass in total: on a periodic box the mass drifts only by `f32`
 //! rounding (tested).
 //!
+//! **As a [`Solver`].** Fields, statistics and checkpoints go through the reassembled dense
+//! state ([`SubgridSolver::dense_state`]) and the dense solver's own code, so checkpoints are
+//! the dense CPU solver's format (either solver resumes the other's). Each such call holds the
+//! dense state for a moment: a viewer or a `--export` costs the uncompressed memory while it
+//! reads. A cell edit reassembles the dense state, applies the dense solver's edit and splits
+//! the result again (every core is recompressed). Scenes choose this solver with
+//! `[compression] enabled = true` ([`from_scene`]).
+//!
+//! **Thresholds and memory.** Each subgrid has its own tau (all start at the scene's). With a
+//! memory budget, a state that outgrows it after a step gets tau doubled for its largest
+//! subgrids (a warning says which); the next step compresses them harder. The run never halts
+//! for memory: once every subgrid is at the largest tau it goes on over budget, with a warning.
+//!
 //! Only 3D lattices, Esoteric Pull and FP32 storage, the product's default. A ghost value is
 //! written back only where the step changed its bits: with one subgrid across a periodic axis
 //! the ghost frame and the shell are two copies of the same cells, and only the copy a cell
 //! wrote carries news.
 
-use super::cpu::{step_box, CpuSolver, Forces};
+use super::cpu::{apply_params, params_of, step_box, CpuSolver, Forces};
+use crate::checkpoint::Checkpoint;
+use crate::collision::equilibrium;
 use crate::compress::{BlockShape, CompressedField, Thresholds};
-use crate::domain::Domain;
-use crate::lattice::Lat;
+use crate::domain::{is_solid, Domain};
+use crate::edit::{CellEdit, EditReport};
+use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
+use crate::precision::Precision;
+use crate::scene::{human_bytes, LoadedScene, SceneError};
 use crate::schemes::Scheme;
-use crate::solver::{Params, Solver, SolverError};
+use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use rayon::prelude::*;
+
+/// The largest tau a memory budget raises a subgrid to: far above every detail of the shifted
+/// DDFs (|f_i - w_i| < 1), so a subgrid there keeps only its approximations.
+pub const TAU_CAP: f32 = 1.0;
+
+/// Where a memory budget starts a subgrid compressed at tau = 0.
+const TAU_FLOOR: f32 = 1e-6;
 
 /// How the cores are stored.
 #[derive(Clone, Debug)]
@@ -49,6 +74,26 @@ struct Subgrid {
     core: Core,
     /// Shell cells x q, plane-major (`i * shell_cells + k`).
     shell: Vec<f32>,
+    /// This subgrid's threshold (used when the solver compresses).
+    tau: f32,
+}
+
+impl Subgrid {
+    /// Bytes of the core as stored.
+    fn core_bytes(&self) -> usize {
+        match &self.core {
+            Core::Raw(v) => 4 * v.len(),
+            Core::Compressed(c) => c.iter().map(CompressedField::bytes).sum(),
+        }
+    }
+    /// Bytes of core and shell.
+    fn bytes(&self) -> usize {
+        4 * self.shell.len() + self.core_bytes()
+    }
+    /// Cells of the subgrid.
+    fn cells(&self) -> usize {
+        self.size.iter().product()
+    }
 }
 
 /// Cells of the outermost layer of a box.
@@ -106,7 +151,14 @@ pub struct SubgridSolver<L: Lat> {
     t: u64,
     slabs: [Vec<(usize, usize)>; 3],
     subs: Vec<Subgrid>,
-    thresholds: Option<Thresholds>,
+    /// Whether cores are compressed (else kept raw: the exact mode).
+    compress: bool,
+    /// The threshold every subgrid starts at (and [`SubgridSolver::set_tau`] sets).
+    tau: f32,
+    /// Most bytes the state may take.
+    budget: Option<u64>,
+    /// The "budget cannot be met" warning was given.
+    budget_warned: bool,
     last_forces: Forces,
     _l: std::marker::PhantomData<L>,
 }
@@ -130,49 +182,69 @@ impl<L: Lat> SubgridSolver<L> {
             return Err(SolverError::Backend(format!("subgrids need at least 3 cells a side: subgrid {g:?}, grid {n:?}")));
         }
         let slabs = [0, 1, 2].map(|a| slabs(n[a], g[a]));
-        let state = dense.state();
-        let nn = dom.cells();
-        let mut subs = Vec::new();
-        for &(z0, sz) in &slabs[2] {
-            for &(y0, sy) in &slabs[1] {
-                for &(x0, sx) in &slabs[0] {
-                    let origin = [x0, y0, z0];
-                    let size = [sx, sy, sz];
-                    let sc = shell_cells(size);
-                    let cs = [sx - 2, sy - 2, sz - 2];
-                    let core_cells = cs[0] * cs[1] * cs[2];
-                    let mut shell = vec![0.0f32; L::Q * sc];
-                    let mut core = vec![0.0f32; L::Q * core_cells];
-                    for uz in 0..sz {
-                        for uy in 0..sy {
-                            for ux in 0..sx {
-                                let gcell = dom.index(x0 + ux, y0 + uy, z0 + uz);
-                                let u = [ux, uy, uz];
-                                match shell_index(u, size) {
-                                    Some(k) => (0..L::Q).for_each(|i| shell[i * sc + k] = state[i * nn + gcell]),
-                                    None => {
-                                        let c = (ux - 1) + cs[0] * ((uy - 1) + cs[1] * (uz - 1));
-                                        (0..L::Q).for_each(|i| core[i * core_cells + c] = state[i * nn + gcell]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    let core = store_core(core, cs, thresholds);
-                    subs.push(Subgrid { origin, size, core, shell });
-                }
-            }
-        }
-        Ok(SubgridSolver {
+        let tau = thresholds.map_or(0.0, |t| t.tau);
+        let mut s = SubgridSolver {
             params: dense.params(),
             t: dense.time_step(),
             dom,
             slabs,
-            subs,
-            thresholds,
+            subs: Vec::new(),
+            compress: thresholds.is_some(),
+            tau,
+            budget: None,
+            budget_warned: false,
             last_forces: [[0.0; 3]; 16],
             _l: std::marker::PhantomData,
-        })
+        };
+        s.split(dense.state(), None);
+        Ok(s)
+    }
+
+    /// Cut a dense state (`F[i * cells + n]`) into the subgrids, cores stored as the solver
+    /// stores them. `taus` keeps per-subgrid thresholds (after a restore or an edit); `None`
+    /// starts every subgrid at the solver's tau.
+    fn split(&mut self, state: &[f32], taus: Option<Vec<f32>>) {
+        let dom = &self.dom;
+        let nn = dom.cells();
+        let mut boxes = Vec::new();
+        for &(z0, sz) in &self.slabs[2] {
+            for &(y0, sy) in &self.slabs[1] {
+                for &(x0, sx) in &self.slabs[0] {
+                    boxes.push(([x0, y0, z0], [sx, sy, sz]));
+                }
+            }
+        }
+        let taus = taus.unwrap_or_else(|| vec![self.tau; boxes.len()]);
+        let compress = self.compress;
+        self.subs = boxes
+            .into_iter()
+            .zip(taus)
+            .map(|((origin, size), tau)| {
+                let [x0, y0, z0] = origin;
+                let [sx, sy, sz] = size;
+                let sc = shell_cells(size);
+                let cs = [sx - 2, sy - 2, sz - 2];
+                let core_cells = cs[0] * cs[1] * cs[2];
+                let mut shell = vec![0.0f32; L::Q * sc];
+                let mut core = vec![0.0f32; L::Q * core_cells];
+                for uz in 0..sz {
+                    for uy in 0..sy {
+                        for ux in 0..sx {
+                            let gcell = dom.index(x0 + ux, y0 + uy, z0 + uz);
+                            match shell_index([ux, uy, uz], size) {
+                                Some(k) => (0..L::Q).for_each(|i| shell[i * sc + k] = state[i * nn + gcell]),
+                                None => {
+                                    let c = (ux - 1) + cs[0] * ((uy - 1) + cs[1] * (uz - 1));
+                                    (0..L::Q).for_each(|i| core[i * core_cells + c] = state[i * nn + gcell]);
+                                }
+                            }
+                        }
+                    }
+                }
+                let core = store_core(core, cs, compress.then_some(Thresholds { tau }));
+                Subgrid { origin, size, core, shell, tau }
+            })
+            .collect();
     }
 
     /// Steps done.
@@ -190,16 +262,108 @@ impl<L: Lat> SubgridSolver<L> {
     /// Bytes the state takes: compressed cores plus shells.
     #[must_use]
     pub fn bytes(&self) -> usize {
-        self.subs
-            .iter()
-            .map(|s| {
-                4 * s.shell.len()
-                    + match &s.core {
-                        Core::Raw(v) => 4 * v.len(),
-                        Core::Compressed(c) => c.iter().map(CompressedField::bytes).sum(),
-                    }
-            })
-            .sum()
+        self.subs.iter().map(Subgrid::bytes).sum()
+    }
+
+    /// Bytes the DDFs take uncompressed (FP32).
+    #[must_use]
+    pub fn dense_bytes(&self) -> usize {
+        4 * L::Q * self.dom.cells()
+    }
+
+    /// The compression ratio: uncompressed bytes over [`Self::bytes`] (the same as
+    /// [`Self::ratio`]).
+    #[must_use]
+    pub fn compression_ratio(&self) -> f64 {
+        self.ratio()
+    }
+
+    /// Origin, size and compression ratio (uncompressed over stored bytes) of every subgrid,
+    /// x fastest then y then z: what a viewer colours subgrid outlines by.
+    #[must_use]
+    pub fn subgrid_ratios(&self) -> Vec<([usize; 3], [usize; 3], f64)> {
+        self.subs.iter().map(|s| (s.origin, s.size, (4 * L::Q * s.cells()) as f64 / s.bytes() as f64)).collect()
+    }
+
+    /// The threshold of every subgrid, in the order of [`Self::subgrid_ratios`].
+    #[must_use]
+    pub fn subgrid_taus(&self) -> Vec<f32> {
+        self.subs.iter().map(|s| s.tau).collect()
+    }
+
+    /// Change the threshold of every subgrid (a budget's raises are dropped). It takes effect
+    /// as each subgrid is next compressed, i.e. in the next step; a solver built without
+    /// compression starts compressing.
+    ///
+    /// # Errors
+    /// A negative or non-finite tau.
+    pub fn set_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        if !(tau >= 0.0) || !tau.is_finite() {
+            return Err(SolverError::Param(format!("compression tau must be a finite number >= 0, got {tau}")));
+        }
+        self.tau = tau;
+        self.compress = true;
+        self.budget_warned = false;
+        for s in &mut self.subs {
+            s.tau = tau;
+        }
+        Ok(())
+    }
+
+    /// Limit the bytes the state takes (checked after every step; see the module notes).
+    pub fn set_budget(&mut self, budget: Option<u64>) {
+        self.budget = budget;
+        self.budget_warned = false;
+    }
+
+    /// After a step: a state over the memory budget doubles tau for its largest subgrids,
+    /// enough of them that halving their cores would cover the excess (at least one).
+    fn enforce_budget(&mut self) {
+        let Some(budget) = self.budget else { return };
+        let bytes = self.bytes() as u64;
+        if !self.compress || bytes <= budget {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.subs.len()).filter(|&k| self.subs[k].tau < TAU_CAP).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(self.subs[k].bytes()));
+        if order.is_empty() {
+            if !self.budget_warned {
+                tracing::warn!(
+                    "step {}: the compressed state takes {} but the memory budget is {}, and every subgrid is at the largest tau \
+                     ({TAU_CAP}); running on over budget (raise compression.memory_budget or use a smaller grid)",
+                    self.t,
+                    human_bytes(bytes),
+                    human_bytes(budget)
+                );
+                self.budget_warned = true;
+            }
+            return;
+        }
+        let excess = bytes - budget;
+        let mut covered = 0u64;
+        let mut raised = Vec::new();
+        for k in order {
+            if covered >= excess {
+                break;
+            }
+            let s = &mut self.subs[k];
+            let old = s.tau;
+            s.tau = if old > 0.0 { (2.0 * old).min(TAU_CAP) } else { TAU_FLOOR };
+            covered += s.core_bytes() as u64 / 2;
+            raised.push((s.origin, old, s.tau));
+        }
+        let (origin, old, new) = raised[0];
+        tracing::warn!(
+            "step {}: the compressed state takes {}, over the memory budget of {}: raising tau for {} subgrid(s), \
+             the largest at {:?} from {:e} to {:e}; they compress harder from the next step",
+            self.t,
+            human_bytes(bytes),
+            human_bytes(budget),
+            raised.len(),
+            origin,
+            old,
+            new
+        );
     }
 
     /// Uncompressed bytes over [`Self::bytes`].
@@ -258,6 +422,7 @@ impl<L: Lat> SubgridSolver<L> {
             }
             self.last_forces = forces;
             self.t += 1;
+            self.enforce_budget();
         }
         Ok(())
     }
@@ -318,7 +483,8 @@ impl<L: Lat> SubgridSolver<L> {
                 }
             }
         }
-        self.subs[id].core = store_core(core, cs, self.thresholds);
+        let t = self.compress.then_some(Thresholds { tau: self.subs[id].tau });
+        self.subs[id].core = store_core(core, cs, t);
         Ok(forces)
     }
 
@@ -353,6 +519,275 @@ impl<L: Lat> SubgridSolver<L> {
         }
         Ok(out)
     }
+}
+
+impl<L: Lat> SubgridSolver<L> {
+    /// A dense CPU solver holding the reassembled state: fields, statistics, checkpoints and
+    /// edits run through its code. Costs the uncompressed state for as long as it lives.
+    fn dense_view(&self) -> Result<CpuSolver<L, f32>, SolverError> {
+        Ok(CpuSolver::with_state(self.dom.clone(), self.params.clone(), self.t, self.dense_state()?, self.last_forces))
+    }
+
+    /// Take back a dense view's domain, parameters and state (after a restore or an edit);
+    /// every subgrid keeps its tau.
+    fn take_view(&mut self, view: CpuSolver<L, f32>) {
+        let (dom, params, state) = view.into_parts();
+        self.dom = dom;
+        self.params = params;
+        let taus = self.subgrid_taus();
+        self.split(&state, Some(taus));
+    }
+
+    /// Report a damaged record where the trait has no error to return. Cannot happen unless
+    /// memory is corrupted; the NaNs it leads to make the run's blow-up check restore the last
+    /// good state rather than go on with garbage.
+    fn damaged(&self, e: &SolverError) {
+        tracing::error!("compressed subgrids at step {}: {e}", self.t);
+    }
+}
+
+impl<L: Lat> Solver for SubgridSolver<L> {
+    fn info(&self) -> SolverInfo {
+        let cells = self.dom.cells() as f64;
+        let bytes = self.bytes();
+        SolverInfo {
+            backend: "cpu-subgrid",
+            device: format!("{} threads", rayon::current_num_threads()),
+            lattice: L::KIND,
+            scheme: Scheme::EsotericPull,
+            precision: Precision::Fp32,
+            size: self.dom.n,
+            bytes_per_cell: bytes as f64 / cells,
+            // Each step reads and writes every subgrid's stored state once (ideal model; the
+            // ghost frame's shell reads are left out).
+            bytes_moved_per_cell: 2.0 * bytes as f64 / cells,
+            memory_bytes: bytes as u64,
+        }
+    }
+    fn domain(&self) -> &Domain {
+        &self.dom
+    }
+    fn time_step(&self) -> u64 {
+        self.t
+    }
+    fn step(&mut self, steps: u64) -> Result<(), SolverError> {
+        SubgridSolver::step(self, steps)
+    }
+    fn fields(&self) -> Fields {
+        match self.dense_view() {
+            Ok(v) => v.fields(),
+            Err(e) => {
+                self.damaged(&e);
+                let nn = self.dom.cells();
+                Fields { size: self.dom.n, rho: vec![f32::NAN; nn], u: vec![[f32::NAN; 3]; nn], solid: vec![false; nn] }
+            }
+        }
+    }
+    fn stats(&self) -> Stats {
+        match self.dense_view() {
+            Ok(v) => v.stats(),
+            Err(e) => {
+                self.damaged(&e);
+                Stats { step: self.t, mass: f64::NAN, max_u: f64::NAN, forces: Vec::new(), first_bad_cell: None }
+            }
+        }
+    }
+    fn compression(&self) -> Option<CompressionInfo> {
+        let (lo, hi) = self.subs.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
+        Some(CompressionInfo {
+            ratio: self.ratio(),
+            bytes: self.bytes() as u64,
+            dense_bytes: self.dense_bytes() as u64,
+            subgrids: self.subs.len(),
+            tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
+            budget: self.budget,
+        })
+    }
+    fn params(&self) -> Params {
+        self.params.clone()
+    }
+    fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
+        apply_params(&mut self.dom, &self.params, &p)?;
+        self.params = p;
+        Ok(())
+    }
+    fn checkpoint(&self) -> Checkpoint {
+        match self.dense_view() {
+            Ok(v) => v.checkpoint(),
+            Err(e) => {
+                self.damaged(&e);
+                let fluid = self.dom.fluid_cells();
+                let data: Vec<f32> = vec![f32::NAN; fluid * L::Q];
+                Checkpoint {
+                    lattice: L::KIND,
+                    precision: Precision::Fp32,
+                    size: self.dom.n,
+                    flags_crc: crc32fast::hash(&self.dom.flags),
+                    step: self.t,
+                    params: self.params.clone(),
+                    data: bytemuck::cast_slice(&data).to_vec(),
+                }
+            }
+        }
+    }
+    fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
+        // The dense solver checks the checkpoint and lays it out; then split it again.
+        let zeros = vec![0.0f32; L::Q * self.dom.cells()];
+        let mut view = CpuSolver::<L, f32>::with_state(self.dom.clone(), self.params.clone(), self.t, zeros, [[0.0; 3]; 16]);
+        view.restore(c)?;
+        self.t = view.time_step();
+        self.last_forces = [[0.0; 3]; 16];
+        self.take_view(view);
+        Ok(())
+    }
+    /// Reassembles the dense state, applies the dense solver's edit and splits the result again:
+    /// the uncompressed memory for a moment and a recompression of every core, whatever the
+    /// size of the edit.
+    fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
+        let mut view = self.dense_view()?;
+        let report = view.edit_cells(edit)?;
+        if !report.changed.is_empty() {
+            self.take_view(view);
+        }
+        Ok(report)
+    }
+}
+
+/// What a compressed-subgrid state of a scene is estimated to take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// The uncompressed shells (exact).
+    pub shell_bytes: u64,
+    /// The compressed cores, estimated from the initial state.
+    pub core_bytes: u64,
+    /// The DDFs uncompressed.
+    pub dense_bytes: u64,
+}
+
+impl Estimate {
+    /// Shells and cores.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.shell_bytes + self.core_bytes
+    }
+}
+
+/// Estimate the bytes of a compressed-subgrid state without building it: the shells exactly,
+/// the cores by compressing the initial equilibrium of up to 16 subgrids spread over the grid
+/// (each cell's DDFs in its own slots; solid cells 0) and scaling to all core cells. The
+/// initial state is smoother than the flow will become, so the estimate is a lower bound.
+#[must_use]
+pub fn estimate<L: Lat>(dom: &Domain, g: [usize; 3], tau: f32, init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync) -> Estimate {
+    let n = dom.n;
+    let sl = [0, 1, 2].map(|a| slabs(n[a], g[a].max(3)));
+    let mut boxes = Vec::new();
+    for &(z0, sz) in &sl[2] {
+        for &(y0, sy) in &sl[1] {
+            for &(x0, sx) in &sl[0] {
+                boxes.push(([x0, y0, z0], [sx, sy, sz]));
+            }
+        }
+    }
+    let q = L::Q;
+    let shell_bytes: usize = boxes.iter().map(|&(_, s)| 4 * q * shell_cells(s)).sum();
+    let core_cells_of = |s: [usize; 3]| (s[0] - 2) * (s[1] - 2) * (s[2] - 2);
+    let all_core: usize = boxes.iter().map(|&(_, s)| core_cells_of(s)).sum();
+    let stride = boxes.len().div_ceil(16).max(1);
+    let sample: Vec<_> = boxes.iter().copied().step_by(stride).collect();
+    let (bytes, cells) = sample
+        .iter()
+        .map(|&(o, s)| {
+            let cs = [s[0] - 2, s[1] - 2, s[2] - 2];
+            let cc = core_cells_of(s);
+            let mut core = vec![0.0f32; q * cc];
+            for z in 0..cs[2] {
+                for y in 0..cs[1] {
+                    for x in 0..cs[0] {
+                        let p = [o[0] + 1 + x, o[1] + 1 + y, o[2] + 1 + z];
+                        if is_solid(dom.flags[dom.index(p[0], p[1], p[2])]) {
+                            continue;
+                        }
+                        let (rho, u) = init(p);
+                        let mut feq = [0.0f32; MAX_Q];
+                        equilibrium::<L>(rho - 1.0, u, &mut feq);
+                        let c = x + cs[0] * (y + cs[1] * z);
+                        (0..q).for_each(|i| core[i * cc + c] = feq[i]);
+                    }
+                }
+            }
+            let stored = match store_core(core, cs, Some(Thresholds { tau })) {
+                Core::Raw(v) => 4 * v.len(),
+                Core::Compressed(c) => c.iter().map(CompressedField::bytes).sum(),
+            };
+            (stored, cc)
+        })
+        .fold((0usize, 0usize), |a, b| (a.0 + b.0, a.1 + b.1));
+    let core_bytes = if cells == 0 { 0.0 } else { bytes as f64 * all_core as f64 / cells as f64 };
+    Estimate { shell_bytes: shell_bytes as u64, core_bytes: core_bytes.round() as u64, dense_bytes: (4 * q * dom.cells()) as u64 }
+}
+
+/// Build the compressed-subgrid solver a scene with `[compression] enabled = true` describes.
+/// With a memory budget, the state is estimated first ([`estimate`]) and a scene that does not
+/// fit is refused before anything is allocated. Building goes through the dense state once.
+///
+/// # Errors
+/// Voxelisation errors; a 2D lattice, another scheme or precision (scene validation refuses
+/// them first); an estimate over the memory budget.
+pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
+    match ls.derived.lattice {
+        Lattice::D3Q19 => Ok(Box::new(build::<D3Q19>(ls)?)),
+        Lattice::D3Q27 => Ok(Box::new(build::<D3Q27>(ls)?)),
+        Lattice::D2Q9 => Err(compression_error(ls, "compression.enabled", "compressed subgrids need a 3D lattice (D3Q19 or D3Q27)".into())),
+    }
+}
+
+fn compression_error(ls: &LoadedScene, key: &str, message: String) -> SceneError {
+    SceneError { file: ls.origin.clone(), line: None, key: key.into(), message }
+}
+
+/// [`from_scene`] for one lattice.
+///
+/// # Errors
+/// As [`from_scene`].
+pub fn build<L: Lat>(ls: &LoadedScene) -> Result<SubgridSolver<L>, SceneError> {
+    let c = &ls.scene.compression;
+    let s = &ls.scene.solver;
+    if s.scheme != Scheme::EsotericPull || s.precision != Precision::Fp32 {
+        return Err(compression_error(
+            ls,
+            "compression.enabled",
+            format!("compressed subgrids run esoteric_pull fp32, not {} {}", s.scheme.name(), s.precision),
+        ));
+    }
+    let dom = Domain::from_scene(ls)?;
+    let g = c.subgrid_size();
+    let init = |p| crate::domain::initial_state(ls, p);
+    if let Some(budget) = c.memory_budget {
+        let e = estimate::<L>(&dom, g, c.tau, init);
+        if e.total() > budget.0 {
+            return Err(compression_error(
+                ls,
+                "compression.memory_budget",
+                format!(
+                    "the compressed state needs about {} ({} of subgrid shells, at least {} of compressed cores at tau = {:e}; \
+                     {} uncompressed) but the budget is {}: raise compression.tau, use a smaller domain.size or bigger \
+                     compression.subgrid (fewer shells), or raise compression.memory_budget",
+                    human_bytes(e.total()),
+                    human_bytes(e.shell_bytes),
+                    human_bytes(e.core_bytes),
+                    c.tau,
+                    human_bytes(e.dense_bytes),
+                    budget
+                ),
+            ));
+        }
+    }
+    let params = params_of(ls, &dom);
+    let dense = CpuSolver::<L, f32>::new(dom, Scheme::EsotericPull, params, s.ghost_block, init);
+    let mut sub = SubgridSolver::from_dense(&dense, g, Some(Thresholds { tau: c.tau }))
+        .map_err(|e| compression_error(ls, "compression.subgrid", e.to_string()))?;
+    sub.set_budget(c.memory_budget.map(|b| b.0));
+    Ok(sub)
 }
 
 /// Keep a core raw or compress each of its planes.
@@ -505,5 +940,248 @@ velocity = [0.05, 0.02, 0.0]
         eprintln!("ratio {:.2}, NMSE of the DDFs against the dense run {e:.2e}", s.ratio());
         assert!(e < 0.05, "NMSE of the DDFs against the dense run: {e}");
         assert!(s.ratio() > 3.0, "ratio {}", s.ratio());
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Through the Solver trait
+
+    fn ckpt_bits(c: &Checkpoint) -> (u64, Vec<u8>) {
+        (c.step, c.data.clone())
+    }
+
+    #[test]
+    fn the_solver_trait_matches_the_dense_solver_without_compression() {
+        let mut d = dense(DUCT);
+        d.step(3).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [12, 8, 7], None).unwrap();
+        let (dd, ss): (&mut dyn Solver, &mut dyn Solver) = (&mut d, &mut s);
+        for _ in 0..3 {
+            dd.step(4).unwrap();
+            ss.step(4).unwrap();
+            assert_eq!(ss.time_step(), dd.time_step());
+            assert_eq!(ss.fields(), dd.fields(), "fields at step {}", dd.time_step());
+            assert_eq!(ss.stats(), dd.stats(), "stats at step {}", dd.time_step());
+            assert_eq!(ckpt_bits(&ss.checkpoint()), ckpt_bits(&dd.checkpoint()), "checkpoint at step {}", dd.time_step());
+        }
+        let info = ss.info();
+        assert_eq!(info.backend, "cpu-subgrid");
+        assert_eq!((info.lattice, info.scheme, info.precision), (Lattice::D3Q19, Scheme::EsotericPull, Precision::Fp32));
+        assert_eq!(info.memory_bytes, s.bytes() as u64);
+        assert!((info.bytes_per_cell - s.bytes() as f64 / d.domain().cells() as f64).abs() < 1e-9);
+        let c = s.compression().unwrap();
+        assert_eq!((c.bytes, c.subgrids, c.tau), (s.bytes() as u64, s.subgrid_ratios().len(), (0.0, 0.0)));
+        assert!(d.compression().is_none());
+    }
+
+    #[test]
+    fn set_params_takes_effect_on_the_next_step() {
+        let mut d = dense(DUCT);
+        let mut s = SubgridSolver::from_dense(&d, [12, 8, 7], None).unwrap();
+        d.step(2).unwrap();
+        Solver::step(&mut s, 2).unwrap();
+        let mut p = d.params();
+        p.collide.tau = 0.8;
+        p.walls[1] = [0.02, 0.0, 0.03];
+        p.inlets[0] = [0.07, 0.0, 0.0];
+        d.set_params(p.clone()).unwrap();
+        s.set_params(p.clone()).unwrap();
+        assert_eq!(s.params(), p);
+        d.step(5).unwrap();
+        Solver::step(&mut s, 5).unwrap();
+        assert_eq!(bits(&s.dense_state().unwrap()), bits(d.state()));
+        // And the change did change the flow.
+        let mut untouched = dense(DUCT);
+        untouched.step(7).unwrap();
+        assert_ne!(bits(untouched.state()), bits(d.state()));
+        // Invalid parameters are refused and change nothing.
+        let mut bad = p.clone();
+        bad.collide.tau = 0.5;
+        assert!(matches!(s.set_params(bad), Err(SolverError::Param(_))));
+        assert_eq!(s.params(), p);
+    }
+
+    #[test]
+    fn checkpoints_resume_bit_exactly_across_dense_and_subgrid_solvers() {
+        let mut d = dense(DUCT);
+        d.step(5).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [9, 22, 20], None).unwrap();
+        Solver::step(&mut s, 3).unwrap();
+        // Subgrid -> dense.
+        let c = s.checkpoint();
+        let mut d2 = dense(DUCT);
+        d2.restore(&c).unwrap();
+        assert_eq!(d2.time_step(), 8);
+        Solver::step(&mut s, 6).unwrap();
+        d2.step(6).unwrap();
+        assert_eq!(ckpt_bits(&s.checkpoint()), ckpt_bits(&d2.checkpoint()));
+        assert_eq!(s.fields(), d2.fields());
+        // Dense -> subgrid (odd parity, and over a state that moved on).
+        d2.step(1).unwrap();
+        let c = d2.checkpoint();
+        let mut s2 = SubgridSolver::from_dense(&dense(DUCT), [12, 8, 7], None).unwrap();
+        s2.restore(&c).unwrap();
+        assert_eq!(s2.time_step(), 15);
+        d2.step(4).unwrap();
+        Solver::step(&mut s2, 4).unwrap();
+        assert_eq!(ckpt_bits(&s2.checkpoint()), ckpt_bits(&d2.checkpoint()));
+        // The checkpoint file round trip, and a refused one changes nothing.
+        let path = std::env::temp_dir().join(format!("esoflow-subgrid-{}.ckpt", std::process::id()));
+        s2.checkpoint().save(&path).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(back, s2.checkpoint());
+        let mut other = back.clone();
+        other.size = [1, 2, 3];
+        let before = bits(&s2.dense_state().unwrap());
+        assert!(matches!(s2.restore(&other), Err(SolverError::Checkpoint(_))));
+        assert_eq!(bits(&s2.dense_state().unwrap()), before);
+    }
+
+    #[test]
+    fn compressed_checkpoints_restore_into_either_solver() {
+        let d = dense(BOX);
+        let mut s = SubgridSolver::from_dense(&d, [34, 18, 18], Some(Thresholds { tau: 1e-5 })).unwrap();
+        Solver::step(&mut s, 4).unwrap();
+        let c = s.checkpoint();
+        let mut d2 = dense(BOX);
+        d2.restore(&c).unwrap();
+        assert_eq!(ckpt_bits(&d2.checkpoint()), ckpt_bits(&c));
+        let mut s2 = SubgridSolver::from_dense(&dense(BOX), [34, 18, 18], Some(Thresholds { tau: 1e-5 })).unwrap();
+        s2.restore(&c).unwrap();
+        // Restoring recompresses: close to the checkpoint, not equal.
+        let e = crate::compress::nmse(&s.dense_state().unwrap(), &s2.dense_state().unwrap());
+        assert!(e < 1e-3, "NMSE after a restore: {e}");
+        assert_eq!(s2.time_step(), 4);
+    }
+
+    #[test]
+    fn cell_edits_match_the_dense_solver() {
+        use crate::edit::EditTo;
+        let mut d = dense(DUCT);
+        d.step(4).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [12, 8, 7], None).unwrap();
+        let dom = d.domain();
+        let cells: Vec<usize> = (24..28).flat_map(|x| (9..13).map(move |y| (x, y))).map(|(x, y)| dom.index(x, y, 10)).collect();
+        let e = CellEdit { cells, to: EditTo::Solid("drawn".into()) };
+        let rd = d.edit_cells(&e).unwrap();
+        let rs = s.edit_cells(&e).unwrap();
+        assert_eq!(rs, rd);
+        assert_eq!(s.domain().flags, d.domain().flags);
+        d.step(5).unwrap();
+        Solver::step(&mut s, 5).unwrap();
+        assert_eq!(s.stats(), d.stats());
+        assert_eq!(bits(&s.dense_state().unwrap()), bits(d.state()));
+        // Erase the sphere's middle, then a refused edit (an inlet cell) changes nothing.
+        let e = CellEdit { cells: vec![dom_index(&d, 14, 11, 9)], to: EditTo::Fluid };
+        assert_eq!(s.edit_cells(&e).unwrap(), d.edit_cells(&e).unwrap());
+        let before = bits(&s.dense_state().unwrap());
+        let bad = CellEdit { cells: vec![dom_index(&d, 0, 11, 9)], to: EditTo::Fluid };
+        assert!(matches!(s.edit_cells(&bad), Err(SolverError::Edit(_))));
+        assert_eq!(bits(&s.dense_state().unwrap()), before);
+        d.step(3).unwrap();
+        Solver::step(&mut s, 3).unwrap();
+        assert_eq!(bits(&s.dense_state().unwrap()), bits(d.state()));
+    }
+
+    fn dom_index(d: &CpuSolver<D3Q19, f32>, x: usize, y: usize, z: usize) -> usize {
+        d.domain().index(x, y, z)
+    }
+
+    #[test]
+    fn set_tau_takes_effect_at_the_next_compression() {
+        let mut d = dense(BOX);
+        d.step(10).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [34, 18, 18], Some(Thresholds { tau: 1e-6 })).unwrap();
+        let fine = s.compression_ratio();
+        s.set_tau(1e-3).unwrap();
+        assert_eq!(s.compression_ratio(), fine, "nothing is recompressed before a step");
+        Solver::step(&mut s, 1).unwrap();
+        let coarse = s.compression_ratio();
+        assert!(coarse > 1.5 * fine, "ratio {fine} at tau 1e-6, {coarse} at 1e-3");
+        assert!(s.subgrid_taus().iter().all(|&t| t == 1e-3));
+        let r = s.subgrid_ratios();
+        assert_eq!(r.len(), 2 * 2 * 2);
+        assert_eq!(r[1].0, [34, 0, 0]);
+        assert_eq!(r[7].1, [34, 18, 18]);
+        assert!(r.iter().all(|&(_, _, x)| x > 1.0));
+        assert!(s.set_tau(-1.0).is_err() && s.set_tau(f32::NAN).is_err());
+        // A raw solver starts compressing.
+        let mut raw = SubgridSolver::from_dense(&d, [34, 18, 18], None).unwrap();
+        assert_eq!(raw.ratio(), 1.0, "raw cores and shells take what the dense state takes");
+        raw.set_tau(1e-5).unwrap();
+        Solver::step(&mut raw, 1).unwrap();
+        assert!(raw.ratio() > 2.0, "{}", raw.ratio());
+    }
+
+    #[test]
+    fn a_state_over_the_budget_raises_tau_for_the_largest_subgrids_and_runs_on() {
+        let mut d = dense(BOX);
+        d.step(10).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [17, 18, 18], Some(Thresholds { tau: 1e-7 })).unwrap();
+        let bytes = s.bytes() as u64;
+        s.set_budget(Some(bytes * 9 / 10));
+        Solver::step(&mut s, 1).unwrap();
+        let taus = s.subgrid_taus();
+        let raised = taus.iter().filter(|&&t| t == 2e-7).count();
+        assert!(raised >= 1 && raised < taus.len(), "taus {taus:?}");
+        assert!(taus.iter().all(|&t| t == 1e-7 || t == 2e-7), "{taus:?}");
+        // The raised subgrids compress harder in the next step.
+        Solver::step(&mut s, 3).unwrap();
+        assert!((s.bytes() as u64) < bytes, "{} >= {bytes}", s.bytes());
+        // A budget nothing can meet: every tau climbs to the cap, and the run goes on.
+        s.set_budget(Some(1));
+        Solver::step(&mut s, 30).unwrap();
+        assert!(s.subgrid_taus().iter().all(|&t| t == TAU_CAP), "{:?}", s.subgrid_taus());
+        assert!(s.budget_warned);
+        assert!(!s.stats().blown_up());
+        assert_eq!(s.compression().unwrap().tau, (TAU_CAP, TAU_CAP));
+    }
+
+    const SCENE: &str = r#"
+[domain]
+size = [40, 24, 24]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.05, 0.0, 0.0] }
+x_max = "outlet"
+[fluid]
+tau = 0.6
+[[obstacles]]
+shape = "sphere"
+center = [14, 12, 12]
+radius = 4
+[compression]
+enabled = true
+subgrid = [20, 12, 12]
+"#;
+
+    #[test]
+    fn scenes_build_the_subgrid_solver_and_budgets_are_checked_before_building() {
+        let load = |sets: &[(&str, &str)]| {
+            let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+            crate::scene::from_str(SCENE, "c.toml", std::path::PathBuf::from("."), &ov).unwrap()
+        };
+        let mut s = super::super::cpu::from_scene(&load(&[])).unwrap();
+        assert_eq!(s.info().backend, "cpu-subgrid");
+        s.step(3).unwrap();
+        let c = s.compression().unwrap();
+        assert_eq!((c.subgrids, c.tau, c.budget), (8, (1e-5, 1e-5), None));
+        assert!(c.ratio > 2.0, "ratio {}", c.ratio);
+        // The estimate is close to what the built state takes.
+        let ls = load(&[]);
+        let dom = Domain::from_scene(&ls).unwrap();
+        let est = estimate::<D3Q19>(&dom, [20, 12, 12], 1e-5, |p| crate::domain::initial_state(&ls, p));
+        let built = build::<D3Q19>(&ls).unwrap();
+        let ratio = est.total() as f64 / built.bytes() as f64;
+        assert!((0.5..2.0).contains(&ratio), "estimate {est:?}, built {}", built.bytes());
+        assert_eq!(est.dense_bytes as usize, built.dense_bytes());
+        // Over budget: refused, saying what it needs and what to change.
+        let e = super::super::cpu::from_scene(&load(&[("compression.memory_budget", "10KB")])).err().unwrap();
+        assert_eq!(e.key, "compression.memory_budget");
+        let m = e.to_string();
+        assert!(m.starts_with("c.toml: compression.memory_budget: the compressed state needs about "), "{m}");
+        assert!(m.contains("but the budget is 10.0 KB") && m.contains("raise compression.tau") && m.contains("domain.size"), "{m}");
+        // Within budget: built, with the budget in force.
+        let s = super::super::cpu::from_scene(&load(&[("compression.memory_budget", "1 GB")])).unwrap();
+        assert_eq!(s.compression().unwrap().budget, Some(1_000_000_000));
     }
 }

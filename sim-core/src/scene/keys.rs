@@ -143,6 +143,26 @@ const MORE: [KeyDoc; 5] = [
     k!("obstacles.N.size", "number > 0", "(required for stl)", "cells", "longest bounding-box edge of the mesh after scaling"),
 ];
 
+const COMPRESSION: [KeyDoc; 5] = [
+    k!("compression", "table", "", "", "compressed subgrids (3D, esoteric_pull, fp32; CPU)"),
+    k!("compression.enabled", "true | false", "false", "", "run on compressed subgrids: cores wavelet-compressed between steps"),
+    k!(
+        "compression.tau",
+        "number >= 0",
+        "1e-5",
+        "DDF units",
+        "wavelet threshold: details below tau * 2^level are dropped (bigger: smaller state, larger error)"
+    ),
+    k!("compression.subgrid", "[x, y, z], each >= 3", "[64, 64, 64]", "cells", "subgrid size; the last subgrid on an axis takes the remainder"),
+    k!(
+        "compression.memory_budget",
+        "number of bytes, or a string such as \"8 GB\" (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
+        "none",
+        "bytes",
+        "most memory the compressed state may take: refused at start if the estimate exceeds it; during the run tau is raised for the largest subgrids"
+    ),
+];
+
 const FACES: [KeyDoc; 30] = {
     let a = cat::<5, 5, 10>(face!("boundaries.x_min"), face!("boundaries.x_max"));
     let b = cat::<5, 5, 10>(face!("boundaries.y_min"), face!("boundaries.y_max"));
@@ -151,4 +171,4 @@ const FACES: [KeyDoc; 30] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 66] = cat::<36, 30, 66>(cat::<31, 5, 36>(BASE, MORE), FACES);
+pub static KEYS: [KeyDoc; 71] = cat::<41, 30, 71>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), FACES);

@@ -55,6 +55,9 @@ pub struct Scene {
     /// Solid obstacles.
     #[serde(default)]
     pub obstacles: Vec<Obstacle>,
+    /// Compressed subgrids (off by default).
+    #[serde(default)]
+    pub compression: Compression,
 }
 
 /// `[domain]`.
@@ -277,6 +280,140 @@ impl Default for SolverSpec {
             steps: default_steps(),
             stats_every: default_stats_every(),
         }
+    }
+}
+
+/// `[compression]`: run on compressed subgrids (the CPU reference of seed 000): the grid is cut
+/// into subgrids whose cores are kept wavelet-compressed between steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compression {
+    /// Whether the run uses compressed subgrids.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Wavelet threshold (details below `tau * 2^level` are dropped).
+    #[serde(default = "default_compression_tau")]
+    pub tau: f32,
+    /// Subgrid size in cells along x, y, z.
+    #[serde(default = "default_subgrid")]
+    pub subgrid: Vec<usize>,
+    /// Most bytes the compressed state may take (none: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<ByteSize>,
+}
+
+fn default_compression_tau() -> f32 {
+    1e-5
+}
+fn default_subgrid() -> Vec<usize> {
+    vec![64, 64, 64]
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression { enabled: false, tau: default_compression_tau(), subgrid: default_subgrid(), memory_budget: None }
+    }
+}
+
+impl Compression {
+    /// The subgrid size as three counts (validated scenes have exactly three).
+    #[must_use]
+    pub fn subgrid_size(&self) -> [usize; 3] {
+        let g = |a: usize| self.subgrid.get(a).copied().unwrap_or(64);
+        [g(0), g(1), g(2)]
+    }
+}
+
+/// A number of bytes, written in a scene as a number (`8000000000`) or a string with a unit
+/// (`"8 GB"`, `"512MiB"`; units B, KB, MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB
+/// (powers of 1024), case-insensitive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+/// What a [`ByteSize`] accepts, for error messages.
+const BYTE_SIZE_TY: &str = "a number of bytes or a size such as \"8 GB\" (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)";
+
+impl ByteSize {
+    /// Parse `"8 GB"`, `"512MiB"`, `"1e9"` or `"4096"`.
+    ///
+    /// # Errors
+    /// A message saying what is accepted.
+    pub fn parse(text: &str) -> Result<ByteSize, String> {
+        let t = text.trim();
+        let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
+        // "1e9" is a number, but "5 EB"-style units are not supported anyway.
+        let (num, unit) = t.split_at(split);
+        let unit = unit.trim().to_ascii_lowercase();
+        let scale: f64 = match unit.as_str() {
+            "" | "b" => 1.0,
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            "kib" => 1024.0,
+            "mib" => 1024.0 * 1024.0,
+            "gib" => 1024.0 * 1024.0 * 1024.0,
+            "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            _ => return Err(format!("unknown unit \"{}\" in \"{text}\"; expected {BYTE_SIZE_TY}", unit)),
+        };
+        let v: f64 = num.trim().parse().map_err(|_| format!("expected {BYTE_SIZE_TY}, got \"{text}\""))?;
+        ByteSize::from_f64(v * scale).ok_or_else(|| format!("expected a size > 0, got \"{text}\""))
+    }
+
+    fn from_f64(v: f64) -> Option<ByteSize> {
+        (1.0..1.8e19).contains(&v).then(|| ByteSize(v.round() as u64))
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", human_bytes(self.0))
+    }
+}
+
+/// Bytes for people: "1.50 GB", "12.0 MB", "512 B" (powers of 1000).
+#[must_use]
+pub fn human_bytes(b: u64) -> String {
+    let v = b as f64;
+    if v >= 1e9 {
+        format!("{:.2} GB", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} MB", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} KB", v / 1e3)
+    } else {
+        format!("{b} B")
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(BYTE_SIZE_TY)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                ByteSize::from_f64(v as f64).ok_or_else(|| E::custom(format!("expected a size > 0, got {v}")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                ByteSize::from_f64(v as f64).ok_or_else(|| E::custom(format!("expected a size > 0, got {v}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ByteSize, E> {
+                ByteSize::from_f64(v).ok_or_else(|| E::custom(format!("expected a size > 0, got {v}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -983,5 +1120,39 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     if f.iter().any(|x| !x.is_finite()) {
         return e("fluid.force", "must be finite numbers".into());
     }
+    validate_compression(s, lattice).map_err(|(k, m)| (k.to_string(), m))?;
     Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
+}
+
+/// Check `[compression]`; compressed subgrids run only 3D lattices, Esoteric Pull and FP32.
+fn validate_compression(s: &Scene, lattice: Lattice) -> Result<(), (&'static str, String)> {
+    let c = &s.compression;
+    if !(c.tau >= 0.0) || !c.tau.is_finite() {
+        return Err(("compression.tau", format!("must be a finite number >= 0, got {}", c.tau)));
+    }
+    if c.subgrid.len() != 3 {
+        return Err(("compression.subgrid", format!("give three cell counts [x, y, z], got {}", c.subgrid.len())));
+    }
+    if let Some(a) = c.subgrid.iter().position(|&g| g < 3) {
+        return Err(("compression.subgrid", format!("axis {a} has {} cells; each axis needs at least 3", c.subgrid[a])));
+    }
+    if !c.enabled {
+        return Ok(());
+    }
+    if lattice.dims() != 3 {
+        return Err(("compression.enabled", format!("compressed subgrids need a 3D lattice (D3Q19 or D3Q27), but this scene is {lattice}: set compression.enabled = false or make the domain 3D")));
+    }
+    if s.solver.scheme != Scheme::EsotericPull {
+        return Err((
+            "compression.enabled",
+            format!("compressed subgrids run the \"esoteric_pull\" scheme, but solver.scheme is \"{}\": set solver.scheme = \"esoteric_pull\" or compression.enabled = false", s.solver.scheme.name()),
+        ));
+    }
+    if s.solver.precision != Precision::Fp32 {
+        return Err((
+            "compression.enabled",
+            format!("compressed subgrids store \"fp32\", but solver.precision is \"{}\": set solver.precision = \"fp32\" or compression.enabled = false", s.solver.precision),
+        ));
+    }
+    Ok(())
 }
