@@ -220,6 +220,17 @@ pub trait Solver: Send {
     fn compression(&self) -> Option<CompressionInfo> {
         None
     }
+    /// Set the compression threshold tau of every subgrid (it takes effect at the next
+    /// compression). The dense backends refuse.
+    ///
+    /// # Errors
+    /// A backend that does not compress, or a tau that is not a finite number >= 0.
+    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        let _ = tau;
+        Err(SolverError::Param(
+            "this run is not compressed; set [compression] enabled = true in the scene (or --set compression.enabled=true)".into(),
+        ))
+    }
     /// Wait until queued steps have finished (device backends queue work asynchronously).
     ///
     /// # Errors

@@ -89,6 +89,9 @@ impl ViewSettings {
     }
 }
 
+/// The range of the compression threshold slider (lattice units of the shifted DDFs).
+pub const COMPRESSION_TAU: (f64, f64) = (1e-9, 1e-2);
+
 /// The range of the logarithmic threshold slider of an isosurface field (lattice units: a
 /// vorticity of 1/step or a Q of 1/step² is far beyond a stable flow).
 #[must_use]
@@ -474,6 +477,15 @@ impl ViewerApp {
             return self.range();
         }
         auto_range(self.iso_data().map_or((0.0, 0.1), |d| d.speed_min_max), self.view.cmap)
+    }
+
+    /// Set the compression threshold of a compressed run (the solver refuses on dense runs,
+    /// and the message says how to turn compression on).
+    pub fn set_compression_tau(&mut self, tau: f32) {
+        if let Some(c) = self.snap.as_mut().and_then(|s| s.compression.as_mut()) {
+            c.tau = (tau, tau);
+        }
+        self.worker.send(Command::SetCompressionTau(tau));
     }
 
     /// Set tau (live); refuses tau <= 0.5 with a message.
@@ -1006,6 +1018,24 @@ impl ViewerApp {
                 self.set_tau(3.0 * nu + 0.5);
             }
         });
+        if let Some(c) = &snap.compression {
+            ui.horizontal(|ui| {
+                let label = ui.label("compression tau");
+                let mut t = f64::from(c.tau.1).clamp(COMPRESSION_TAU.0, COMPRESSION_TAU.1);
+                let r = ui
+                    .add(
+                        egui::Slider::new(&mut t, COMPRESSION_TAU.0..=COMPRESSION_TAU.1)
+                            .logarithmic(true)
+                            .custom_formatter(|v, _| format!("{v:.1e}")),
+                    )
+                    .labelled_by(label.id)
+                    .on_hover_text("wavelet threshold: details under tau * 2^(l+1) at level l are dropped (more memory saved, more error); takes effect at the next step");
+                if r.changed() {
+                    self.set_compression_tau(t as f32);
+                }
+                ui.label(format!("ratio {:.1}x", c.ratio));
+            });
+        }
         // Boundary velocities: inlets and moving walls (wall id 0 is the resting wall).
         let mut params = snap.params.clone();
         let mut changed = false;
@@ -1261,6 +1291,20 @@ impl ViewerApp {
                 row("  GPU", line.strip_prefix("GPU: ").map_or(line.clone(), str::to_string));
             }
             row("memory", format!("{:.1} MiB", s.info.memory_bytes as f64 / (1u64 << 20) as f64));
+            if let Some(c) = &s.compression {
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                let tau = if c.tau.0 == c.tau.1 { format!("{:.1e}", c.tau.1) } else { format!("{:.1e} to {:.1e}", c.tau.0, c.tau.1) };
+                row(
+                    "compression",
+                    format!(
+                        "ratio {:.2}x: {:.1} MiB for {:.1} MiB of DDFs, {} subgrids, tau {tau}",
+                        c.ratio,
+                        mib(c.bytes),
+                        mib(c.dense_bytes),
+                        c.subgrids
+                    ),
+                );
+            }
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
             let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
             row("mass drift", format!("{drift:+.3e}"));

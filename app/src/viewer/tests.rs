@@ -1165,3 +1165,50 @@ fn ui_load_stl_obstacle_and_refuse_bad_files() {
     run_until(&mut h, "the undo", |a| solid_count(a) == before);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A compressed 3D scene (CPU subgrid solver): 3 x 2 x 2 subgrids of a small box.
+const COMPRESSED_SCENE: &str = r#"
+name = "compressed box"
+[domain]
+size = [48, 24, 24]
+lattice = "D3Q19"
+[fluid]
+tau = 0.6
+[initial]
+velocity = [0.05, 0.02, 0.0]
+[compression]
+enabled = true
+tau = 1e-6
+subgrid = [16, 12, 12]
+"#;
+
+#[test]
+fn ui_compression_tau_and_stats_on_a_compressed_run() {
+    let ls = sim_core::scene::from_str(COMPRESSED_SCENE, "test", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
+    run_until(&mut h, "a snapshot of a compressed run", |a| a.snap.as_ref().is_some_and(|s| s.compression.is_some()));
+    h.run_steps(2);
+    assert!(h.query_all_by_label("compression tau").next().is_some(), "the Simulation panel has a compression tau slider");
+    let fine = h.state().snap.as_ref().and_then(|s| s.compression.clone()).expect("compression").ratio;
+    // A coarser threshold reaches the solver (how the ratio then grows is sim-core's test).
+    h.state_mut().set_compression_tau(1e-3);
+    h.get_by_label("Step").click();
+    run_until(&mut h, "the solver's new tau", |a| {
+        a.snap.as_ref().and_then(|s| s.compression.as_ref()).is_some_and(|c| c.tau == (1e-3, 1e-3) && c.ratio >= 0.999 * fine)
+    });
+    run_until(&mut h, "a step at the new tau", |a| a.step() > 0);
+    // A bad threshold is refused with a message, and the run goes on.
+    h.state_mut().set_compression_tau(-1.0);
+    run_until(&mut h, "a refusal", |a| a.messages().iter().any(|m| m.error && m.text.contains("compression tau")));
+}
+
+#[test]
+fn ui_compression_tau_on_a_dense_run_says_how_to_turn_it_on() {
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    assert!(h.state().snap.as_ref().is_some_and(|s| s.compression.is_none()));
+    assert!(h.query_all_by_label("compression tau").next().is_none(), "no compression slider on a dense run");
+    h.state_mut().set_compression_tau(1e-5);
+    run_until(&mut h, "a refusal", |a| a.messages().iter().any(|m| m.error && m.text.contains("compression.enabled=true")));
+}

@@ -34,6 +34,8 @@ pub enum Command {
     SetCheckpointEvery(u64),
     /// Change parameters.
     SetParams(Params),
+    /// Change the compression threshold of a compressed run.
+    SetCompressionTau(f32),
     /// Back to the initial state (the current parameters stay).
     Reset,
     /// Restore the last good checkpoint after a blow-up (stays paused).
@@ -143,6 +145,8 @@ pub struct Snapshot {
     pub params: Params,
     /// Solver description.
     pub info: SolverInfo,
+    /// Ratio, memory and thresholds of a compressed run (`None` for the dense backends).
+    pub compression: Option<sim_core::solver::CompressionInfo>,
     /// Obstacle names (for forces).
     pub obstacles: Vec<String>,
     /// Mass at step 0 (for the drift).
@@ -417,6 +421,12 @@ impl Worker {
                 if let Err(e) = self.solver.set_params(p) {
                     self.event(Event::Error(e.to_string()));
                 }
+            }
+            Command::SetCompressionTau(tau) => {
+                if let Err(e) = self.solver.set_compression_tau(tau) {
+                    self.event(Event::Error(e.to_string()));
+                }
+                self.dirty = true;
             }
             Command::Reset => {
                 let params = self.solver.params();
@@ -786,6 +796,7 @@ impl Worker {
             stats,
             params: self.solver.params(),
             info: self.solver.info(),
+            compression: self.solver.compression(),
             obstacles: d.obstacles.clone(),
             mass0: self.mass0,
             solver_secs_per_step: self.solver_secs_per_step,

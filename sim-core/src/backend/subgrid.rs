@@ -592,6 +592,9 @@ impl<L: Lat> Solver for SubgridSolver<L> {
             }
         }
     }
+    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        self.set_tau(tau)
+    }
     fn compression(&self) -> Option<CompressionInfo> {
         let (lo, hi) = self.subs.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
         Some(CompressionInfo {
