@@ -85,6 +85,19 @@ __device__ __forceinline__ void stf(fpxx* p, fpxx v) { *p = v; }
 #endif
 
 // ---------------------------------------------------------------- grid
+// A subgrid's working box (DEF_BOX, kernels/subgrid.cu): the grid is the subgrid plus a
+// one-cell ghost frame, and only the cells inside the frame are updated.
+#ifndef DEF_BOX
+#define DEF_BOX 0
+#endif
+__device__ __forceinline__ bool in_box(u32 x, u32 y, u32 z) {
+#if DEF_BOX
+    return x >= 1u && x + 1u < DEF_NX && y >= 1u && y + 1u < DEF_NY && z >= 1u && z + 1u < DEF_NZ;
+#else
+    (void)x; (void)y; (void)z;
+    return true;
+#endif
+}
 __device__ __forceinline__ idx_t idx3(u32 x, u32 y, u32 z) { return (idx_t)x + (idx_t)DEF_NX * ((idx_t)y + (idx_t)DEF_NY * (idx_t)z); }
 
 // Neighbour of every direction (periodic wrap on every axis), from nine offsets.

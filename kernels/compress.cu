@@ -5,6 +5,8 @@
 //
 // Fields are x-fastest f32 grids of nx * ny * nz samples, `gridDim.y` of them one after another
 // (the DDF planes of a subgrid); blockIdx.x is the block (x fastest), blockIdx.y the field.
+// Sample (x, y, z) of field k lies at x + px * (y + py * z) + k * plane: a field may be a
+// window of a larger grid (the core of a subgrid's working box, px x py per layer).
 // Records of field f, block b start at word offsets[f * gridDim.x + b] of `out`.
 
 #define FMT_DENSE 0u
@@ -42,10 +44,10 @@ __device__ __forceinline__ void block_box(unsigned nx, unsigned ny, unsigned nz,
     ext[2] = min((int)nz - origin[2], WL_NZ);
 }
 
-__device__ __forceinline__ wl_u64 sample_at(int i, const int origin[3], unsigned nx, unsigned ny, bool* inside, const int ext[3]) {
+__device__ __forceinline__ wl_u64 sample_at(int i, const int origin[3], wl_u64 px, wl_u64 py, bool* inside, const int ext[3]) {
     const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
     *inside = x < ext[0] && y < ext[1] && z < ext[2];
-    return (wl_u64)(origin[0] + x) + (wl_u64)nx * ((wl_u64)(origin[1] + y) + (wl_u64)ny * (wl_u64)(origin[2] + z));
+    return (wl_u64)(origin[0] + x) + px * ((wl_u64)(origin[1] + y) + py * (wl_u64)(origin[2] + z));
 }
 
 // Exclusive prefix of the kept counts of the mask words, by warp 0.
@@ -67,7 +69,7 @@ __device__ __forceinline__ void mask_prefix(const unsigned* mask, unsigned* pref
 }
 
 extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
-    const float* __restrict__ field, unsigned nx, unsigned ny, unsigned nz, float tau,
+    const float* __restrict__ field, unsigned nx, unsigned ny, unsigned nz, wl_u64 px, wl_u64 py, wl_u64 plane, float tau,
     unsigned* __restrict__ out, wl_u64* cursor, wl_u64 capacity, wl_u64* __restrict__ offsets,
     unsigned* overflow) {
     __shared__ float s[WL_N];
@@ -77,10 +79,10 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     __shared__ wl_u64 pos;
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
-    const float* f = field + (wl_u64)blockIdx.y * nx * ny * nz;
+    const float* f = field + (wl_u64)blockIdx.y * plane;
     for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
         bool inside;
-        const wl_u64 g = sample_at(i, origin, nx, ny, &inside, ext);
+        const wl_u64 g = sample_at(i, origin, px, py, &inside, ext);
         s[i] = inside ? f[g] : 0.0f;
     }
     if (threadIdx.x == 0) total = 0;
@@ -154,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
 // unwritten and sets bit 0 of *bad.
 extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
     const unsigned* __restrict__ in, const wl_u64* __restrict__ offsets, float* __restrict__ field,
-    unsigned nx, unsigned ny, unsigned nz, unsigned* bad) {
+    unsigned nx, unsigned ny, unsigned nz, wl_u64 px, wl_u64 py, wl_u64 plane, unsigned* bad) {
     __shared__ float s[WL_N];
     __shared__ unsigned mask[WL_MASK_WORDS];
     __shared__ unsigned prefix[WL_MASK_WORDS];
@@ -202,10 +204,10 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
     }
     __syncthreads();
     wl_inverse(s, ext);
-    float* f = field + (wl_u64)blockIdx.y * nx * ny * nz;
+    float* f = field + (wl_u64)blockIdx.y * plane;
     for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
         bool inside;
-        const wl_u64 g = sample_at(i, origin, nx, ny, &inside, ext);
+        const wl_u64 g = sample_at(i, origin, px, py, &inside, ext);
         if (inside) f[g] = s[i];
     }
 }

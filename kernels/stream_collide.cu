@@ -26,7 +26,7 @@ __device__ __forceinline__ bool brick_cell(u32 brick, u32& x, u32& y, u32& z) {
     x = bx * BX + t % BX;
     y = by * BY + (t / BX) % BY;
     z = bz * BZ + t / (BX * BY);
-    return x < DEF_NX && y < DEF_NY && z < DEF_NZ;
+    return x < DEF_NX && y < DEF_NY && z < DEF_NZ && in_box(x, y, z);
 }
 
 // A plain fluid cell: no flag reads.

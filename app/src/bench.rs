@@ -44,14 +44,21 @@ pub struct BenchArgs {
     /// report ratio, error (NMSE), mass drift and compress/decompress time against an LBM step.
     #[arg(long, value_name = "SCENE")]
     pub compress: Option<PathBuf>,
-    /// Override a scene key for --compress, e.g. --set domain.size=[384,128,128].
-    #[arg(long = "set", value_name = "KEY=VALUE", requires = "compress")]
+    /// Compressed-subgrid bench instead (GPU): run this scene on the compressed-subgrid solver at
+    /// each --tau (and uncompressed with --raw); time split per step, ratio, memory, NMSE.
+    #[arg(long, value_name = "SCENE", conflicts_with = "compress")]
+    pub subgrids: Option<PathBuf>,
+    /// With --subgrids: also run the uncompressed subgrid path (time baseline, NMSE reference).
+    #[arg(long, requires = "subgrids")]
+    pub raw: bool,
+    /// Override a scene key for --compress / --subgrids, e.g. --set domain.size=[384,128,128].
+    #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Steps to run the scene before compressing (--compress).
     #[arg(long, default_value_t = 2000)]
     pub steps: u64,
-    /// Thresholds to sweep with --compress (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
-    #[arg(long, value_delimiter = ',', requires = "compress")]
+    /// Thresholds to sweep with --compress / --subgrids (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
+    #[arg(long, value_delimiter = ',')]
     pub tau: Vec<f32>,
 }
 
@@ -100,10 +107,18 @@ struct Row {
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(bad) = a.tau.iter().find(|t| !t.is_finite() || **t < 0.0) {
+        bail!("--tau {bad}: thresholds must be finite and >= 0");
+    }
+    if (!a.set.is_empty() || !a.tau.is_empty()) && a.compress.is_none() && a.subgrids.is_none() {
+        bail!("--set and --tau go with --compress SCENE or --subgrids SCENE");
+    }
+    if let Some(scene) = &a.subgrids {
+        let taus = if a.tau.is_empty() && !a.raw { vec![1e-6] } else { a.tau.clone() };
+        crate::bench_subgrid::bench_subgrids(scene, &a.set, a.steps, &taus, a.raw, a.csv.as_ref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(scene) = &a.compress {
-        if let Some(bad) = a.tau.iter().find(|t| !t.is_finite() || **t < 0.0) {
-            bail!("--tau {bad}: thresholds must be finite and >= 0");
-        }
         let taus = if a.tau.is_empty() { crate::bench_compress::DEFAULT_TAUS.to_vec() } else { a.tau.clone() };
         crate::bench_compress::bench_compress(scene, &a.set, a.backend, a.steps, &taus, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);

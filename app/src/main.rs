@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_compress;
+mod bench_subgrid;
 mod run;
 mod viewer;
 

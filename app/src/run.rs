@@ -75,18 +75,19 @@ pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<Loaded
 
 /// Build a solver on the chosen backend.
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
-    use sim_core::backend::cuda;
-    if ls.scene.compression.enabled {
-        // Compressed subgrids run on the CPU reference only (the CUDA path is not wired yet).
-        if backend != BackendChoice::Cpu {
-            eprintln!("note: compressed subgrids (compression.enabled) run on the CPU backend only; running on the CPU");
+    use sim_core::backend::{cuda, cuda_subgrid};
+    // The CUDA solver the scene asks for: compressed subgrids or the dense grid.
+    let on_gpu = || -> Result<Box<dyn Solver>, sim_core::SolverError> {
+        if ls.scene.compression.enabled {
+            Ok(Box::new(cuda_subgrid::from_scene(ls)?))
+        } else {
+            Ok(Box::new(cuda::CudaSolver::from_scene(ls)?))
         }
-        return Ok(cpu::from_scene(ls)?);
-    }
+    };
     match backend {
         BackendChoice::Cpu => Ok(cpu::from_scene(ls)?),
-        BackendChoice::Cuda => match cuda::CudaSolver::from_scene(ls) {
-            Ok(s) => Ok(Box::new(s)),
+        BackendChoice::Cuda => match on_gpu() {
+            Ok(s) => Ok(s),
             Err(e) => bail!("--backend cuda: {e}"),
         },
         BackendChoice::Auto => match cuda::probe() {
@@ -94,8 +95,8 @@ pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<
                 eprintln!("note: {why}; running on the CPU backend");
                 Ok(cpu::from_scene(ls)?)
             }
-            Ok(_) => match cuda::CudaSolver::from_scene(ls) {
-                Ok(s) => Ok(Box::new(s)),
+            Ok(_) => match on_gpu() {
+                Ok(s) => Ok(s),
                 Err(e) => {
                     eprintln!("note: the CUDA backend could not start ({e}); running on the CPU backend");
                     Ok(cpu::from_scene(ls)?)

@@ -571,3 +571,97 @@ fn gpu_compression_handles_many_fields_overflow_and_damage() {
     let mut sink = vec![0.0f32; cells];
     assert!(codec.decompress_host(&bad, &mut sink).is_err());
 }
+
+// ---------------------------------------------------------------- compressed subgrids on the GPU
+
+use sim_core::backend::cuda_subgrid::CudaSubgridSolver;
+
+/// A GPU subgrid solver of a scene: subgrids of `g`, `tau` (None: raw cores), `budget`.
+fn gpu_subgrids(ls: &sim_core::scene::LoadedScene, g: [usize; 3], tau: Option<f32>, budget: Option<u64>) -> CudaSubgridSolver {
+    let dom = sim_core::domain::Domain::from_scene(ls).unwrap();
+    let params = cpu::params_of(ls, &dom);
+    CudaSubgridSolver::new(dom, params, g, tau, budget, |p| sim_core::domain::initial_state(ls, p)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn dense_bits(s: &dyn Solver) -> Vec<u8> {
+    s.checkpoint().data
+}
+
+#[test]
+fn gpu_subgrids_without_compression_equal_the_dense_cuda_solver() {
+    if !gpu() {
+        return;
+    }
+    // Inlet, outlet, walls, a moving wall, a sphere; uneven subgrids (the last slab of an axis
+    // takes the remainder) and one subgrid spanning a periodic axis alone.
+    for (text, g) in [(SCENE_3D, [13, 8, 7]), (SCENE_3D, [20, 30, 9]), (SCENE_ROWS_3D, [16, 9, 40])] {
+        let ls = scene(text, &[("domain.lattice", "D3Q19"), ("solver.scheme", "esoteric_pull"), ("solver.precision", "fp32")]);
+        let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
+        let mut s = gpu_subgrids(&ls, g, None, None);
+        for steps in [1u64, 1, 37] {
+            d.step(steps).unwrap();
+            s.step(steps).unwrap();
+            let (a, b) = (dense_bits(&d), dense_bits(&s));
+            let diff = a.chunks(4).zip(b.chunks(4)).filter(|(x, y)| x != y).count();
+            eprintln!("subgrids {g:?} after step {}: {diff} of {} values differ", d.time_step(), a.len() / 4);
+            assert_eq!(diff, 0, "subgrids {g:?}: the raw GPU subgrid solver differs from the dense CUDA solver at step {}", d.time_step());
+        }
+        let (sd, ss) = (d.stats(), s.stats());
+        assert!((sd.mass - ss.mass).abs() <= 1e-9 * sd.mass.abs(), "mass dense {} subgrids {}", sd.mass, ss.mass);
+        assert_eq!(sd.max_u.to_bits(), ss.max_u.to_bits(), "largest speed");
+        let (fd, fs) = (sd.total_force(), ss.total_force());
+        for a in 0..3 {
+            assert!((fd[a] - fs[a]).abs() <= 1e-9 * fd[a].abs().max(1e-6), "force dense {fd:?} subgrids {fs:?}");
+        }
+    }
+}
+
+#[test]
+fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
+    if !gpu() {
+        return;
+    }
+    let ls = scene(SCENE_ROWS_3D, &[("domain.size", "[70, 40, 38]"), ("fluid.force", "[0.0, 0.0, 0.0]")]);
+    let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
+    let mut s = gpu_subgrids(&ls, [36, 20, 19], Some(1e-6), None);
+    let m0 = s.stats().mass;
+    d.step(200).unwrap();
+    s.step(200).unwrap();
+    let (md, ms) = (d.stats().mass, s.stats().mass);
+    let cells = s.domain().fluid_cells() as f64;
+    eprintln!("mass start {m0:.9e}, dense {md:.9e}, compressed {ms:.9e}; ratio {:.2}", s.ratio());
+    assert!(((ms - m0) / cells).abs() < 2e-8, "compressed subgrids drift by {:e} per cell", (ms - m0) / cells);
+    let (dr, du) = rel_diff(&s, &d);
+    eprintln!("rel diff rho {dr:.2e} u {du:.2e}");
+    assert!(dr < 1e-3 && du < 2e-2, "compressed run too far from the dense one: rho {dr:e} u {du:e}");
+    assert!(s.ratio() > 1.5, "compression ratio {}", s.ratio());
+}
+
+#[test]
+fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip() {
+    if !gpu() {
+        return;
+    }
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
+    // A budget barely above the fixed part: the ring wraps around every step and records spill
+    // to the host until the budget raises tau; the run goes on.
+    let dense = (19 * 4 * 96 * 44 * 40) as u64;
+    let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(0.0), Some(dense / 2));
+    let ring = s.ring_bytes();
+    eprintln!("ring {ring} bytes for {dense} bytes of DDFs");
+    s.step(30).unwrap();
+    let st = s.stats();
+    assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
+    let c = s.compression().unwrap();
+    eprintln!("after 30 steps: ratio {:.2}, tau {:?}, host {} bytes", c.ratio, c.tau, s.host_bytes());
+    // A checkpoint restores into the dense CUDA solver and back.
+    let ck = s.checkpoint();
+    let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
+    d.restore(&ck).unwrap();
+    s.restore(&ck).unwrap();
+    assert_eq!(dense_bits(&s), ck.data, "a restored subgrid state reads back as the checkpoint");
+    d.step(5).unwrap();
+    s.step(5).unwrap();
+    let (dr, du) = rel_diff(&s, &d);
+    assert!(dr < 1e-3 && du < 5e-2, "after restore: rho {dr:e} u {du:e}");
+}

@@ -26,6 +26,7 @@ fn configs() -> Vec<KernelConfig> {
                     brick,
                     rows: true,
                     ghost_block: 16,
+                    boxed: false,
                 });
             }
         }
@@ -41,6 +42,25 @@ fn configs() -> Vec<KernelConfig> {
                     brick,
                     rows: false,
                     ghost_block: 16,
+                    boxed: false,
+                });
+            }
+        }
+        // A compressed subgrid's working box (with kernels/subgrid.cu), for every collision and
+        // the body force, as backend/cuda_subgrid.rs builds it.
+        if lattice.dims() == 3 {
+            for collision in Collision::ALL {
+                v.push(KernelConfig {
+                    lattice,
+                    scheme: Scheme::EsotericPull,
+                    precision: Precision::Fp32,
+                    collision,
+                    force: collision == Collision::Trt,
+                    n: [34, 20, 18],
+                    brick,
+                    rows: false,
+                    ghost_block: 16,
+                    boxed: true,
                 });
             }
         }
@@ -56,6 +76,7 @@ fn configs() -> Vec<KernelConfig> {
             brick: other,
             rows: false,
             ghost_block: 16,
+            boxed: false,
         });
     }
     v

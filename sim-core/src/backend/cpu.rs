@@ -439,6 +439,21 @@ pub(crate) fn step_box<L: Lat>(
         .reduce(|| [[0.0f64; 3]; 16], add_forces)
 }
 
+/// Store the incoming DDFs `v` of cell `n` of a periodic grid `n3` (with `flags`) where
+/// Esoteric Pull keeps them before a step of parity `odd`, bounce-back resolved: what
+/// [`CpuSolver::new`] writes for every fluid cell at the start. The GPU compressed-subgrid
+/// solver builds its working boxes with it, so the slot rules stay in this file.
+pub(crate) fn ep_scatter<L: Lat>(buf: &mut [f32], flags: &[u8], n3: [usize; 3], n: usize, v: &[f32; MAX_Q], odd: bool) {
+    let nn = n3[0] * n3[1] * n3[2];
+    let (x, y, z) = (n % n3[0], (n / n3[0]) % n3[1], n / (n3[0] * n3[1]));
+    let nbr = neighbours::<L>(x, n3[0], &row_bases::<L>(y, z, n3));
+    for i in 0..L::Q {
+        let src_solid = i != 0 && is_solid(flags[nbr[opposite(i)]]);
+        let s = if src_solid { bb_slot::<EP>(i, n, &nbr, odd, nn) } else { load_slot::<EP>(i, n, &nbr, odd, nn) };
+        buf[s] = v[i];
+    }
+}
+
 /// The CPU solver for one velocity set and storage format.
 pub struct CpuSolver<L: Lat, S: Store> {
     dom: Domain,

@@ -9,7 +9,7 @@
 use super::cuda::{compile_source, device_info};
 use crate::compress::{BlockShape, CompressedField, Format, Thresholds};
 use crate::solver::SolverError;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
 /// The wavelet's device functions.
@@ -60,6 +60,40 @@ pub fn compile_compress(shape: &BlockShape, arch: &str) -> Result<cudarc::nvrtc:
 
 fn derr(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> SolverError {
     move |e| SolverError::Backend(format!("CUDA error while {what}: {e:?}"))
+}
+
+/// Where a set of fields lies in device memory: `fields` grids of `n` samples, sample
+/// (x, y, z) of field k at `x + pitch[0] * (y + pitch[1] * z) + k * plane` (from the start of
+/// the view the kernels get). A plain field has `pitch = [n[0], n[1]]` and `plane = cells`; the
+/// core of a subgrid's working box is a window of the box.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Samples per axis.
+    pub n: [usize; 3],
+    /// Row and layer pitch (samples).
+    pub pitch: [u64; 2],
+    /// Distance between fields (samples).
+    pub plane: u64,
+    /// Number of fields.
+    pub fields: usize,
+}
+
+impl Window {
+    /// `fields` packed fields of `n`.
+    #[must_use]
+    pub fn packed(n: [usize; 3], fields: usize) -> Window {
+        Window { n, pitch: [n[0] as u64, n[1] as u64], plane: (n[0] * n[1] * n[2]) as u64, fields }
+    }
+    /// Samples a view must hold for this window.
+    #[must_use]
+    pub fn span(&self) -> usize {
+        let n = self.n;
+        if self.fields == 0 || n.contains(&0) {
+            return 0;
+        }
+        let last = (n[0] - 1) as u64 + self.pitch[0] * ((n[1] - 1) as u64 + self.pitch[1] * (n[2] - 1) as u64);
+        (self.plane * (self.fields as u64 - 1) + last + 1) as usize
+    }
 }
 
 /// What one compression launch wrote.
@@ -145,19 +179,35 @@ impl GpuCodec {
         out: &mut CudaSlice<u32>,
         offsets: &mut CudaSlice<u64>,
     ) -> Result<(), SolverError> {
-        let cells = n[0] * n[1] * n[2];
-        if field.len() < cells * fields || offsets.len() < self.blocks(n) * fields || fields == 0 || cells == 0 {
+        self.launch_compress_window(&field.as_view(), Window::packed(n, fields), tau, out, offsets)
+    }
+
+    /// [`GpuCodec::launch_compress`] on a window of a larger buffer.
+    ///
+    /// # Errors
+    /// Buffers too small (a caller bug, reported rather than run), CUDA errors.
+    pub fn launch_compress_window(
+        &mut self,
+        field: &CudaView<'_, f32>,
+        w: Window,
+        tau: f32,
+        out: &mut CudaSlice<u32>,
+        offsets: &mut CudaSlice<u64>,
+    ) -> Result<(), SolverError> {
+        let n = w.n;
+        if w.span() == 0 || field.len() < w.span() || offsets.len() < self.blocks(n) * w.fields {
             return Err(SolverError::Backend("compress: field or offset buffer too small".into()));
         }
         self.stream.memset_zeros(&mut self.cursor).map_err(derr("clearing the record cursor"))?;
         self.stream.memset_zeros(&mut self.flags).map_err(derr("clearing the codec flags"))?;
         let (nx, ny, nz) = (n[0] as u32, n[1] as u32, n[2] as u32);
         let capacity = out.len() as u64;
-        let grid = self.grid(n, fields);
+        let grid = self.grid(n, w.fields);
         let mut b = self.stream.launch_builder(&self.compress);
-        b.arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&tau).arg(out).arg(&mut self.cursor).arg(&capacity).arg(offsets).arg(&mut self.flags);
-        // SAFETY: arguments match compress_blocks; the field holds `fields` grids of `n`, the
-        // offsets one word per block and field; records are bounded by `capacity`.
+        b.arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&w.pitch[0]).arg(&w.pitch[1]).arg(&w.plane).arg(&tau);
+        b.arg(out).arg(&mut self.cursor).arg(&capacity).arg(offsets).arg(&mut self.flags);
+        // SAFETY: arguments match compress_blocks; the view holds the window (checked above),
+        // the offsets one word per block and field; records are bounded by `capacity`.
         unsafe { b.launch(grid) }.map_err(derr("launching compress_blocks"))?;
         Ok(())
     }
@@ -185,17 +235,33 @@ impl GpuCodec {
         fields: usize,
         field: &mut CudaSlice<f32>,
     ) -> Result<(), SolverError> {
-        let cells = n[0] * n[1] * n[2];
-        if field.len() < cells * fields || offsets.len() < self.blocks(n) * fields || fields == 0 || cells == 0 {
+        self.launch_decompress_window(&records.as_view(), &offsets.as_view(), Window::packed(n, fields), &mut field.as_view_mut())
+    }
+
+    /// [`GpuCodec::launch_decompress`] into a window of a larger buffer.
+    ///
+    /// # Errors
+    /// Buffers too small, CUDA errors.
+    pub fn launch_decompress_window(
+        &mut self,
+        records: &CudaView<'_, u32>,
+        offsets: &CudaView<'_, u64>,
+        w: Window,
+        field: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), SolverError> {
+        let n = w.n;
+        if w.span() == 0 || field.len() < w.span() || offsets.len() < self.blocks(n) * w.fields {
             return Err(SolverError::Backend("decompress: field or offset buffer too small".into()));
         }
         self.stream.memset_zeros(&mut self.flags).map_err(derr("clearing the codec flags"))?;
         let (nx, ny, nz) = (n[0] as u32, n[1] as u32, n[2] as u32);
-        let grid = self.grid(n, fields);
+        let grid = self.grid(n, w.fields);
         let mut b = self.stream.launch_builder(&self.decompress);
-        b.arg(records).arg(offsets).arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&mut self.flags);
-        // SAFETY: arguments match decompress_blocks; offsets come from compress_blocks on the
-        // same buffer (the kernel checks headers and indices).
+        b.arg(records).arg(offsets).arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&w.pitch[0]).arg(&w.pitch[1]).arg(&w.plane);
+        b.arg(&mut self.flags);
+        // SAFETY: arguments match decompress_blocks; the view holds the window (checked above);
+        // offsets come from compress_blocks on the same records (the kernel checks headers and
+        // indices).
         unsafe { b.launch(grid) }.map_err(derr("launching decompress_blocks"))?;
         Ok(())
     }

@@ -3,5 +3,6 @@
 pub mod cpu;
 pub mod cuda;
 pub mod cuda_compress;
+pub mod cuda_subgrid;
 mod ghost;
 pub mod subgrid;

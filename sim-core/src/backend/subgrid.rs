@@ -55,7 +55,7 @@ use rayon::prelude::*;
 pub const TAU_CAP: f32 = 1.0;
 
 /// Where a memory budget starts a subgrid compressed at tau = 0.
-const TAU_FLOOR: f32 = 1e-6;
+pub(crate) const TAU_FLOOR: f32 = 1e-6;
 
 /// How the cores are stored.
 #[derive(Clone, Debug)]
@@ -97,7 +97,7 @@ impl Subgrid {
 }
 
 /// Cells of the outermost layer of a box.
-fn shell_cells(s: [usize; 3]) -> usize {
+pub(crate) fn shell_cells(s: [usize; 3]) -> usize {
     s[0] * s[1] * s[2] - (s[0] - 2) * (s[1] - 2) * (s[2] - 2)
 }
 
@@ -128,7 +128,7 @@ fn shell_index(u: [usize; 3], s: [usize; 3]) -> Option<usize> {
 }
 
 /// Cut `n` cells into slabs of `g` (the last takes a remainder under 3 cells).
-fn slabs(n: usize, g: usize) -> Vec<(usize, usize)> {
+pub(crate) fn slabs(n: usize, g: usize) -> Vec<(usize, usize)> {
     let mut v = Vec::new();
     let mut start = 0;
     while start < n {
