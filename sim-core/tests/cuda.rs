@@ -646,7 +646,7 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     // A budget barely above the fixed part: the ring wraps around every step and records spill
     // to the host until the budget raises tau; the run goes on.
     let dense = (19 * 4 * 96 * 44 * 40) as u64;
-    let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(0.0), Some(dense / 2));
+    let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(0.0), Some(dense * 3 / 4));
     let ring = s.ring_bytes();
     eprintln!("ring {ring} bytes for {dense} bytes of DDFs");
     s.step(30).unwrap();
