@@ -25,6 +25,8 @@
 //! Fields, checkpoints and cell edits go through the dense state reassembled on the host (as
 //! the CPU subgrid solver does); statistics run on the device, subgrid by subgrid.
 
+#![allow(clippy::redundant_closure, clippy::needless_range_loop, clippy::neg_cmp_op_on_partial_ord)]
+
 use super::cpu::{apply_params, ep_scatter, CpuSolver, Forces};
 use super::cuda::{
     classify, compile, derr, device_info, gpu_inlets, gpu_outlets, probe, threads, upload_pod, DeviceInfo, KernelConfig, BRICK_BOUNDARY,
