@@ -518,7 +518,8 @@ extern "C" __global__ void stats(const float* __restrict__ fl, const unsigned ch
     const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
     double m = 0.0;
     float s = 0.0f;
-    if (n < DEF_N && !is_solid(flags[n])) {
+    // A subgrid's working box (DEF_BOX) counts only its own cells, not the ghost frame.
+    if (n < DEF_N && !is_solid(flags[n]) && in_box((u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY)))) {
         const float r = fl[n], ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
         const float sp = sqrtf(ux * ux + uy * uy + uz * uz);
         if (!isfinite(r) || !isfinite(sp)) {

@@ -183,6 +183,9 @@ pub struct CudaSubgridSolver {
     timing: Option<PhaseTimes>,
 }
 
+/// Writes the own cells' slots of a subgrid's working box (of the given size) on the host.
+type BoxFill<'a> = dyn Fn(&GSub, [usize; 3], &Domain, &mut [f32]) + Sync + 'a;
+
 /// Cells of a box.
 fn vol(s: [usize; 3]) -> usize {
     s[0] * s[1] * s[2]
@@ -326,7 +329,6 @@ impl Dev {
                 let (base, w) = self.core_window(id);
                 let field = self.boxbuf.slice(base..base + w.span());
                 self.codec.launch_compress_window(&field, w, tau, &mut self.scratch, &mut self.offs_scratch)?;
-                drop(field);
                 let written = self.codec.written()?;
                 if written.overflow {
                     return Err(SolverError::Backend("a record overflowed its worst-case scratch (a bug)".into()));
@@ -424,12 +426,7 @@ impl Dev {
 
     /// Fill every subgrid from `fill` (the own cells' slots of its box, as the dense solver
     /// keeps them), storing shells and records in order (the ring starts empty).
-    fn build(
-        &mut self,
-        dom: &Domain,
-        taus: &[Option<f32>],
-        fill: &(dyn Fn(&GSub, [usize; 3], &Domain, &mut [f32]) + Sync),
-    ) -> Result<(), SolverError> {
+    fn build(&mut self, dom: &Domain, taus: &[Option<f32>], fill: &BoxFill<'_>) -> Result<(), SolverError> {
         self.ring_tail = 0;
         self.ring_used = 0;
         for s in &mut self.subs {
@@ -480,8 +477,8 @@ impl Dev {
             let cfg = LaunchConfig { grid_dim: (vol(bn).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             let mut b = self.stream.launch_builder(&k.stats);
             b.arg(&*planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad);
-            // SAFETY: arguments match box_stats.
-            unsafe { b.launch(cfg) }.map_err(derr("launching box_stats"))?;
+            // SAFETY: arguments match stats (DEF_BOX: the subgrid's own cells only).
+            unsafe { b.launch(cfg) }.map_err(derr("launching the box's stats"))?;
             let fb = self.stream.clone_dtoh(&bad).map_err(derr("reading stats"))?[0];
             if fb != u64::MAX && first_bad.is_none() {
                 let b = fb as usize;
@@ -971,7 +968,7 @@ fn load_box(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) -> Res
         flags: get("box_flags")?,
         outer: get("box_outer")?,
         pack: get("core_pack")?,
-        stats: get("box_stats")?,
+        stats: get("stats")?,
         _module: module,
     })
 }
