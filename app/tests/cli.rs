@@ -194,7 +194,7 @@ fn a_compressed_run_reports_its_ratio_and_memory_and_resumes_densely() {
     assert!(e.contains("cpu-subgrid"), "{e}");
     assert!(e.contains("compression: ratio ") && e.contains("in memory") && e.contains("8 subgrids, tau 1e-5"), "{e}");
     if sim_core::backend::cuda::probe().is_err() {
-        assert!(e.contains("CPU backend only"), "the default (auto) backend says it runs on the CPU: {e}");
+        assert!(e.contains("running on the CPU backend"), "the default (auto) backend says it runs on the CPU: {e}");
     }
     // The checkpoint is the dense solver's format: a dense CPU run resumes it.
     let o = run(&["--backend", "cpu", "--resume", &p("c.ckpt")]);
