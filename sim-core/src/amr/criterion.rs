@@ -37,6 +37,9 @@ impl Criterion {
     }
 }
 
+/// A solid query: whether any solid cell lies in the box `[lo, hi)` (cells of level 0).
+pub type SolidQuery<'a> = &'a (dyn Fn([f64; 3], [f64; 3]) -> bool + Sync);
+
 /// Near-wall refinement: blocks within `margin` cells (of their own level) of a solid cell
 /// are refined to at least `level`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,12 +103,7 @@ impl BlockForest {
     /// Target level of every leaf (indexed by ID; 0 for non-leaves and free IDs) from a
     /// block-max value per leaf and, optionally, near-wall refinement with a solid query in
     /// cells of level 0 (see [`domain_solid_query`]).
-    pub fn targets(
-        &self,
-        value: impl Fn(u32) -> f32 + Sync,
-        crit: &Criterion,
-        wall: Option<(NearWall, &(dyn Fn([f64; 3], [f64; 3]) -> bool + Sync))>,
-    ) -> Vec<u8> {
+    pub fn targets(&self, value: impl Fn(u32) -> f32 + Sync, crit: &Criterion, wall: Option<(NearWall, SolidQuery<'_>)>) -> Vec<u8> {
         let max = crit.max_level.min(self.max_level());
         (0..self.capacity() as u32)
             .into_par_iter()

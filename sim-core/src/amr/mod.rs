@@ -59,7 +59,7 @@ pub mod criterion;
 pub mod forest;
 pub mod prims;
 
-pub use criterion::{domain_solid_query, target_level, Criterion, Field, NearWall};
+pub use criterion::{domain_solid_query, target_level, Criterion, Field, NearWall, SolidQuery};
 pub use forest::{
     block_mask, cell_coords, cell_mask, dir_index, dir_offset, n_dirs, state, AdaptReport, AmrError, BlockForest, ForestConfig, Link, Mark,
     BLOCK, COARSER, MAX_LEVELS, NONE,
