@@ -57,6 +57,7 @@
 
 pub mod criterion;
 pub mod forest;
+pub mod lbm;
 pub mod prims;
 
 pub use criterion::{domain_solid_query, target_level, Criterion, Field, NearWall, SolidQuery};
@@ -64,6 +65,7 @@ pub use forest::{
     block_mask, cell_coords, cell_mask, dir_index, dir_offset, n_dirs, state, AdaptReport, AmrError, BlockForest, ForestConfig, Link, Mark,
     BLOCK, COARSER, MAX_LEVELS, NONE,
 };
+pub use lbm::{AmrLbm, CellRef};
 
 #[cfg(test)]
 mod tests;
