@@ -43,6 +43,11 @@
 //! level from the parents' links and neighbour-children, as in the seed) and the masks.
 //! A frozen level keeps its ID set: no block of it is created or removed.
 //!
+//! # Solver
+//! [`lbm::AmrLbm`] is the static-refinement LBM on a forest (recursive time stepping, ghost
+//! interpolation and interface averaging with non-equilibrium rescaling); see its module
+//! documentation for the scheme and its known accuracy limit.
+//!
 //! # Deviations from the seed
 //! - Links are rebuilt for every block of every level after an adaptation instead of only for
 //!   the seed's "minimal map" of marked blocks and their neighbours: simpler, always correct,
