@@ -2,6 +2,7 @@
 //! backends. Knows nothing of windows or rendering.
 #![warn(missing_docs)]
 
+pub mod amr;
 pub mod backend;
 pub mod bricks;
 pub mod checkpoint;

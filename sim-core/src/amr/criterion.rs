@@ -1,0 +1,188 @@
+//! The refinement criterion: a block-max of |vorticity| or Q mapped to a target level through
+//! log2 with a user threshold, near-wall refinement, and the marks that move the forest
+//! towards the targets.
+
+use super::forest::{BlockForest, Mark, BLOCK, NONE};
+use crate::domain::{is_solid, Domain};
+use rayon::prelude::*;
+
+/// Which field the per-block values come from (the values themselves are the caller's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Field {
+    /// Block maximum of the vorticity magnitude.
+    #[default]
+    Vorticity,
+    /// Block maximum of the Q criterion (non-positive values ask for no refinement).
+    Q,
+}
+
+/// The user's criterion settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Criterion {
+    /// The field the values come from.
+    pub field: Field,
+    /// Value that asks for level 1; each doubling asks for one level more.
+    pub threshold: f32,
+    /// Finest level the criterion may ask for.
+    pub max_level: u8,
+    /// Adapt every this many coarse (level 0) steps; 0 = never.
+    pub every: u64,
+}
+
+impl Criterion {
+    /// Whether the mesh is adapted after coarse step `step` (counted from 1).
+    #[must_use]
+    pub fn due(&self, step: u64) -> bool {
+        self.every > 0 && step > 0 && step % self.every == 0
+    }
+}
+
+/// A solid query: whether any solid cell lies in the box `[lo, hi)` (cells of level 0).
+pub type SolidQuery<'a> = &'a (dyn Fn([f64; 3], [f64; 3]) -> bool + Sync);
+
+/// Near-wall refinement: blocks within `margin` cells (of their own level) of a solid cell
+/// are refined to at least `level`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NearWall {
+    /// Level asked for near walls.
+    pub level: u8,
+    /// Distance in cells of the block's own level.
+    pub margin: f64,
+}
+
+/// Target level of a block-max value: `clamp(floor(log2(value / threshold)) + 1, 0, max)`.
+/// Values below the threshold (and non-positive or NaN values) give level 0; `[t, 2t)` level 1,
+/// `[2t, 4t)` level 2, and so on. This is the seed's Algorithm 3 with its start parameter
+/// `-log2(threshold)` and increment 1 (the seed's formula itself did not survive in our copy).
+#[must_use]
+pub fn target_level(value: f32, threshold: f32, max_level: u8) -> u8 {
+    if !(value > 0.0) || !(threshold > 0.0) {
+        return 0;
+    }
+    let l = f64::from(value / threshold).log2().floor() + 1.0;
+    if l <= 0.0 {
+        0
+    } else if l >= f64::from(max_level) {
+        max_level
+    } else {
+        l as u8
+    }
+}
+
+/// A solid query on a domain voxelised at the resolution of level `domain_level` (the domain
+/// has `BLOCK * root * 2^domain_level` cells per axis): whether any solid cell lies in the box
+/// `[lo, hi)` given in cells of level 0 (clamped to the domain).
+pub fn domain_solid_query(dom: &Domain, domain_level: u8) -> impl Fn([f64; 3], [f64; 3]) -> bool + Sync + '_ {
+    let s = f64::from(1u32 << domain_level);
+    let dims = dom.lattice.dims();
+    move |lo: [f64; 3], hi: [f64; 3]| {
+        let mut a0 = [0usize; 3];
+        let mut a1 = [1usize; 3];
+        for a in 0..dims {
+            let n = dom.n[a] as f64;
+            a0[a] = (lo[a] * s).floor().clamp(0.0, n) as usize;
+            a1[a] = (hi[a] * s).ceil().clamp(0.0, n) as usize;
+            if a0[a] >= a1[a] {
+                return false;
+            }
+        }
+        for z in a0[2]..a1[2] {
+            for y in a0[1]..a1[1] {
+                for x in a0[0]..a1[0] {
+                    if is_solid(dom.flags[dom.index(x, y, z)]) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+impl BlockForest {
+    /// Target level of every leaf (indexed by ID; 0 for non-leaves and free IDs) from a
+    /// block-max value per leaf and, optionally, near-wall refinement with a solid query in
+    /// cells of level 0 (see [`domain_solid_query`]).
+    pub fn targets(&self, value: impl Fn(u32) -> f32 + Sync, crit: &Criterion, wall: Option<(NearWall, SolidQuery<'_>)>) -> Vec<u8> {
+        let max = crit.max_level.min(self.max_level());
+        (0..self.capacity() as u32)
+            .into_par_iter()
+            .map(|b| {
+                if !self.is_active(b) || !self.is_leaf(b) {
+                    return 0;
+                }
+                let mut t = target_level(value(b), crit.threshold, max);
+                if let Some((nw, solid)) = wall {
+                    let l = self.level(b);
+                    if l < nw.level {
+                        let (lo, size) = self.block_box(b);
+                        let m = nw.margin * size / BLOCK as f64;
+                        let mut a = lo;
+                        let mut z = lo;
+                        for ax in 0..self.dims() {
+                            a[ax] = lo[ax] - m;
+                            z[ax] = lo[ax] + size + m;
+                        }
+                        if solid(a, z) {
+                            t = t.max(nw.level.min(self.max_level()));
+                        }
+                    }
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// Mark the forest towards per-leaf target levels: a leaf below its target refines; a block
+    /// whose children are all leaves and all content with the block's level coarsens. Returns
+    /// the numbers of refine and coarsen marks set (before balancing).
+    pub fn mark_to_targets(&mut self, target: &[u8]) -> (usize, usize) {
+        let k = self.children_per_block() as u32;
+        let marks: Vec<(u32, Mark)> = self
+            .active_ids()
+            .par_iter()
+            .filter_map(|&b| {
+                let c0 = self.first_child(b);
+                if c0 == NONE {
+                    (target[b as usize] > self.level(b)).then_some((b, Mark::Refine))
+                } else {
+                    let all_leaves = (c0..c0 + k).all(|c| self.is_leaf(c));
+                    let content = (c0..c0 + k).all(|c| target[c as usize] <= self.level(b));
+                    (all_leaves && content).then_some((b, Mark::Coarsen))
+                }
+            })
+            .collect();
+        let mut r = (0, 0);
+        for (b, m) in marks {
+            if m == Mark::Refine {
+                r.0 += 1;
+            } else {
+                r.1 += 1;
+            }
+            // IDs come from the active set.
+            let _ = self.set_mark(b, m);
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_mapping() {
+        assert_eq!(target_level(0.0, 1.0, 5), 0);
+        assert_eq!(target_level(f32::NAN, 1.0, 5), 0);
+        assert_eq!(target_level(-3.0, 1.0, 5), 0);
+        assert_eq!(target_level(0.99, 1.0, 5), 0);
+        assert_eq!(target_level(1.0, 1.0, 5), 1);
+        assert_eq!(target_level(1.99, 1.0, 5), 1);
+        assert_eq!(target_level(2.0, 1.0, 5), 2);
+        assert_eq!(target_level(7.9, 1.0, 5), 3);
+        assert_eq!(target_level(1e9, 1.0, 5), 5);
+        assert_eq!(target_level(0.3, 0.1, 2), 2);
+        let c = Criterion { field: Field::Q, threshold: 1.0, max_level: 2, every: 32 };
+        assert!(!c.due(0) && !c.due(31) && c.due(32) && c.due(64));
+    }
+}
