@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The viewer's pipeline timed on a GPU host without a display (esoflow view --bench): a
 # Taylor-Green box on --backend cuda (256^3 D3Q19 unless SIZE is set), drawn offscreen by wgpu
-# on the host's Vulkan driver, with one slice and a |vorticity| isosurface, frames through
-# host memory (staging) and through GPU memory shared by CUDA and Vulkan (interop): first as
-# fast as frames come (FPS), then paced at 60 FPS (the solver's MLUPS while drawing). Run from
+# on the host's Vulkan driver, with one slice and a |vorticity| isosurface (and one slice alone),
+# frames through host memory (staging) and through GPU memory shared by CUDA and Vulkan
+# (interop: the shaders read the shared buffers in place): first as fast as frames come (FPS),
+# then paced at 60 FPS (the solver's MLUPS while drawing). Run from
 # the repository root after scripts/stage-gpu.sh, with the Vulkan loader's .deb files in .gl/
 # (the device README's recipe). Writes $OUT/render-*.log and prints the numbers.
 set -uo pipefail
@@ -27,7 +28,11 @@ run() { # name, extra args
   echo "== $S^3 $name: $*"
   grep -E "frames drawn|frame path|per frame|MLUPS" "$OUT/render-$S-$name.log"
 }
+# VIEWS: iso (slice + isosurface, issue 4) and/or slice (one slice, issue 5).
 for path in ${PATHS:-shared host}; do
-  run "$path-iso" --view "$ISO" --frame-path "$path"
-  run "$path-iso-60" --view "$ISO" --frame-path "$path" --bench-fps 60
+  for view in ${VIEWS:-iso slice}; do
+    if [ "$view" = iso ]; then extra=(--view "$ISO"); else extra=(); fi
+    run "$path-$view" "${extra[@]}" --frame-path "$path"
+    run "$path-$view-60" "${extra[@]}" --frame-path "$path" --bench-fps 60
+  done
 done

@@ -3,6 +3,9 @@
 // marching_cubes.wgsl), lit by a headlight; the domain box; outline boxes (bricks, blocks).
 // 2D scenes draw only the z plane (nz = 1) with an orthographic camera that fits the domain.
 // World space: cell (x, y, z) fills [x, x+1] x [y, y+1] x [z, z+1].
+// The field is read straight from a storage buffer (a frame the solver wrote into memory shared
+// with the renderer, or an upload from host memory): x fastest, rows of `g.pitch.x` floats (rows
+// may be padded), then y, then z.
 // Keep `Globals` in sync with `gpu_data::FieldGlobals` in app/src/viewer/render.rs.
 
 struct Globals {
@@ -23,14 +26,21 @@ struct Globals {
     bricks: vec4<u32>,
     // overlay colour of each brick class: all solid, plain fluid, boundary
     brick_colors: array<vec4<f32>, 3>,
+    // x = floats from one row of the field to the next; yzw unused
+    pitch: vec4<u32>,
 };
 
 @group(0) @binding(0) var<uniform> g: Globals;
-@group(0) @binding(1) var field: texture_3d<f32>;
+@group(0) @binding(1) var<storage, read> field: array<f32>;
 @group(0) @binding(2) var solid: texture_3d<u32>;
 @group(0) @binding(3) var lut: texture_2d<f32>;
-@group(0) @binding(4) var speed: texture_3d<f32>;
 @group(0) @binding(5) var brick_class: texture_3d<u32>;
+
+// The field's value in a cell (inside the grid).
+fn field_at(cell: vec3<i32>) -> f32 {
+    let c = vec3<u32>(cell);
+    return field[(c.z * g.size.y + c.y) * g.pitch.x + c.x];
+}
 
 struct VsOut {
     @builtin(position) clip: vec4<f32>,
@@ -100,7 +110,7 @@ fn fs_slice(in: VsOut) -> @location(0) vec4<f32> {
     cell[in.axis] = i32(g.slices[in.axis]);
     var color = vec3<f32>(0.5, 0.5, 0.5);
     if textureLoad(solid, cell, 0).r == 0u {
-        color = value_color(textureLoad(field, cell, 0).r, g.range.x, g.range.y);
+        color = value_color(field_at(cell), g.range.x, g.range.y);
     }
     if g.bricks.w == 1u {
         // The brick overlay: the inside tinted with the class colour, the brick's edges (within
@@ -142,26 +152,12 @@ fn surface_vertex(v: vec4<u32>, color: vec3<f32>) -> SurfaceOut {
     return out;
 }
 
-// Velocity magnitude at a world point: trilinear between the cell centres.
-fn speed_at(p: vec3<f32>) -> f32 {
-    let nmax = vec3<i32>(g.size.xyz) - vec3<i32>(1);
-    let q = clamp(p - vec3<f32>(0.5), vec3<f32>(0.0), vec3<f32>(nmax));
-    let i0 = vec3<i32>(floor(q));
-    let f = q - vec3<f32>(i0);
-    var s = 0.0;
-    for (var c = 0u; c < 8u; c++) {
-        let o = vec3<i32>(i32(c & 1u), i32((c >> 1u) & 1u), i32((c >> 2u) & 1u));
-        let w = mix(vec3<f32>(1.0) - f, f, vec3<f32>(o));
-        s += w.x * w.y * w.z * textureLoad(speed, min(i0 + o, nmax), 0).r;
-    }
-    return s;
-}
-
-// Isosurface vertices: coloured by the velocity magnitude through the colour map.
+// Isosurface vertices: coloured by the velocity magnitude through the colour map. The speed at
+// the vertex comes with it (interpolated by marching_cubes.wgsl, in the compute pass): the
+// vertex shader reads nothing but its vertex, as vertex work is the scarce kind on compute GPUs.
 @vertex
-fn vs_iso(@location(0) v: vec4<u32>) -> SurfaceOut {
-    let p = bitcast<vec3<f32>>(v.xyz);
-    return surface_vertex(v, value_color(speed_at(p), g.iso_range.x, g.iso_range.y));
+fn vs_iso(@location(0) v: vec4<u32>, @location(1) speed: f32) -> SurfaceOut {
+    return surface_vertex(v, value_color(speed, g.iso_range.x, g.iso_range.y));
 }
 
 // Solid obstacles: grey.

@@ -13,30 +13,43 @@
 // the CPU can read it later (asynchronously) to tell that triangles were capped.
 // Then `finish` (one thread) writes the indirect draw's arguments.
 //
+// The field and the velocity magnitude are read straight from storage buffers (x fastest, rows
+// of `pitch` / `speed_pitch` floats, then y, then z), as the solver wrote them. Each isosurface
+// vertex carries the speed there (trilinear between cell centres), so that the draw's vertex
+// shader reads nothing else.
+//
 // Case table and corner/edge numbering: app/src/viewer/mc.rs (keep in sync); `McParams` is
 // `gpu_data::McParams` in app/src/viewer/render.rs.
 
 struct McParams {
-    // nx, ny, nz, mode (0: the field texture, 1: the obstacle mask, mask == 2 inside)
+    // nx, ny, nz, mode (0: the field, 1: the obstacle mask, mask == 2 inside)
     size: vec4<u32>,
     // threshold (mode 0), capacity in vertices (a multiple of 3), cube edge in cells (1, or 2
-    // and more to march a large grid on coarser cubes: fewer triangles), unused
+    // and more to march a large grid on coarser cubes: fewer triangles), floats from one row of
+    // the field to the next
     threshold: f32,
     capacity: u32,
     stride: u32,
+    pitch: u32,
+    // floats from one row of the speed to the next (mode 0); unused
+    speed_pitch: u32,
+    pad0: u32,
     pad1: u32,
+    pad2: u32,
 };
 
 @group(0) @binding(0) var<uniform> params: McParams;
 // Per case: word 0 bits 0-3 = triangle count; then 4-bit edge numbers, three per triangle.
 @group(0) @binding(1) var<uniform> table: array<vec4<u32>, 256>;
-@group(0) @binding(2) var field: texture_3d<f32>;
+@group(0) @binding(2) var<storage, read> field: array<f32>;
 @group(0) @binding(3) var mask: texture_3d<u32>;
-// Per vertex: x, y, z (f32 bits), normal (pack4x8snorm).
-@group(0) @binding(4) var<storage, read_write> vertices: array<vec4<u32>>;
+// Five words per vertex: x, y, z (f32 bits), normal (pack4x8snorm), speed (f32 bits).
+@group(0) @binding(4) var<storage, read_write> vertices: array<u32>;
 @group(0) @binding(5) var<storage, read_write> counter: atomic<u32>;
 // vertex_count, instance_count, first_vertex, first_instance
 @group(0) @binding(6) var<storage, read_write> draw_args: array<u32, 4>;
+// The velocity magnitude (mode 0), laid out as the field with rows of `speed_pitch` floats.
+@group(0) @binding(7) var<storage, read> speed: array<f32>;
 
 var<workgroup> wg_count: atomic<u32>;
 var<workgroup> wg_base: u32;
@@ -46,7 +59,24 @@ fn value_at(p: vec3<i32>) -> f32 {
     if params.size.w == 1u {
         return select(0.0, 1.0, textureLoad(mask, q, 0).r == 2u);
     }
-    return textureLoad(field, q, 0).r;
+    let c = vec3<u32>(q);
+    return field[(c.z * params.size.y + c.y) * params.pitch + c.x];
+}
+
+// Velocity magnitude at a world point: trilinear between the cell centres.
+fn speed_at(p: vec3<f32>) -> f32 {
+    let nmax = vec3<i32>(params.size.xyz) - vec3<i32>(1);
+    let q = clamp(p - vec3<f32>(0.5), vec3<f32>(0.0), vec3<f32>(nmax));
+    let i0 = vec3<i32>(floor(q));
+    let f = q - vec3<f32>(i0);
+    var s = 0.0;
+    for (var c = 0u; c < 8u; c++) {
+        let o = vec3<i32>(i32(c & 1u), i32((c >> 1u) & 1u), i32((c >> 2u) & 1u));
+        let w = mix(vec3<f32>(1.0) - f, f, vec3<f32>(o));
+        let k = vec3<u32>(min(i0 + o, nmax));
+        s += w.x * w.y * w.z * speed[(k.z * params.size.y + k.y) * params.speed_pitch + k.x];
+    }
+    return s;
 }
 
 // Gradient by differences of neighbouring samples (one-sided at the domain's edges). The
@@ -149,7 +179,17 @@ fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             if len > 0.0 && is_finite(len) {
                 nrm = -g / len;
             }
-            vertices[at + k] = vec4<u32>(bitcast<vec3<u32>>(pos), pack4x8snorm(vec4<f32>(nrm, 0.0)));
+            var sp = 0.0;
+            if params.size.w == 0u {
+                sp = speed_at(pos);
+            }
+            let w = 5u * (at + k);
+            let pb = bitcast<vec3<u32>>(pos);
+            vertices[w] = pb.x;
+            vertices[w + 1u] = pb.y;
+            vertices[w + 2u] = pb.z;
+            vertices[w + 3u] = pack4x8snorm(vec4<f32>(nrm, 0.0));
+            vertices[w + 4u] = bitcast<u32>(sp);
         }
     }
 }

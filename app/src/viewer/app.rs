@@ -1286,7 +1286,7 @@ impl ViewerApp {
             row("  render", format!("{:.2} ms", t.render_secs * 1e3));
             if self.gpu_timing != GpuTiming::Unknown {
                 // GPU timestamps, read a frame or more late; each span's last frame that had it
-                // (a frame without new data copies nothing and makes no surface).
+                // (a frame without new data makes no surface).
                 let line = gpu_timer::summary(&self.gpu_timing, |t, s| t.last_ms[s as usize]);
                 row("  GPU", line.strip_prefix("GPU: ").map_or(line.clone(), str::to_string));
             }

@@ -3,17 +3,20 @@
 //!
 //! A frame lies either in host memory (the CPU backend; CUDA without interop, copied through
 //! page-locked memory) or in a buffer the renderer's GPU shares with the solver's (CUDA writes
-//! the fields straight into Vulkan memory; the renderer copies them into its textures on the
-//! GPU). Nothing is allocated per frame: a buffer is written again once no snapshot and no GPU
-//! copy holds it.
+//! the fields straight into Vulkan memory; the renderer's shaders read them there, with no
+//! copy). Nothing is allocated per frame: a buffer is written again once no snapshot holds it
+//! and the renderer no longer binds it (nor has commands in flight that read it).
 
 use sim_core::fields::FieldKind;
 use sim_core::frame::{FrameLayout, FrameRanges, FrameTarget, HostFrame};
 use sim_core::{Solver, SolverError};
 use std::sync::Arc;
 
-/// Row alignment of shared frames: what `wgpu` wants for buffer-to-texture copies.
-pub const SHARED_ROW_ALIGN: usize = wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize;
+/// Row alignment of shared frames (bytes). The shaders read any row pitch; 256-byte rows keep
+/// each plane's start a multiple of 256 bytes, where every device binds storage buffers
+/// (`min_storage_buffer_offset_alignment` is at most 256), and rows start on whole memory
+/// transactions.
+pub const SHARED_ROW_ALIGN: usize = 256;
 
 /// Most fields a frame carries in the viewer: the slice field, the isosurface's field and the
 /// speed that colours it.
@@ -196,30 +199,31 @@ impl FramePool {
 }
 
 /// What [`upload_snapshot`] did: problems that left the field drawn (an isosurface that could
-/// not be uploaded), and the shared buffer its GPU copies read (hand it to [`Uploaded::release`]
-/// right after submitting the encoder).
+/// not be uploaded), and the shared buffers the renderer bound before and no longer binds (hand
+/// them to [`Uploaded::release`] right after the next submit).
 #[must_use]
 pub struct Uploaded {
     /// Messages for the status line.
     pub problems: Vec<String>,
-    hold: Option<Arc<SharedSlot>>,
+    hold: Vec<super::render::Keep>,
 }
 
 impl Uploaded {
-    /// After the submit that carries the copies: the solver thread may write the shared buffer
-    /// again once the GPU has run them (no wait here).
+    /// After the next submit: the solver thread may write the shared buffers bound before once
+    /// the GPU has run every command submitted so far, the last that could read them (no wait
+    /// here).
     pub fn release(self, queue: &wgpu::Queue) {
-        if let Some(held) = self.hold {
+        if !self.hold.is_empty() {
+            let held = self.hold;
             queue.on_submitted_work_done(move || drop(held));
         }
     }
 }
 
-/// Upload a snapshot's frame into the renderer's textures: the slices' field, the isosurface's
-/// data when the snapshot has it, and `solid` when given. Host frames are written through the
-/// queue; shared frames are copied on the GPU by commands in `encoder`, so that one submit
-/// carries the copies and the drawing (every submit makes the GPU switch from CUDA's work to
-/// Vulkan's and back).
+/// Give a snapshot's frame to the renderer: the slices' field, the isosurface's data when the
+/// snapshot has it, and `solid` when given. Host frames are written into the renderer's storage
+/// buffers through the queue; shared frames are bound where they lie (no copy), and held by the
+/// renderer as long as it binds them.
 ///
 /// # Errors
 /// The field itself could not be uploaded (the message says why).
@@ -227,7 +231,6 @@ pub fn upload_snapshot(
     fr: &mut super::render::FieldRenderer,
     device: &wgpu::Device,
     queue: &wgpu::Queue,
-    encoder: &mut wgpu::CommandEncoder,
     snap: &super::worker::Snapshot,
     solid: Option<&[u8]>,
 ) -> Result<Uploaded, String> {
@@ -254,13 +257,14 @@ pub fn upload_snapshot(
             }
         }
         FrameData::Shared(slot) => {
-            fr.upload_from_buffer(device, queue, encoder, slot.buffer.buffer(), &frame.layout, field, iso, solid)
+            // The renderer holds the slot while it binds it: the solver thread writes the buffer
+            // again only once it is released and the GPU is done with it.
+            let keep: super::render::Keep = Arc::clone(slot) as _;
+            fr.upload_from_buffer(device, queue, slot.buffer.buffer(), &frame.layout, field, iso, solid, Some(keep))
                 .map_err(|e| e.to_string())?;
-            // The solver thread writes this buffer again only once the copy has run.
-            return Ok(Uploaded { problems, hold: Some(Arc::clone(slot)) });
         }
     }
-    Ok(Uploaded { problems, hold: None })
+    Ok(Uploaded { problems, hold: fr.take_released() })
 }
 
 /// Shared buffers for frames of a grid `n` (room for [`VIEW_PLANES`] fields each) on the
@@ -392,5 +396,62 @@ mod tests {
         drop((s, s2));
         assert!(shared.write(solver.as_mut(), &kinds).expect("frame").is_some(), "a released buffer is written again");
         drop(s3);
+    }
+
+    #[test]
+    fn gpu_shared_frames_draw_like_host_frames() {
+        use crate::viewer::camera::Camera;
+        use crate::viewer::colormap::ColorMap;
+        use crate::viewer::render::{read_texture, FieldRenderer, IsoView, Keep, ViewParams};
+        let Some(g) = cuda_gpu("gpu_shared_frames_draw_like_host_frames") else { return };
+        // 40 cells along x: the shared frame's rows are padded to 64 floats.
+        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
+        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
+        let mut solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        solver.step(200).expect("steps");
+        let n = ls.derived.size;
+        let kinds = [FieldKind::Speed, FieldKind::Vorticity];
+        let mut host = FramePool::default();
+        let h = host.write(solver.as_mut(), &kinds).expect("host frame").expect("a free frame");
+        let mut shared = FramePool::default();
+        shared.set_shared(make_shared_slots(&g.device, n, POOL).expect("shared buffers"));
+        let s = shared.write(solver.as_mut(), &kinds).expect("shared frame").expect("a free frame");
+        let FrameData::Shared(slot) = &s.data else { panic!("the frame is not in a shared buffer") };
+        assert!(!s.layout.is_tight());
+        let (lo, hi) = h.range(FieldKind::Vorticity).expect("vorticity range");
+        let mut p =
+            ViewParams::plain(ColorMap::Turbo, h.range(FieldKind::Speed).expect("range"), [20, 12, 10], [true; 3], Camera::default());
+        p.iso = Some(IsoView { kind: FieldKind::Vorticity, threshold: lo + 0.3 * (hi - lo), color_range: (0.0, 0.06) });
+        let solid = vec![0u8; n.iter().product()];
+        let size = [320, 240];
+        let draw = |fr: &mut FieldRenderer| {
+            for _ in 0..4 {
+                let mut enc = g.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                fr.render(&g.device, &g.queue, &mut enc, size, &p);
+                g.queue.submit([enc.finish()]);
+                fr.poll(&g.device, true);
+                if !fr.needs_redraw() {
+                    break;
+                }
+            }
+            let (tex, _) = fr.target().expect("target");
+            (read_texture(&g.device, &g.queue, tex, size).expect("read back"), fr.iso_stats())
+        };
+        let mut from_host = FieldRenderer::new(&g.device, &g.queue);
+        let speed = h.host_values(FieldKind::Speed).expect("speed");
+        from_host.upload(&g.device, &g.queue, n, speed, Some(&solid)).expect("upload");
+        from_host
+            .upload_iso(&g.device, &g.queue, n, FieldKind::Vorticity, h.host_values(FieldKind::Vorticity).expect("vorticity"), speed)
+            .expect("upload");
+        let mut in_place = FieldRenderer::new(&g.device, &g.queue);
+        let keep: Keep = Arc::clone(slot) as _;
+        let iso = Some((FieldKind::Vorticity, 1, 0));
+        in_place.upload_from_buffer(&g.device, &g.queue, slot.buffer.buffer(), &s.layout, 0, iso, Some(&solid), Some(keep)).expect("bind");
+        let (a, sa) = draw(&mut from_host);
+        let (b, sb) = draw(&mut in_place);
+        assert!(sa.is_some_and(|st| st.triangles() > 0), "{sa:?}");
+        assert_eq!(sa, sb, "the same isosurface both ways");
+        let differ = a.chunks(4).zip(b.chunks(4)).filter(|(x, y)| x != y).count();
+        assert!(differ == 0, "{differ} pixels differ between the host frame and the shared frame read in place");
     }
 }

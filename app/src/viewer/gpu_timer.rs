@@ -1,7 +1,10 @@
-//! GPU timestamps around the viewer's GPU work in a frame: the buffer-to-texture copies of a
-//! shared frame, the marching-cubes compute passes and the draw pass. The timestamps are resolved
-//! into a buffer that is mapped asynchronously and read one or more frames later; a frame that
-//! finds no free slot is not timed (a sample dropped, never a wait).
+//! GPU timestamps around the viewer's GPU work in a frame: the marching-cubes compute passes and
+//! the draw pass (split into the slices and the surfaces where the device writes timestamps
+//! inside passes). Frames copy nothing on the GPU any more: a frame in shared GPU memory is read
+//! in place by the shaders (such frames are counted, and the line says "copy 0"), a host frame
+//! is written through the queue (not timed). The timestamps are resolved into a buffer that is
+//! mapped asynchronously and read one or more frames later; a frame that finds no free slot is
+//! not timed (a sample dropped, never a wait).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -12,27 +15,35 @@ const SLOTS: usize = 4;
 const QUERIES: u32 = 16;
 
 /// The features the viewer asks a device for where the adapter has them: timestamps around
-/// passes, and (for the copies, which are not passes) timestamps in command encoders.
+/// passes, and inside passes (the draw's split).
 #[must_use]
 pub fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
-    adapter & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    adapter & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
 }
+
+/// Spans timed.
+const SPANS: usize = 5;
 
 /// What a span of GPU work is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuSpan {
-    /// Buffer-to-texture copies of a frame in shared GPU memory (host frames are written through
-    /// the queue, outside the frame's commands: not timed).
+    /// Copies of a frame's fields in the frame's commands. None is left: shared frames are read
+    /// in place, host frames are written through the queue (outside the frame's commands, not
+    /// timed). Kept for the line's "copy" entry, which says which of these it was.
     Copy = 0,
     /// Marching cubes: the isosurface's and the solid surfaces' compute passes.
     Iso = 1,
     /// The render pass that draws the view.
     Draw = 2,
+    /// Part of `Draw`: the slice planes (timestamps inside the pass).
+    DrawSlices = 3,
+    /// Part of `Draw`: the isosurface and the solid surfaces.
+    DrawSurfaces = 4,
 }
 
 impl GpuSpan {
     /// Every span, in the order of their index.
-    pub const ALL: [GpuSpan; 3] = [GpuSpan::Copy, GpuSpan::Iso, GpuSpan::Draw];
+    pub const ALL: [GpuSpan; SPANS] = [GpuSpan::Copy, GpuSpan::Iso, GpuSpan::Draw, GpuSpan::DrawSlices, GpuSpan::DrawSurfaces];
 
     /// Short name (Stats and the bench).
     #[must_use]
@@ -41,7 +52,15 @@ impl GpuSpan {
             GpuSpan::Copy => "copy",
             GpuSpan::Iso => "iso",
             GpuSpan::Draw => "draw",
+            GpuSpan::DrawSlices => "slices",
+            GpuSpan::DrawSurfaces => "surfaces",
         }
+    }
+
+    /// Whether the span is part of the draw (shown inside the draw's entry).
+    #[must_use]
+    pub fn in_draw(self) -> bool {
+        matches!(self, GpuSpan::DrawSlices | GpuSpan::DrawSurfaces)
     }
 }
 
@@ -50,17 +69,18 @@ impl GpuSpan {
 pub struct GpuTimes {
     /// The last frame timed that had the span (a frame without new data has no copy and no
     /// marching cubes); `None`: not measured yet.
-    pub last_ms: [Option<f64>; 3],
+    pub last_ms: [Option<f64>; SPANS],
     /// Sum of the span's times over the frames timed since the last reset.
-    pub sum_ms: [f64; 3],
+    pub sum_ms: [f64; SPANS],
     /// Frames timed that had the span, since the last reset.
-    pub count: [u64; 3],
+    pub count: [u64; SPANS],
     /// Frames timed since the last reset.
     pub frames: u64,
     /// Frames not timed since the last reset (every slot still in flight).
     pub dropped: u64,
-    /// Whether the copies can be timed (they need timestamps inside command encoders).
-    pub copies_timed: bool,
+    /// Frames since the last reset whose fields the shaders read where they lie (a buffer shared
+    /// with the solver): nothing copied.
+    pub in_place: u64,
 }
 
 impl GpuTimes {
@@ -107,9 +127,9 @@ pub struct GpuTimer {
     frame: u64,
     /// Nanoseconds per timestamp tick.
     period_ns: f64,
-    inside_encoders: bool,
+    inside_passes: bool,
     /// Frame of each span's `last_ms`.
-    last_frame: [u64; 3],
+    last_frame: [u64; SPANS],
     times: GpuTimes,
 }
 
@@ -147,15 +167,15 @@ impl GpuTimer {
                 in_flight: None,
             })
             .collect();
-        let inside_encoders = features.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        let inside_passes = features.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
         Some(GpuTimer {
             slots,
             current: None,
             frame: 0,
             period_ns: f64::from(queue.get_timestamp_period()),
-            inside_encoders,
-            last_frame: [0; 3],
-            times: GpuTimes { copies_timed: inside_encoders, ..GpuTimes::default() },
+            inside_passes,
+            last_frame: [0; SPANS],
+            times: GpuTimes::default(),
         })
     }
 
@@ -206,20 +226,31 @@ impl GpuTimer {
         Some(wgpu::RenderPassTimestampWrites { query_set, beginning_of_pass_write_index: Some(i), end_of_pass_write_index: Some(i + 1) })
     }
 
-    /// Run `f` (commands outside passes, such as copies) between two timestamps of `span` in
-    /// `encoder`, where the device writes timestamps in encoders; else just run it.
-    pub fn encoder_span<R>(
+    /// Whether the device writes timestamps inside passes (the draw's split).
+    #[must_use]
+    pub fn inside_passes(&self) -> bool {
+        self.inside_passes
+    }
+
+    /// Run `f` (draws in `pass`) between two timestamps of `span` written inside the pass, where
+    /// the device writes timestamps inside passes; else just run it.
+    pub fn pass_span<R>(
         timer: Option<&mut GpuTimer>,
-        encoder: &mut wgpu::CommandEncoder,
+        pass: &mut wgpu::RenderPass<'_>,
         span: GpuSpan,
-        f: impl FnOnce(&mut wgpu::CommandEncoder) -> R,
+        f: impl FnOnce(&mut wgpu::RenderPass<'_>) -> R,
     ) -> R {
-        let Some(t) = timer.filter(|t| t.inside_encoders) else { return f(encoder) };
-        let Some((qs, i)) = t.alloc(span) else { return f(encoder) };
-        encoder.write_timestamp(qs, i);
-        let r = f(encoder);
-        encoder.write_timestamp(qs, i + 1);
+        let Some(t) = timer.filter(|t| t.inside_passes) else { return f(pass) };
+        let Some((qs, i)) = t.alloc(span) else { return f(pass) };
+        pass.write_timestamp(qs, i);
+        let r = f(pass);
+        pass.write_timestamp(qs, i + 1);
         r
+    }
+
+    /// Count a frame whose fields are read where they lie (no copy).
+    pub fn note_in_place(&mut self) {
+        self.times.in_place += 1;
     }
 
     /// End the frame: resolve its timestamps and map them for reading once the GPU has run
@@ -267,7 +298,7 @@ impl GpuTimer {
             });
             s.readback.unmap();
             let Some(ticks) = ticks else { continue };
-            let mut ms = [None::<f64>; 3];
+            let mut ms = [None::<f64>; SPANS];
             for &(span, first) in &s.spans {
                 let (Some(&a), Some(&b)) = (ticks.get(first as usize), ticks.get(first as usize + 1)) else { continue };
                 // A reset or wrapped counter (end before begin) makes no sample.
@@ -299,7 +330,7 @@ impl GpuTimer {
 
     /// Start the sums and counts again (the last times stay).
     pub fn reset_totals(&mut self) {
-        self.times = GpuTimes { last_ms: self.times.last_ms, copies_timed: self.inside_encoders, ..GpuTimes::default() };
+        self.times = GpuTimes { last_ms: self.times.last_ms, ..GpuTimes::default() };
     }
 }
 
@@ -313,9 +344,22 @@ pub fn summary(timing: &GpuTiming, pick: impl Fn(&GpuTimes, GpuSpan) -> Option<f
         GpuTiming::Times(t) => {
             let parts: Vec<String> = GpuSpan::ALL
                 .iter()
+                .filter(|s| !s.in_draw())
                 .map(|&s| match pick(t, s) {
+                    Some(ms) if s == GpuSpan::Draw => {
+                        let split: Vec<String> = GpuSpan::ALL
+                            .iter()
+                            .filter(|s| s.in_draw())
+                            .filter_map(|&d| pick(t, d).map(|m| format!("{} {m:.3}", d.name())))
+                            .collect();
+                        if split.is_empty() {
+                            format!("draw {ms:.3} ms")
+                        } else {
+                            format!("draw {ms:.3} ms ({})", split.join(", "))
+                        }
+                    }
                     Some(ms) => format!("{} {ms:.3} ms", s.name()),
-                    None if s == GpuSpan::Copy && !t.copies_timed => "copy not timed (no timestamps in encoders)".into(),
+                    None if s == GpuSpan::Copy && t.in_place > 0 => "copy 0 (fields read in place from shared GPU memory)".into(),
                     None if s == GpuSpan::Copy => "copy not timed (host frames are written through the queue)".into(),
                     None => format!("{} none yet", s.name()),
                 })

@@ -388,7 +388,7 @@ pub fn render_bench(
         super::frames::make_shared_slots(&gpu.device, n, super::frames::POOL)
     };
     let path_note = match &shared {
-        Ok(_) => "shared GPU memory (CUDA writes into Vulkan buffers; copied to textures on the GPU)".to_string(),
+        Ok(_) => "shared GPU memory (CUDA writes into Vulkan buffers; the shaders read them in place, no copy)".to_string(),
         Err(why) => format!("host memory ({why})"),
     };
     if how.path == FramePath::Shared {
@@ -433,7 +433,7 @@ pub fn render_bench(
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
         fr.begin_gpu_frame();
         let uploaded =
-            super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &mut enc, &snap, (!solid_done).then(|| snap.solid.as_slice()))
+            super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &snap, (!solid_done).then(|| snap.solid.as_slice()))
                 .map_err(anyhow::Error::msg)?;
         solid_done = true;
         let td = Instant::now();

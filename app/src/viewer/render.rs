@@ -2,6 +2,11 @@
 //! solid obstacles as surfaces (marching cubes in a compute shader), the domain box and outlines
 //! of boxes (the solver's bricks now; later compressed subgrids and refined blocks), drawn with
 //! wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it back).
+//!
+//! The fields are read by the shaders straight from storage buffers: a frame the solver wrote
+//! into GPU memory shared with the renderer is bound where it lies (rows padded, planes one after
+//! the other), with no copy; fields from host memory are written into buffers of the same kind
+//! with `queue.write_buffer`. One shader path for both.
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
@@ -9,6 +14,7 @@ use super::gpu_timer::{GpuSpan, GpuTimer, GpuTiming};
 use bytemuck::{Pod, Zeroable};
 use sim_core::bricks::{BrickClass, BrickMap};
 use sim_core::fields::FieldKind;
+use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -29,8 +35,8 @@ pub const BRICK_COLORS: [[u8; 3]; 3] = [[120, 120, 240], [60, 200, 90], [255, 14
 pub const BRICK_TINT: f32 = 0.35;
 /// Grey of the solid obstacles' surfaces, before shading.
 pub const SOLID_GREY: f32 = 0.62;
-/// Bytes per isosurface vertex (position and packed normal).
-const VERTEX_BYTES: u64 = 16;
+/// Bytes per surface vertex: position (3 x f32), packed normal, velocity magnitude (f32).
+const VERTEX_BYTES: u64 = 20;
 /// Largest vertex buffer asked for (bytes), if the device allows it.
 const MAX_VERTEX_BUFFER: u64 = 1 << 30;
 /// First size of a vertex buffer (vertices, a multiple of 3); it grows when a surface needs more.
@@ -66,8 +72,10 @@ pub mod gpu_data {
         pub bricks: [u32; 4],
         /// Overlay colour of each brick class (linear 0..1 of the sRGB bytes).
         pub brick_colors: [[f32; 4]; 3],
+        /// x = floats from one row of the field to the next; the rest unused.
+        pub pitch: [u32; 4],
     }
-    const _: () = assert!(std::mem::size_of::<FieldGlobals>() == 208);
+    const _: () = assert!(std::mem::size_of::<FieldGlobals>() == 224);
 
     /// `McParams` in marching_cubes.wgsl.
     #[repr(C)]
@@ -81,10 +89,14 @@ pub mod gpu_data {
         pub capacity: u32,
         /// Cube edge in cells (1: every cell; more: a coarser surface with fewer triangles).
         pub stride: u32,
+        /// Floats from one row of the field to the next.
+        pub pitch: u32,
+        /// Floats from one row of the speed to the next.
+        pub speed_pitch: u32,
         /// Padding.
-        pub pad: u32,
+        pub pad: [u32; 3],
     }
-    const _: () = assert!(std::mem::size_of::<McParams>() == 32);
+    const _: () = assert!(std::mem::size_of::<McParams>() == 48);
 
     /// One outline box: the instance vertex attributes of `vs_outline` in field.wgsl.
     #[repr(C)]
@@ -234,15 +246,48 @@ impl MeshStats {
     }
 }
 
-struct FieldTextures {
+/// A field as the shaders read it: a range of a storage buffer holding the grid, x fastest, rows
+/// of `pitch` floats, then y, then z.
+#[derive(Clone, Debug, PartialEq)]
+struct FieldBinding {
+    buffer: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+    pitch: u32,
+    /// Whether the buffer is one shared with the solver (held through [`FieldRenderer::hold`]).
+    shared: bool,
+}
+
+impl FieldBinding {
+    fn resource(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: wgpu::BufferSize::new(self.size),
+        })
+    }
+}
+
+/// Something the caller hands with a buffer it shares (a frame of the solver): held while the
+/// shaders may read the buffer, so that nobody writes it meanwhile.
+pub type Keep = Arc<dyn Any + Send + Sync>;
+
+/// Buffers for fields uploaded from host memory: the slices' field, the isosurface's field and
+/// the speed (made on first use, kept while the grid's size stays).
+#[derive(Default)]
+struct HostBuffers([Option<wgpu::Buffer>; 3]);
+
+struct FieldData {
     size: [usize; 3],
-    field: wgpu::Texture,
+    /// The slices' field (None until one is uploaded).
+    field: Option<FieldBinding>,
     solid: wgpu::Texture,
-    /// Isosurface field and speed (allocated with the first isosurface data).
-    iso: Option<(wgpu::Texture, wgpu::Texture)>,
+    /// Isosurface field and speed.
+    iso: Option<(FieldBinding, FieldBinding)>,
     /// Brick classes and the brick size.
     bricks: Option<(wgpu::Texture, [usize; 3])>,
-    /// Made by [`FieldRenderer::rebind`] whenever a texture changes.
+    host: HostBuffers,
+    /// Made by [`FieldRenderer::rebind`] whenever a binding changes.
     bind_group: Option<wgpu::BindGroup>,
 }
 
@@ -284,7 +329,11 @@ impl Mesh {
         };
         Mesh {
             mode,
-            params: buf("mc params", 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST),
+            params: buf(
+                "mc params",
+                std::mem::size_of::<gpu_data::McParams>() as u64,
+                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            ),
             counter: buf("mc counter", 4, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC),
             args: buf("mc draw args", 16, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT),
             verts: None,
@@ -303,7 +352,7 @@ impl Mesh {
         queue: &wgpu::Queue,
         encoder: &mut wgpu::CommandEncoder,
         mc: &McPipelines,
-        textures: (&wgpu::Texture, &wgpu::Texture),
+        data: (&FieldBinding, &FieldBinding, &wgpu::Texture),
         size: [usize; 3],
         threshold: f32,
         stride: u32,
@@ -323,22 +372,24 @@ impl Mesh {
             threshold,
             capacity: self.capacity,
             stride,
-            pad: 0,
+            pitch: data.0.pitch,
+            speed_pitch: data.1.pitch,
+            pad: [0; 3],
         };
         queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&params));
-        let fv = textures.0.create_view(&wgpu::TextureViewDescriptor::default());
-        let mv = textures.1.create_view(&wgpu::TextureViewDescriptor::default());
+        let mv = data.2.create_view(&wgpu::TextureViewDescriptor::default());
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("marching cubes"),
             layout: &mc.layout,
             entries: &[
                 wgpu::BindGroupEntry { binding: 0, resource: self.params.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 1, resource: mc.table.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&fv) },
+                wgpu::BindGroupEntry { binding: 2, resource: data.0.resource() },
                 wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(&mv) },
                 wgpu::BindGroupEntry { binding: 4, resource: verts.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 5, resource: self.counter.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 6, resource: self.args.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 7, resource: data.1.resource() },
             ],
         });
         encoder.clear_buffer(&self.counter, 0, None);
@@ -414,7 +465,8 @@ pub struct FieldRenderer {
     layout: wgpu::BindGroupLayout,
     globals: wgpu::Buffer,
     lut_view: wgpu::TextureView,
-    dummy_f32: wgpu::Texture,
+    /// A tiny zeroed storage buffer bound where a field is missing.
+    dummy_field: FieldBinding,
     dummy_u8: wgpu::Texture,
     mc: Option<McPipelines>,
     iso_mesh: Option<Mesh>,
@@ -424,7 +476,12 @@ pub struct FieldRenderer {
     iso_kind: Option<FieldKind>,
     solid_serial: u64,
     redraw: bool,
-    field: Option<FieldTextures>,
+    field: Option<FieldData>,
+    /// What the shared buffers now bound came with (held while they are bound).
+    keep: Option<Keep>,
+    /// What was held for buffers bound before: drop once the GPU is done with the commands
+    /// submitted so far (see [`FieldRenderer::take_released`]).
+    released: Vec<Keep>,
     target: Option<Target>,
     /// GPU timestamps of the frames (where the device has them).
     timer: Option<GpuTimer>,
@@ -436,6 +493,15 @@ pub enum RenderError {
     /// The domain does not fit the GPU's 3D texture limit.
     #[error("the domain {0:?} is larger than this GPU's 3D texture limit ({1} per axis): the view cannot show it")]
     TooLarge([usize; 3], u32),
+    /// A field larger than the device lets a shader read from one buffer binding.
+    #[error(
+        "a field of the domain {0:?} takes {1} MiB, more than this GPU lets a shader read from one buffer ({2} MiB, \
+         max_storage_buffer_binding_size): the view cannot show it"
+    )]
+    BindingTooLarge([usize; 3], u64, u64),
+    /// A field that does not start where the device lets a storage binding start.
+    #[error("a field at byte {0} of its buffer: this GPU binds storage buffers only at multiples of {1} bytes")]
+    Misaligned(u64, u32),
     /// Data of the wrong length.
     #[error("field of {0} values for a domain of {1} cells")]
     Length(usize, usize),
@@ -444,15 +510,26 @@ pub enum RenderError {
     NoField([usize; 3], Option<[usize; 3]>),
 }
 
-/// The limits the viewer asks a device for: `base`, with the largest storage buffer raised to
-/// what the adapter offers (up to 1 GiB) so that isosurfaces of large grids fit.
+/// Storage buffers the viewer's shaders bind in one stage at most (marching cubes: the field,
+/// the speed, the vertices, the counter, the draw's arguments).
+pub const STORAGE_BUFFERS_PER_STAGE: u32 = 5;
+
+/// The limits the viewer asks a device for: `base`, with the largest storage buffer binding and
+/// the largest buffer raised to what the adapter offers (the shaders read each field from one
+/// binding: a 512^3 field is 512 MiB; a 512^3 frame shared with CUDA is 1.5 GiB), and the
+/// storage buffers per stage raised to what the shaders bind where the adapter has them.
 #[must_use]
 pub fn wanted_limits(base: wgpu::Limits, adapter: &wgpu::Limits) -> wgpu::Limits {
-    let storage = adapter.max_storage_buffer_binding_size.min(MAX_VERTEX_BUFFER).max(base.max_storage_buffer_binding_size);
-    // Buffers may be as large as the adapter allows (a 512^3 frame shared with CUDA is 1.5 GiB);
-    // vertex buffers stay under MAX_VERTEX_BUFFER where they are made.
+    let storage = adapter.max_storage_buffer_binding_size.max(base.max_storage_buffer_binding_size);
+    // Vertex buffers stay under MAX_VERTEX_BUFFER where they are made.
     let buffer = adapter.max_buffer_size.max(base.max_buffer_size);
-    wgpu::Limits { max_storage_buffer_binding_size: storage, max_buffer_size: buffer, ..base }
+    let per_stage = adapter.max_storage_buffers_per_shader_stage.min(8).max(base.max_storage_buffers_per_shader_stage);
+    wgpu::Limits {
+        max_storage_buffer_binding_size: storage,
+        max_buffer_size: buffer,
+        max_storage_buffers_per_shader_stage: per_stage,
+        ..base
+    }
 }
 
 /// Cubes per axis above which an isosurface is marched on coarser cubes.
@@ -466,6 +543,23 @@ pub const ISO_FULL_DETAIL_CUBES: usize = 160;
 pub fn iso_stride(size: [usize; 3]) -> u32 {
     let longest = size.iter().copied().max().unwrap_or(1).saturating_sub(1);
     longest.div_ceil(ISO_FULL_DETAIL_CUBES).max(1) as u32
+}
+
+/// Bytes of a field of grid `size` with rows of `pitch` floats bound at byte `offset` of a
+/// buffer, or why a shader cannot read it from one binding on a device with limits `l`.
+///
+/// # Errors
+/// Over the storage binding (or buffer) size limit, or at an offset the device cannot bind.
+pub fn check_binding(l: &wgpu::Limits, size: [usize; 3], pitch: usize, offset: u64) -> Result<u64, RenderError> {
+    let bytes = (pitch * size[1] * size[2] * 4) as u64;
+    let limit = l.max_storage_buffer_binding_size.min(l.max_buffer_size);
+    if bytes > limit {
+        return Err(RenderError::BindingTooLarge(size, bytes.div_ceil(1 << 20), limit >> 20));
+    }
+    if offset % u64::from(l.min_storage_buffer_offset_alignment.max(1)) != 0 {
+        return Err(RenderError::Misaligned(offset, l.min_storage_buffer_offset_alignment));
+    }
+    Ok(bytes)
 }
 
 fn texture_3d(device: &wgpu::Device, label: &str, size: [usize; 3], format: wgpu::TextureFormat) -> wgpu::Texture {
@@ -523,10 +617,18 @@ impl FieldRenderer {
                     },
                     count: None,
                 },
-                tex_entry(1, float, d3),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: wgpu::ShaderStages::FRAGMENT,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: true },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
                 tex_entry(2, wgpu::TextureSampleType::Uint, d3),
                 tex_entry(3, float, wgpu::TextureViewDimension::D2),
-                tex_entry(4, float, d3),
                 tex_entry(5, wgpu::TextureSampleType::Uint, d3),
             ],
         });
@@ -545,7 +647,10 @@ impl FieldRenderer {
         let vertex_layout = [Some(wgpu::VertexBufferLayout {
             array_stride: VERTEX_BYTES,
             step_mode: wgpu::VertexStepMode::Vertex,
-            attributes: &[wgpu::VertexAttribute { format: wgpu::VertexFormat::Uint32x4, offset: 0, shader_location: 0 }],
+            attributes: &[
+                wgpu::VertexAttribute { format: wgpu::VertexFormat::Uint32x4, offset: 0, shader_location: 0 },
+                wgpu::VertexAttribute { format: wgpu::VertexFormat::Float32, offset: 16, shader_location: 1 },
+            ],
         })];
         let outline_attrs = wgpu::vertex_attr_array![0 => Float32x3, 1 => Float32x3, 2 => Unorm8x4];
         let outline_layout = [Some(wgpu::VertexBufferLayout {
@@ -617,9 +722,20 @@ impl FieldRenderer {
             wgpu::Extent3d { width: LUT_SIZE as u32, height: rows, depth_or_array_layers: 1 },
         );
         let lut_view = lut_tex.create_view(&wgpu::TextureViewDescriptor::default());
-        let dummy_f32 = texture_3d(device, "no data", [1, 1, 1], wgpu::TextureFormat::R32Float);
+        let dummy_field = FieldBinding {
+            // Zeroed at creation.
+            buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("no data"),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            }),
+            offset: 0,
+            size: 16,
+            pitch: 0,
+            shared: false,
+        };
         let dummy_u8 = texture_3d(device, "no data", [1, 1, 1], wgpu::TextureFormat::R8Uint);
-        write_3d(queue, &dummy_f32, [1, 1, 1], 4, &[0; 4]);
         write_3d(queue, &dummy_u8, [1, 1, 1], 1, &[0]);
         let mc = Self::mc_pipelines(device, queue);
         let max_capacity = {
@@ -640,7 +756,7 @@ impl FieldRenderer {
             layout,
             globals,
             lut_view,
-            dummy_f32,
+            dummy_field,
             dummy_u8,
             mc,
             iso_mesh,
@@ -650,6 +766,8 @@ impl FieldRenderer {
             solid_serial: 0,
             redraw: false,
             field: None,
+            keep: None,
+            released: Vec::new(),
             target: None,
             timer: GpuTimer::new(device, queue),
         }
@@ -660,7 +778,7 @@ impl FieldRenderer {
     fn mc_pipelines(device: &wgpu::Device, queue: &wgpu::Queue) -> Option<McPipelines> {
         let l = device.limits();
         if l.max_compute_invocations_per_workgroup < 64
-            || l.max_storage_buffers_per_shader_stage < 3
+            || l.max_storage_buffers_per_shader_stage < STORAGE_BUFFERS_PER_STAGE
             || l.max_compute_workgroups_per_dimension == 0
         {
             return None;
@@ -675,17 +793,17 @@ impl FieldRenderer {
             ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
             count: None,
         };
-        let storage = |binding: u32| wgpu::BindGroupLayoutEntry {
+        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                ty: wgpu::BufferBindingType::Storage { read_only },
                 has_dynamic_offset: false,
                 min_binding_size: None,
             },
             count: None,
         };
-        let tex = |binding: u32, sample_type: wgpu::TextureSampleType| wgpu::BindGroupLayoutEntry {
+        let tex = |binding: u32, sample_type| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Texture { sample_type, view_dimension: wgpu::TextureViewDimension::D3, multisampled: false },
@@ -696,11 +814,12 @@ impl FieldRenderer {
             entries: &[
                 uniform(0),
                 uniform(1),
-                tex(2, wgpu::TextureSampleType::Float { filterable: false }),
+                storage(2, true),
                 tex(3, wgpu::TextureSampleType::Uint),
-                storage(4),
-                storage(5),
-                storage(6),
+                storage(4, false),
+                storage(5, false),
+                storage(6, false),
+                storage(7, true),
             ],
         });
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -746,22 +865,21 @@ impl FieldRenderer {
         self.mc.is_some()
     }
 
-    /// Make the field bind group again after a texture changed.
+    /// Make the field bind group again after a binding changed.
     fn rebind(&mut self, device: &wgpu::Device) {
         let Some(f) = &self.field else { return };
         let view = |t: &wgpu::Texture| t.create_view(&wgpu::TextureViewDescriptor::default());
-        let speed = f.iso.as_ref().map_or(&self.dummy_f32, |(_, s)| s);
+        let field = f.field.as_ref().unwrap_or(&self.dummy_field);
         let bricks = f.bricks.as_ref().map_or(&self.dummy_u8, |(t, _)| t);
-        let (fv, sv, spv, bv) = (view(&f.field), view(&f.solid), view(speed), view(bricks));
+        let (sv, bv) = (view(&f.solid), view(bricks));
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("field"),
             layout: &self.layout,
             entries: &[
                 wgpu::BindGroupEntry { binding: 0, resource: self.globals.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&fv) },
+                wgpu::BindGroupEntry { binding: 1, resource: field.resource() },
                 wgpu::BindGroupEntry { binding: 2, resource: wgpu::BindingResource::TextureView(&sv) },
                 wgpu::BindGroupEntry { binding: 3, resource: wgpu::BindingResource::TextureView(&self.lut_view) },
-                wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::TextureView(&spv) },
                 wgpu::BindGroupEntry { binding: 5, resource: wgpu::BindingResource::TextureView(&bv) },
             ],
         });
@@ -770,35 +888,79 @@ impl FieldRenderer {
         }
     }
 
-    /// The field and solid textures for a grid of `size` (new ones, zeroed, when the size
-    /// changes), and with `iso` the isosurface's field and speed textures too.
-    fn ensure_textures(&mut self, device: &wgpu::Device, size: [usize; 3], iso: bool) {
+    /// The data of a grid of `size`: all new (no field, a zeroed solid mask) when the size
+    /// changes.
+    fn ensure_size(&mut self, device: &wgpu::Device, size: [usize; 3]) {
         if self.field.as_ref().is_none_or(|f| f.size != size) {
             // New textures start zeroed: no solid cells until a mask arrives.
-            let field = texture_3d(device, "field", size, wgpu::TextureFormat::R32Float);
             let solid = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
-            self.field = Some(FieldTextures { size, field, solid, iso: None, bricks: None, bind_group: None });
+            self.field =
+                Some(FieldData { size, field: None, solid, iso: None, bricks: None, host: HostBuffers::default(), bind_group: None });
             self.iso_kind = None;
             self.iso_serial += 1;
             self.solid_serial += 1;
-            self.rebind(device);
         }
-        if iso && self.field.as_ref().is_some_and(|f| f.iso.is_none()) {
-            let t = texture_3d(device, "isosurface field", size, wgpu::TextureFormat::R32Float);
-            let sp = texture_3d(device, "speed", size, wgpu::TextureFormat::R32Float);
-            if let Some(f) = self.field.as_mut() {
-                f.iso = Some((t, sp));
-            }
-            self.rebind(device);
+    }
+
+    /// Hold `keep` while the shared buffers now bound are read; what was held before is
+    /// released after the next submit (see [`FieldRenderer::take_released`]).
+    fn hold(&mut self, keep: Option<Keep>) {
+        let same = match (&self.keep, &keep) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.released.extend(std::mem::replace(&mut self.keep, keep));
         }
+    }
+
+    /// What the renderer held for shared buffers it no longer binds: drop it once the GPU has run
+    /// the commands submitted up to now (the last ones that could read those buffers), e.g. with
+    /// `queue.on_submitted_work_done` right after the next submit.
+    pub fn take_released(&mut self) -> Vec<Keep> {
+        std::mem::take(&mut self.released)
+    }
+
+    /// Write `values` (a field of the current grid, tight rows) into the host buffer `slot`.
+    fn write_host(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, slot: usize, values: &[f32]) -> Option<FieldBinding> {
+        const LABELS: [&str; 3] = ["field", "isosurface field", "speed"];
+        let f = self.field.as_mut()?;
+        let bytes = std::mem::size_of_val(values) as u64;
+        let buffer = f.host.0[slot].get_or_insert_with(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(LABELS[slot]),
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        queue.write_buffer(buffer, 0, bytemuck::cast_slice(values));
+        Some(FieldBinding { buffer: buffer.clone(), offset: 0, size: bytes, pitch: f.size[0] as u32, shared: false })
+    }
+
+    /// Errors of a grid the view cannot hold: a zero size or one over the 3D texture limit (the
+    /// solid mask and the brick classes are textures).
+    fn check_size(device: &wgpu::Device, size: [usize; 3]) -> Result<(), RenderError> {
+        let max = device.limits().max_texture_dimension_3d;
+        if size.iter().any(|&n| n == 0 || n > max as usize) {
+            return Err(RenderError::TooLarge(size, max));
+        }
+        Ok(())
+    }
+
+    fn check_binding(device: &wgpu::Device, size: [usize; 3], pitch: usize, offset: u64) -> Result<u64, RenderError> {
+        check_binding(&device.limits(), size, pitch, offset)
     }
 
     /// Upload a scalar field and the solid mask (x fastest; 0 fluid, 1 solid wall, 2 solid
     /// obstacle: the slices draw every solid cell grey, the solid surfaces are the obstacles').
-    /// Textures are reallocated only when the size changes.
+    /// The field goes into a storage buffer of the renderer's (`queue.write_buffer`), made again
+    /// only when the size changes.
     ///
     /// # Errors
-    /// A domain over the GPU's 3D texture limit, or data of the wrong length.
+    /// A domain over the GPU's 3D texture limit or its storage binding limit, or data of the
+    /// wrong length.
     pub fn upload(
         &mut self,
         device: &wgpu::Device,
@@ -811,17 +973,24 @@ impl FieldRenderer {
         if values.len() != cells || solid.is_some_and(|s| s.len() != cells) {
             return Err(RenderError::Length(values.len(), cells));
         }
-        let max = device.limits().max_texture_dimension_3d;
-        if size.iter().any(|&n| n == 0 || n > max as usize) {
-            return Err(RenderError::TooLarge(size, max));
+        Self::check_size(device, size)?;
+        Self::check_binding(device, size, size[0], 0)?;
+        self.ensure_size(device, size);
+        let binding = self.write_host(device, queue, 0, values);
+        if let Some(f) = self.field.as_mut() {
+            f.field = binding;
+            // Isosurface data in a shared buffer is not held any longer.
+            if f.iso.as_ref().is_some_and(|(b, _)| b.shared) {
+                f.iso = None;
+                self.iso_kind = None;
+            }
+            if let Some(s) = solid {
+                write_3d(queue, &f.solid, size, 1, s);
+                self.solid_serial += 1;
+            }
         }
-        self.ensure_textures(device, size, false);
-        let Some(f) = &self.field else { return Ok(()) };
-        write_3d(queue, &f.field, size, 4, bytemuck::cast_slice(values));
-        if let Some(s) = solid {
-            write_3d(queue, &f.solid, size, 1, s);
-            self.solid_serial += 1;
-        }
+        self.hold(None);
+        self.rebind(device);
         Ok(())
     }
 
@@ -848,82 +1017,87 @@ impl FieldRenderer {
         if values.len() != cells || speed.len() != cells {
             return Err(RenderError::Length(values.len().min(speed.len()), cells));
         }
-        self.ensure_textures(device, size, true);
-        let Some((iso, sp)) = self.field.as_ref().and_then(|f| f.iso.as_ref()) else { return Ok(()) };
-        write_3d(queue, iso, size, 4, bytemuck::cast_slice(values));
-        write_3d(queue, sp, size, 4, bytemuck::cast_slice(speed));
+        Self::check_binding(device, size, size[0], 0)?;
+        let (Some(a), Some(b)) = (self.write_host(device, queue, 1, values), self.write_host(device, queue, 2, speed)) else {
+            return Ok(());
+        };
+        if let Some(f) = self.field.as_mut() {
+            f.iso = Some((a, b));
+        }
         self.iso_kind = Some(kind);
         self.iso_serial += 1;
         Ok(())
     }
 
-    /// Take a frame's fields from a GPU buffer (one shared with the solver) into the textures,
-    /// by copies on the GPU: the slices' field from plane `field`, and with `iso` = (kind, its
-    /// plane, the speed's plane) the isosurface's data. `solid` as in [`FieldRenderer::upload`].
-    /// The copies go into `encoder`, so they run before anything drawn after them.
+    /// Take a frame's fields from a GPU buffer (one shared with the solver) where they lie: the
+    /// shaders read the planes of `buffer` straight (no copy). The slices' field is plane
+    /// `field`; with `iso` = (kind, its plane, the speed's plane) the isosurface's data. `solid`
+    /// as in [`FieldRenderer::upload`]. `keep` is held as long as the buffer is bound (give the
+    /// frame's owner, so that nobody writes it meanwhile); what was held before comes back from
+    /// [`FieldRenderer::take_released`].
     ///
     /// # Errors
-    /// A domain over the GPU's 3D texture limit, rows not aligned for copies, or a buffer too
-    /// small for the layout.
+    /// A domain over the GPU's 3D texture limit, planes over its storage binding limit or not
+    /// aligned for it, or a buffer too small for the layout.
     #[allow(clippy::too_many_arguments)]
     pub fn upload_from_buffer(
         &mut self,
         device: &wgpu::Device,
         queue: &wgpu::Queue,
-        encoder: &mut wgpu::CommandEncoder,
         buffer: &wgpu::Buffer,
         layout: &sim_core::frame::FrameLayout,
         field: usize,
         iso: Option<(FieldKind, usize, usize)>,
         solid: Option<&[u8]>,
+        keep: Option<Keep>,
     ) -> Result<(), RenderError> {
         let size = layout.n;
         let cells = size[0] * size[1] * size[2];
         if solid.is_some_and(|s| s.len() != cells) {
             return Err(RenderError::Length(solid.map_or(0, <[u8]>::len), cells));
         }
-        let row_bytes = layout.row_pitch * 4;
-        if row_bytes % wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize != 0 || (layout.bytes() as u64) > buffer.size() {
+        let planes = [Some(field), iso.map(|i| i.1), iso.map(|i| i.2)];
+        if (layout.bytes() as u64) > buffer.size() || planes.iter().flatten().any(|&p| p >= layout.planes) {
             return Err(RenderError::Length(buffer.size() as usize / 4, layout.floats()));
         }
-        let max = device.limits().max_texture_dimension_3d;
-        if size.iter().any(|&n| n == 0 || n > max as usize) {
-            return Err(RenderError::TooLarge(size, max));
-        }
-        self.ensure_textures(device, size, false);
-        if iso.is_some() {
-            self.ensure_textures(device, size, true);
-        }
-        let Some(f) = &self.field else { return Ok(()) };
-        let copy = |encoder: &mut wgpu::CommandEncoder, plane: usize, tex: &wgpu::Texture| {
-            encoder.copy_buffer_to_texture(
-                wgpu::TexelCopyBufferInfo {
-                    buffer,
-                    layout: wgpu::TexelCopyBufferLayout {
-                        offset: (plane * layout.plane_floats() * 4) as u64,
-                        bytes_per_row: Some(row_bytes as u32),
-                        rows_per_image: Some(size[1] as u32),
-                    },
-                },
-                tex.as_image_copy(),
-                wgpu::Extent3d { width: size[0] as u32, height: size[1] as u32, depth_or_array_layers: size[2] as u32 },
-            );
+        Self::check_size(device, size)?;
+        let plane_bytes = (layout.plane_floats() * 4) as u64;
+        let bind = |plane: usize| -> Result<FieldBinding, RenderError> {
+            let offset = plane as u64 * plane_bytes;
+            let bytes = Self::check_binding(device, size, layout.row_pitch, offset)?;
+            Ok(FieldBinding { buffer: buffer.clone(), offset, size: bytes, pitch: layout.row_pitch as u32, shared: true })
         };
-        let iso_copied = GpuTimer::encoder_span(self.timer.as_mut(), encoder, GpuSpan::Copy, |encoder| {
-            copy(encoder, field, &f.field);
-            let (Some((_, ip, sp)), Some((t, s))) = (iso, f.iso.as_ref()) else { return false };
-            copy(encoder, ip, t);
-            copy(encoder, sp, s);
-            true
-        });
-        if let (true, Some((kind, _, _))) = (iso_copied, iso) {
-            self.iso_kind = Some(kind);
-            self.iso_serial += 1;
+        let field_binding = bind(field)?;
+        let iso_bindings = match iso {
+            Some((kind, ip, sp)) => Some((kind, bind(ip)?, bind(sp)?)),
+            None => None,
+        };
+        self.ensure_size(device, size);
+        if let Some(f) = self.field.as_mut() {
+            f.field = Some(field_binding);
+            match iso_bindings {
+                Some((kind, a, b)) => {
+                    f.iso = Some((a, b));
+                    self.iso_kind = Some(kind);
+                    self.iso_serial += 1;
+                }
+                // Data in the buffer held before is not held any longer.
+                None if f.iso.as_ref().is_some_and(|(b, _)| b.shared) => {
+                    f.iso = None;
+                    self.iso_kind = None;
+                }
+                None => {}
+            }
+            if let Some(s) = solid {
+                write_3d(queue, &f.solid, size, 1, s);
+                self.solid_serial += 1;
+            }
         }
-        if let Some(s) = solid {
-            write_3d(queue, &f.solid, size, 1, s);
-            self.solid_serial += 1;
+        if let Some(t) = self.timer.as_mut() {
+            t.note_in_place();
         }
+        self.hold(keep);
+        self.rebind(device);
         Ok(())
     }
 
@@ -996,9 +1170,10 @@ impl FieldRenderer {
         }
     }
 
-    /// Start timing a frame on the GPU: the copies of [`FieldRenderer::upload_from_buffer`],
-    /// the marching cubes and the draw of [`FieldRenderer::render`] that go into one encoder,
-    /// ended by [`FieldRenderer::end_gpu_frame`]. Work outside such a frame is not timed.
+    /// Start timing a frame on the GPU: the marching cubes and the draw of
+    /// [`FieldRenderer::render`] that go into one encoder, ended by
+    /// [`FieldRenderer::end_gpu_frame`]; a frame whose fields [`FieldRenderer::upload_from_buffer`]
+    /// bound where they lie counts as one with no copy. Work outside such a frame is not timed.
     pub fn begin_gpu_frame(&mut self) {
         if let Some(t) = self.timer.as_mut() {
             t.begin_frame();
@@ -1133,19 +1308,27 @@ impl FieldRenderer {
                 let k = BRICK_COLORS[c as usize];
                 [f32::from(k[0]) / 255.0, f32::from(k[1]) / 255.0, f32::from(k[2]) / 255.0, 1.0]
             }),
+            pitch: [f.field.as_ref().map_or(0, |b| b.pitch), 0, 0, 0],
         };
         queue.write_buffer(&self.globals, 0, bytemuck::bytes_of(&globals));
         pass.set_bind_group(0, bind_group, &[]);
-        pass.set_pipeline(&self.slice_pipeline);
-        pass.draw(0..6, 0..3);
-        for (on, mesh, pipeline) in [(draw_iso, &self.iso_mesh, &self.iso_pipeline), (draw_solids, &self.solid_mesh, &self.solid_pipeline)]
-        {
-            let Some(m) = mesh.as_ref().filter(|_| on) else { continue };
-            let Some(v) = &m.verts else { continue };
-            pass.set_pipeline(pipeline);
-            pass.set_vertex_buffer(0, v.slice(..));
-            pass.draw_indirect(&m.args, 0);
-        }
+        // Where the device writes timestamps inside passes, the draw is split: slices, surfaces.
+        let mut split = self.timer.as_mut().filter(|t| t.inside_passes());
+        GpuTimer::pass_span(split.as_deref_mut(), &mut pass, GpuSpan::DrawSlices, |pass| {
+            pass.set_pipeline(&self.slice_pipeline);
+            pass.draw(0..6, 0..3);
+        });
+        GpuTimer::pass_span(split, &mut pass, GpuSpan::DrawSurfaces, |pass| {
+            for (on, mesh, pipeline) in
+                [(draw_iso, &self.iso_mesh, &self.iso_pipeline), (draw_solids, &self.solid_mesh, &self.solid_pipeline)]
+            {
+                let Some(m) = mesh.as_ref().filter(|_| on) else { continue };
+                let Some(v) = &m.verts else { continue };
+                pass.set_pipeline(pipeline);
+                pass.set_vertex_buffer(0, v.slice(..));
+                pass.draw_indirect(&m.args, 0);
+            }
+        });
         if !is_2d {
             pass.set_pipeline(&self.box_pipeline);
             pass.draw(0..24, 0..1);
@@ -1172,13 +1355,14 @@ impl FieldRenderer {
             return (false, false);
         }
         let mut draw = (false, false);
-        if let (Some(iso), Some((iso_tex, _)), Some(mesh)) = (p.iso, &f.iso, self.iso_mesh.as_mut()) {
+        if let (Some(iso), Some((iso_field, speed)), Some(mesh)) = (p.iso, &f.iso, self.iso_mesh.as_mut()) {
             // Data of another field (the new one is on its way) is not drawn.
             if self.iso_kind == Some(iso.kind) && iso.threshold.is_finite() {
                 let key = MeshKey { data: self.iso_serial, threshold: iso.threshold.to_bits() };
                 if mesh.key != Some(key) {
                     let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
-                    mesh.compute(device, queue, encoder, mc, (iso_tex, &f.solid), f.size, iso.threshold, iso_stride(f.size), key, tw);
+                    let data = (iso_field, speed, &f.solid);
+                    mesh.compute(device, queue, encoder, mc, data, f.size, iso.threshold, iso_stride(f.size), key, tw);
                 }
                 draw.0 = true;
             }
@@ -1187,7 +1371,8 @@ impl FieldRenderer {
             let key = MeshKey { data: self.solid_serial, threshold: 0 };
             if mesh.key != Some(key) {
                 let tw = self.timer.as_mut().and_then(|t| t.compute_writes(GpuSpan::Iso));
-                mesh.compute(device, queue, encoder, mc, (&self.dummy_f32, &f.solid), f.size, 0.5, 1, key, tw);
+                let data = (&self.dummy_field, &self.dummy_field, &f.solid);
+                mesh.compute(device, queue, encoder, mc, data, f.size, 0.5, 1, key, tw);
             }
             draw.1 = true;
         }

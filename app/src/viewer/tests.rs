@@ -572,7 +572,7 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
         let supported = dev.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         let (n, values, speed) = ball();
         // The frame in a GPU buffer as a shared one would be (the field, the surface's field,
-        // the speed), so the copies run on the GPU as on the shared path.
+        // the speed), read in place as on the shared path.
         let layout = sim_core::frame::FrameLayout::new(n, 3, super::frames::SHARED_ROW_ALIGN);
         let mut floats = vec![0.0f32; layout.floats()];
         for c in 0..values.len() {
@@ -582,19 +582,19 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
         let buffer = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("frame"),
             size: layout.bytes() as u64,
-            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&floats));
         let solid = vec![0u8; values.len()];
         let mut fr = FieldRenderer::new(dev, queue);
         let p = iso_params(ColorMap::Viridis, 6.0);
-        // A few frames, each with new data (copies, marching cubes, draw); never waiting.
+        // A few frames, each with new data (marching cubes, draw); never waiting.
         for k in 0..5 {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
             fr.begin_gpu_frame();
             let iso = Some((FieldKind::Vorticity, 1, 2));
-            fr.upload_from_buffer(dev, queue, &mut enc, &buffer, &layout, 0, iso, (k == 0).then_some(solid.as_slice())).expect("upload");
+            fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, (k == 0).then_some(solid.as_slice()), None).expect("upload");
             fr.render(dev, queue, &mut enc, [96, 64], &p);
             fr.end_gpu_frame(&mut enc);
             queue.submit([enc.finish()]);
@@ -606,19 +606,25 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
             GpuTiming::Times(t) => {
                 assert!(supported && timestamps, "times without the feature");
                 assert!(t.frames >= 1, "{t:?}");
+                let split = dev.features().contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+                assert_eq!(t.in_place, t.frames, "every frame timed was read in place: {t:?}");
                 for s in GpuSpan::ALL {
                     let Some(ms) = t.last_ms[s as usize] else {
-                        assert!(s == GpuSpan::Copy && !t.copies_timed, "{} not timed: {t:?}", s.name());
+                        assert!(s == GpuSpan::Copy || (s.in_draw() && !split), "{} not timed: {t:?}", s.name());
                         continue;
                     };
+                    assert!(s != GpuSpan::Copy, "nothing is copied: {t:?}");
                     assert!(ms.is_finite() && ms >= 0.0, "{}: {ms} ms", s.name());
                     let mean = t.mean_ms(s).expect("a mean where there is a last time");
                     assert!(mean.is_finite() && mean >= 0.0);
                 }
                 assert!(t.frames + t.dropped == 5, "{t:?}");
                 let line = summary(&timing, |t, s| t.last_ms[s as usize]);
-                assert!(line.starts_with("GPU: copy") && line.contains("draw"), "{line}");
-                eprintln!("{} ({}): {line}", gpu.adapter, if t.copies_timed { "copies timed" } else { "copies not timed" });
+                assert!(line.starts_with("GPU: copy 0 (fields read in place") && line.contains("draw"), "{line}");
+                if split {
+                    assert!(line.contains("(slices ") && line.contains(", surfaces "), "{line}");
+                }
+                eprintln!("{}: {line}", gpu.adapter);
             }
             GpuTiming::Unsupported => {
                 assert!(!timestamps || !supported, "the adapter has timestamps but none were taken");
@@ -632,6 +638,172 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
         let c = Camera::default().project(n, [96, 64], false, [16.0; 3]).expect("in front");
         assert_ne!(px(&img, 96, c[0] as u32, c[1] as u32), background(), "the ball's surface at the centre");
     }
+}
+
+// ---- fields read from storage buffers ------------------------------------------------------
+
+/// A storage buffer holding `planes` as a frame of padded rows (`SHARED_ROW_ALIGN`, as the CUDA
+/// solver writes shared frames), the padding NaN (magenta if a shader read it).
+fn padded_frame(gpu: &Gpu, n: [usize; 3], planes: &[&[f32]]) -> (wgpu::Buffer, sim_core::frame::FrameLayout) {
+    let layout = sim_core::frame::FrameLayout::new(n, planes.len(), super::frames::SHARED_ROW_ALIGN);
+    let mut floats = vec![f32::NAN; layout.floats()];
+    for (p, v) in planes.iter().enumerate() {
+        for (c, &x) in v.iter().enumerate() {
+            floats[layout.index(p, c)] = x;
+        }
+    }
+    let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("padded frame"),
+        size: layout.bytes() as u64,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    gpu.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&floats));
+    (buffer, layout)
+}
+
+fn render_with(gpu: &Gpu, fr: &mut FieldRenderer, p: &ViewParams, size: [u32; 2]) -> Vec<u8> {
+    for _ in 0..4 {
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        fr.render(&gpu.device, &gpu.queue, &mut enc, size, p);
+        gpu.queue.submit([enc.finish()]);
+        fr.poll(&gpu.device, true);
+        if !fr.needs_redraw() {
+            break;
+        }
+    }
+    let (tex, _) = fr.target().expect("target");
+    read_texture(&gpu.device, &gpu.queue, tex, size).expect("read back")
+}
+
+#[test]
+fn storage_buffer_frames_with_padded_rows_draw_the_known_field() {
+    let Some(gpu) = gpu_or_skip("storage_buffer_frames_with_padded_rows_draw_the_known_field") else { return };
+    let (dev, queue) = (&gpu.device, &gpu.queue);
+    // 37 cells along x: rows padded to 64 floats. Neighbouring cells along every axis differ
+    // by many colour steps, so a wrong pitch, row or plane shows in the colours.
+    let n = [37, 20, 12];
+    let cells = n[0] * n[1] * n[2];
+    let value = |x: usize, y: usize, z: usize| ((7 * x + 13 * y + 29 * z) % 17) as f32 / 16.0;
+    let field: Vec<f32> = (0..cells).map(|c| value(c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1]))).collect();
+    // The isosurface's field: 8 - distance from the centre (a ball of radius 8 - t).
+    let ctr = [18.5f32, 10.0, 6.0];
+    let ball: Vec<f32> = (0..cells)
+        .map(|c| {
+            let p = [c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1])];
+            let d: f32 = (0..3).map(|a| (p[a] as f32 + 0.5 - ctr[a]).powi(2)).sum();
+            8.0 - d.sqrt()
+        })
+        .collect();
+    let speed = vec![0.5f32; cells];
+    let solid = vec![0u8; cells];
+    let (buffer, layout) = padded_frame(&gpu, n, &[&field, &ball, &speed]);
+    assert_eq!(layout.row_pitch, 64);
+    let size = [320, 240];
+    let cam = Camera::default();
+    let keep: render::Keep = std::sync::Arc::new(());
+    let mut fr = FieldRenderer::new(dev, queue);
+    let iso = Some((FieldKind::Vorticity, 1, 2));
+    fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, Some(&solid), Some(std::sync::Arc::clone(&keep))).expect("bind");
+    assert_eq!(std::sync::Arc::strong_count(&keep), 2, "held while bound");
+    // Each slice plane alone: the pixel over a cell centre has that cell's colour.
+    for (axis, slices) in [(0usize, [20usize, 0, 0]), (1, [0, 7, 0]), (2, [0, 0, 5])] {
+        let mut show = [false; 3];
+        show[axis] = true;
+        let p = ViewParams::plain(ColorMap::Turbo, (0.0, 1.0), slices, show, cam);
+        let img = render_with(&gpu, &mut fr, &p, size);
+        let mut checked = 0;
+        for a in [3usize, 9, 15, 30] {
+            for b in [2usize, 6, 11, 17] {
+                let mut c = [0usize; 3];
+                c[axis] = slices[axis];
+                let (u, v) = ((axis + 1) % 3, (axis + 2) % 3);
+                c[u] = a.min(n[u] - 1);
+                c[v] = b.min(n[v] - 1);
+                let w = c.map(|k| k as f32 + 0.5);
+                let Some(at) = cam.project(n, size, false, w) else { continue };
+                if at[0] < 1.0 || at[1] < 1.0 || at[0] >= size[0] as f32 - 1.0 || at[1] >= size[1] as f32 - 1.0 {
+                    continue;
+                }
+                let got = px(&img, size[0], at[0] as u32, at[1] as u32);
+                if got == [204, 204, 204, 255] {
+                    continue; // an edge of the domain box in front of the plane
+                }
+                let want = ColorMap::Turbo.color_of(value(c[0], c[1], c[2]), 0.0, 1.0);
+                assert!(close(got, want, 1), "plane {axis}, cell {c:?} at {at:?}: got {got:?}, want {want:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 8, "plane {axis}: only {checked} cells in view");
+    }
+    // The same picture as the host path (tight rows in the renderer's own buffer), all planes on.
+    let p = ViewParams::plain(ColorMap::Viridis, (0.0, 1.0), [20, 7, 5], [true; 3], cam);
+    let shared_img = render_with(&gpu, &mut fr, &p, size);
+    let mut host = FieldRenderer::new(dev, queue);
+    host.upload(dev, queue, n, &field, Some(&solid)).expect("upload");
+    assert_eq!(render_with(&gpu, &mut host, &p, size), shared_img, "shared and host paths draw the same picture");
+    // The isosurface from the padded planes: as many triangles as the CPU makes from the
+    // unpadded field, present at the ball's centre; above the maximum, absent.
+    let mut p = iso_params(ColorMap::Turbo, 3.0);
+    p.show = [false; 3];
+    let img = render_with(&gpu, &mut fr, &p, size);
+    let cpu = super::mc::triangles_cpu(&ball, n, 3.0).len() as u32;
+    assert!(cpu > 100, "{cpu}");
+    assert_eq!(fr.iso_stats().map(|s| s.triangles()), Some(cpu));
+    let centre = cam.project(n, size, false, ctr).expect("in front");
+    let want = ColorMap::Turbo.color_of(0.5, 0.0, 1.0);
+    let got = px(&img, size[0], centre[0] as u32, centre[1] as u32);
+    assert!(shaded(got, want), "the surface at the centre, coloured by |u| = 0.5: got {got:?}, want a lit {want:?}");
+    let img = render_with(&gpu, &mut fr, &iso_params(ColorMap::Turbo, 50.0), size);
+    assert_eq!(fr.iso_stats().map(|s| s.wanted), Some(0));
+    assert_eq!(px(&img, size[0], centre[0] as u32, centre[1] as u32), background());
+    // A host upload replaces the binding: what was held comes back to be released.
+    fr.upload(dev, queue, n, &field, None).expect("upload");
+    let released = fr.take_released();
+    assert_eq!(released.len(), 1);
+    drop(released);
+    assert_eq!(std::sync::Arc::strong_count(&keep), 1, "released");
+}
+
+#[test]
+fn storage_buffer_frames_of_2d_scenes_draw_the_known_field() {
+    let Some(gpu) = gpu_or_skip("storage_buffer_frames_of_2d_scenes_draw_the_known_field") else { return };
+    // As render_2d_field_colours_and_solid_cells, from a padded frame (70 floats a row in 128).
+    let n = [70, 30, 1];
+    let values: Vec<f32> = (0..70 * 30).map(|i| (i % 70) as f32 / 69.0 + (i / 70) as f32 * 1e-3).collect();
+    let solid: Vec<u8> = (0..70 * 30).map(|i| u8::from(i / 70 < 2)).collect();
+    let (buffer, layout) = padded_frame(&gpu, n, &[&values]);
+    let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+    fr.upload_from_buffer(&gpu.device, &gpu.queue, &buffer, &layout, 0, None, Some(&solid), None).expect("bind");
+    let size = [700, 300];
+    let img = render_with(&gpu, &mut fr, &params(ColorMap::Viridis, (0.0, 1.1)), size);
+    for i in [0usize, 13, 35, 64, 69] {
+        for j in [2usize, 14, 29] {
+            let got = px(&img, size[0], i as u32 * 10 + 5, (29 - j as u32) * 10 + 5);
+            let want = ColorMap::Viridis.color_of(values[j * 70 + i], 0.0, 1.1);
+            assert!(close(got, want, 1), "cell ({i}, {j}): got {got:?}, want {want:?}");
+        }
+        assert!(close(px(&img, size[0], i as u32 * 10 + 5, 295), [128, 128, 128, 255], 1), "solid row");
+    }
+}
+
+#[test]
+fn fields_over_the_binding_limit_are_refused_with_a_reason() {
+    let l = wgpu::Limits { max_storage_buffer_binding_size: 128 << 20, max_buffer_size: 1 << 30, ..wgpu::Limits::default() };
+    // 256^3 f32 = 64 MiB fits; 512^3 = 512 MiB does not, and says why.
+    assert_eq!(render::check_binding(&l, [256; 3], 256, 0).expect("fits"), 64 << 20);
+    let e = render::check_binding(&l, [512; 3], 512, 0).expect_err("too large");
+    assert!(matches!(e, render::RenderError::BindingTooLarge(_, 512, 128)), "{e:?}");
+    assert!(e.to_string().contains("max_storage_buffer_binding_size"), "{e}");
+    // Where the device allows it, 512^3 is one binding.
+    let big = wgpu::Limits { max_storage_buffer_binding_size: 4 << 30, max_buffer_size: 4 << 30, ..l.clone() };
+    assert_eq!(render::check_binding(&big, [512; 3], 512, 512 << 20).expect("fits"), 512 << 20);
+    // A plane that does not start on the binding alignment.
+    assert!(matches!(render::check_binding(&l, [37, 3, 1], 37, 444), Err(render::RenderError::Misaligned(444, 256))));
+    // The limits asked for take the adapter's.
+    let want = render::wanted_limits(wgpu::Limits::downlevel_defaults(), &big);
+    assert_eq!((want.max_storage_buffer_binding_size, want.max_buffer_size), (4 << 30, 4 << 30));
+    assert!(want.max_storage_buffers_per_shader_stage >= render::STORAGE_BUFFERS_PER_STAGE);
 }
 
 // ---- UI driven headless -------------------------------------------------------------------
@@ -936,10 +1108,19 @@ fn ui_stats_show_gpu_times_or_why_not() {
     h.state_mut().gpu_timing = GpuTiming::Unsupported;
     h.step();
     assert!(h.query_by_label("GPU times: not supported by this adapter").is_some());
-    let t = GpuTimes { last_ms: [Some(0.05), None, Some(2.1)], copies_timed: true, ..GpuTimes::default() };
+    let t = GpuTimes { last_ms: [None, None, Some(2.1), None, None], ..GpuTimes::default() };
     h.state_mut().gpu_timing = GpuTiming::Times(t);
     h.step();
-    assert!(h.query_by_label_contains("copy 0.050 ms, iso none yet, draw 2.100 ms").is_some());
+    assert!(h.query_by_label_contains("copy not timed (host frames are written through the queue), iso none yet, draw 2.100 ms").is_some());
+    // Shared frames read in place: no copy; the draw split where it was measured.
+    let t = GpuTimes { last_ms: [None, Some(0.3), Some(2.1), Some(0.5), Some(1.5)], in_place: 4, ..GpuTimes::default() };
+    h.state_mut().gpu_timing = GpuTiming::Times(t);
+    h.step();
+    assert!(h
+        .query_by_label_contains(
+            "copy 0 (fields read in place from shared GPU memory), iso 0.300 ms, draw 2.100 ms (slices 0.500, surfaces 1.500)"
+        )
+        .is_some());
 }
 
 #[test]

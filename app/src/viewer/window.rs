@@ -149,7 +149,7 @@ fn shared_frames(
         return (None, format!("host memory (the {} backend computes there)", snap.info.backend));
     }
     match super::frames::make_shared_slots(device, snap.size, super::frames::POOL) {
-        Ok(slots) => (Some(slots), "shared GPU memory (CUDA writes, Vulkan copies on the GPU)".into()),
+        Ok(slots) => (Some(slots), "shared GPU memory (CUDA writes, the shaders read in place)".into()),
         Err(why) => (None, format!("page-locked host memory: {why}")),
     }
 }
@@ -281,7 +281,7 @@ impl Shell {
             }
             self.app.frame_note = note;
         }
-        // One encoder for the frame's copies (shared GPU buffers) and the drawing: one submit.
+        // One encoder for the frame's GPU work (marching cubes, drawing): one submit.
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("field view") });
         g.field.begin_gpu_frame();
         let mut uploaded: Option<super::frames::Uploaded> = None;
@@ -295,7 +295,7 @@ impl Shell {
                 // failure there is shown and the field is drawn anyway). A new solid mask (a new
                 // solver, or cells drawn or erased) also makes the solid surfaces again.
                 let mut problems = Vec::new();
-                match super::frames::upload_snapshot(&mut g.field, device, queue, &mut encoder, snap, solid) {
+                match super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid) {
                     Ok(mut up) => {
                         problems.append(&mut up.problems);
                         uploaded = Some(up);
