@@ -206,6 +206,12 @@ pub struct Uploaded {
 }
 
 impl Uploaded {
+    /// Nothing held, no problems (an upload through the queue alone).
+    #[must_use]
+    pub fn none() -> Uploaded {
+        Uploaded { problems: Vec::new(), hold: None }
+    }
+
     /// After the submit that carries the copies: the solver thread may write the shared buffer
     /// again once the GPU has run them (no wait here).
     pub fn release(self, queue: &wgpu::Queue) {
