@@ -207,7 +207,6 @@ pub struct Uploaded {
 
 impl Uploaded {
     /// Nothing held, no problems (an upload through the queue alone).
-    #[must_use]
     pub fn none() -> Uploaded {
         Uploaded { problems: Vec::new(), hold: None }
     }
