@@ -47,7 +47,9 @@ pub struct RunArgs {
     /// The view for --screenshot: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
     /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT, iso=vorticity:T|q:T
     /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks (the
-    /// bricks on the slices), outlines=bricks (3D: boundary and all-solid bricks as boxes).
+    /// bricks on the slices), outlines=bricks (3D: boundary and all-solid bricks as boxes),
+    /// outlines=subgrids (3D, compressed runs: subgrids coloured by compression ratio) or
+    /// outlines=bricks+subgrids.
     #[arg(long, value_name = "SPEC", requires = "screenshot")]
     pub view: Option<String>,
 }

@@ -21,4 +21,4 @@ pub mod solver;
 
 pub use bricks::{BrickClass, BrickMap};
 pub use edit::{CellEdit, EditReport, EditTo};
-pub use solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats};
+pub use solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};

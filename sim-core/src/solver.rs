@@ -48,6 +48,28 @@ pub struct CompressionInfo {
     pub tau: (f32, f32),
     /// The memory budget, if any.
     pub budget: Option<u64>,
+    /// Every subgrid's place, memory and threshold (x fastest, then y, then z); their bytes sum
+    /// to `bytes` (less a GPU backend's working box, scratch and tables) and their uncompressed
+    /// bytes to `dense_bytes`.
+    pub per_subgrid: Vec<SubgridStat>,
+}
+
+/// One subgrid of a compressing backend (see [`CompressionInfo::per_subgrid`]): plain data, so
+/// every backend fills it the same way.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SubgridStat {
+    /// First cell.
+    pub origin: [usize; 3],
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// Uncompressed bytes of its DDFs (FP32) over the bytes it takes.
+    pub ratio: f64,
+    /// Its threshold now (a memory budget may have raised it above the others').
+    pub tau: f32,
+    /// Bytes it takes (compressed core and uncompressed shell).
+    pub bytes: u64,
+    /// Bytes its DDFs take uncompressed.
+    pub dense_bytes: u64,
 }
 
 /// Parameters that may change between steps.
@@ -229,6 +251,18 @@ pub trait Solver: Send {
         let _ = tau;
         Err(SolverError::Param(
             "this run is not compressed; set [compression] enabled = true in the scene (or --set compression.enabled=true)".into(),
+        ))
+    }
+    /// Limit the bytes a compressing backend's state may take (`None`: no limit); checked after
+    /// every step, the backend raising thresholds where the state outgrows it. The dense
+    /// backends refuse.
+    ///
+    /// # Errors
+    /// A backend that does not compress.
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        let _ = budget;
+        Err(SolverError::Param(
+            "this run is not compressed, so it has no memory budget; set [compression] enabled = true in the scene (or --set compression.enabled=true)".into(),
         ))
     }
     /// Wait until queued steps have finished (device backends queue work asynchronously).

@@ -665,3 +665,38 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     let (dr, du) = rel_diff(&s, &d);
     assert!(dr < 1e-3 && du < 5e-2, "after restore: rho {dr:e} u {du:e}");
 }
+
+#[test]
+fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
+    if !gpu() {
+        return;
+    }
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
+    let dense = (19 * 4 * 96 * 44 * 40) as u64;
+    let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(1e-6), None);
+    s.step(10).unwrap();
+    let before = s.ring_bytes();
+    // A tight budget: the ring shrinks, the records that no longer fit spill and tau rises.
+    Solver::set_compression_budget(&mut s, Some(dense * 3 / 4)).unwrap();
+    let tight = s.ring_bytes();
+    assert!(tight < before, "the ring shrank: {before} -> {tight}");
+    s.step(10).unwrap();
+    let c = s.compression().unwrap();
+    assert_eq!(c.budget, Some(dense * 3 / 4));
+    assert_eq!(c.per_subgrid.len(), c.subgrids);
+    let shells_and_records: u64 = c.per_subgrid.iter().map(|p| p.bytes).sum();
+    assert!(shells_and_records <= c.bytes, "per-subgrid bytes ({shells_and_records}) within the total ({})", c.bytes);
+    assert_eq!(c.per_subgrid.iter().map(|p| p.dense_bytes).sum::<u64>(), c.dense_bytes);
+    let st = s.stats();
+    assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
+    // Too small a budget is refused and changes nothing.
+    assert!(Solver::set_compression_budget(&mut s, Some(1000)).is_err());
+    assert_eq!(s.ring_bytes(), tight);
+    // No budget again: the ring grows back and every record returns to the device.
+    Solver::set_compression_budget(&mut s, None).unwrap();
+    s.step(2).unwrap();
+    assert!(s.ring_bytes() > tight);
+    assert_eq!(s.host_bytes(), 0, "every record is back in the ring");
+    let st = s.stats();
+    assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
+}

@@ -4,9 +4,9 @@
 use super::camera::Camera;
 use super::colormap::ColorMap;
 use super::gpu_timer::{self, GpuTiming};
-use super::render::{IsoView, MeshStats, ViewParams, MAX_BRICK_OUTLINES};
+use super::render::{self, IsoView, MeshStats, OutlineBox, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
-use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, ISO_FIELDS};
+use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, SubgridLegend, ISO_FIELDS};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
@@ -59,6 +59,10 @@ pub struct ViewSettings {
     pub bricks: bool,
     /// Outlines of the boundary and all-solid bricks (3D).
     pub brick_outlines: bool,
+    /// Outlines of a compressed run's subgrids, coloured by compression ratio (3D).
+    pub subgrid_outlines: bool,
+    /// The slices show the density difference against the uncompressed reference run.
+    pub diff: bool,
 }
 
 impl ViewSettings {
@@ -79,6 +83,8 @@ impl ViewSettings {
             solids: true,
             bricks: false,
             brick_outlines: false,
+            subgrid_outlines: false,
+            diff: false,
         }
     }
 
@@ -91,6 +97,27 @@ impl ViewSettings {
 
 /// The range of the compression threshold slider (lattice units of the shifted DDFs).
 pub const COMPRESSION_TAU: (f64, f64) = (1e-9, 1e-2);
+
+/// Bytes an uncompressed reference run of `cells` cells takes at its peak: the dense CPU
+/// solver's DDFs (Esoteric Pull, FP32) and flags, the checkpoint that brings it to the run's
+/// state, and the density fields of both runs and their difference while a snapshot is made.
+#[must_use]
+pub fn reference_bytes(lattice: Lattice, cells: usize) -> u64 {
+    let ddfs = Scheme::EsotericPull.bytes_stored(lattice, Precision::Fp32, 16);
+    let checkpoint = (4 * lattice.q()) as f64;
+    // Two `Fields` (density, velocity, solid flag: 17 bytes a cell) and the difference.
+    let fields = 2.0 * 17.0 + 4.0;
+    ((ddfs + checkpoint + fields) * cells as f64).ceil() as u64
+}
+
+/// Why a scene cannot run on compressed subgrids (its 2D lattice, scheme or precision), or
+/// `None` when it can.
+#[must_use]
+pub fn compression_blocker(ls: &LoadedScene) -> Option<String> {
+    let mut sc = ls.scene.clone();
+    sc.compression.enabled = true;
+    sim_core::scene::validate(&sc).err().map(|(_, msg)| msg)
+}
 
 /// The range of the logarithmic threshold slider of an isosurface field (lattice units: a
 /// vorticity of 1/step or a Q of 1/step² is far beyond a stable flow).
@@ -258,6 +285,17 @@ pub struct ViewerApp {
     /// A blow-up waiting for a decision.
     pub blowup: Option<BlowUp>,
     history: VecDeque<[f64; 4]>,
+    /// Step, compression ratio, MiB stored and MiB of the DDFs uncompressed, per snapshot.
+    comp_history: VecDeque<[f64; 4]>,
+    budget_text: String,
+    budget_focused: bool,
+    /// Most bytes an uncompressed reference run may take (`None`: 80 % of the memory available
+    /// now, from /proc/meminfo; no check where that cannot be read).
+    pub reference_limit: Option<u64>,
+    /// The reference solver being built.
+    pending_reference: Option<Receiver<Result<Box<dyn sim_core::Solver>, String>>>,
+    /// The pending rebuild goes on from the running state (compression switched).
+    keep_state: bool,
     /// Help overlay shown.
     pub show_help: bool,
     /// Timings from the shell.
@@ -320,6 +358,12 @@ impl ViewerApp {
             messages: Vec::new(),
             blowup: None,
             history: VecDeque::new(),
+            comp_history: VecDeque::new(),
+            budget_text: String::new(),
+            budget_focused: false,
+            reference_limit: None,
+            pending_reference: None,
+            keep_state: false,
             show_help: false,
             times: FrameTimes::default(),
             screenshot_request: None,
@@ -488,6 +532,172 @@ impl ViewerApp {
         self.worker.send(Command::SetCompressionTau(tau));
     }
 
+    /// Whether the run keeps its state on compressed subgrids.
+    #[must_use]
+    pub fn compressed(&self) -> bool {
+        self.scene.scene.compression.enabled
+    }
+
+    /// Switch compression on or off: the solver is rebuilt (compressed subgrids on the CPU, or
+    /// the dense solver of the backend chosen) and goes on from the running state, said in a
+    /// message. A run that cannot be compressed (2D, another scheme, FP16) says why.
+    pub fn set_compression_enabled(&mut self, on: bool) {
+        if on == self.compressed() {
+            return;
+        }
+        if on {
+            if let Some(why) = compression_blocker(&self.scene) {
+                self.message(format!("compression not switched on: {why}"), true);
+                return;
+            }
+        }
+        self.view.diff = false;
+        let what = if on { "compressed subgrids" } else { "the uncompressed solver" };
+        self.rebuild(what, true, |sc| sc.compression.enabled = on);
+    }
+
+    /// Limit the bytes a compressed run's state may take (`None`: no limit); see
+    /// [`sim_core::Solver::set_compression_budget`]. Kept in the scene for rebuilds.
+    pub fn set_compression_budget(&mut self, budget: Option<u64>) {
+        self.scene.scene.compression.memory_budget = budget.map(sim_core::scene::ByteSize);
+        self.worker.send(Command::SetCompressionBudget(budget));
+    }
+
+    /// Start (or stop) an uncompressed reference run of the same scene beside a compressed one:
+    /// the dense CPU solver, same size, brought to the running state and stepped in lockstep.
+    /// Refused with a message on a dense run, and where it would not fit in memory (the message
+    /// says how much it needs and suggests a smaller `domain.size`).
+    pub fn set_reference(&mut self, on: bool) {
+        if !on {
+            self.view.diff = false;
+            self.worker.send(Command::SetDiffView(false));
+            self.worker.send(Command::SetReference(None));
+            return;
+        }
+        if !self.compressed() {
+            self.message("a reference run compares a compressed run with an uncompressed one: switch compression on first", true);
+            return;
+        }
+        if self.pending_reference.is_some() {
+            self.message("the reference run is already being built", false);
+            return;
+        }
+        let n = self.scene.derived.size;
+        let cells: usize = n.iter().product();
+        let need = reference_bytes(self.scene.derived.lattice, cells);
+        if let Some(limit) = self.reference_limit.or_else(|| crate::host_memory().map(|(_, avail)| avail / 10 * 8)) {
+            if need > limit {
+                let k = (limit as f64 / need as f64).cbrt() * 0.95;
+                let smaller: Vec<String> = n.iter().map(|&x| ((x as f64 * k).floor() as usize).max(3).to_string()).collect();
+                self.message(
+                    format!(
+                        "no reference run: it needs about {} (the uncompressed DDFs of {cells} cells, a checkpoint and density \
+                         fields) but only {} is available; try a smaller domain.size, e.g. --set domain.size=[{}]",
+                        sim_core::scene::human_bytes(need),
+                        sim_core::scene::human_bytes(limit),
+                        smaller.join(",")
+                    ),
+                    true,
+                );
+                return;
+            }
+        }
+        let mut ls = self.scene.clone();
+        ls.scene.compression.enabled = false;
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new().name("reference-build".into()).spawn(move || {
+            let r = sim_core::backend::cpu::from_scene(&ls).map_err(|e| format!("cannot build the reference run: {e}"));
+            let _ = tx.send(r);
+        });
+        match spawned {
+            Ok(_) => {
+                self.pending_reference = Some(rx);
+                self.message(format!("starting an uncompressed reference run ({} at most)", sim_core::scene::human_bytes(need)), false);
+            }
+            Err(e) => self.message(format!("cannot build the reference run: {e}"), true),
+        }
+    }
+
+    fn poll_reference(&mut self) {
+        let Some(rx) = &self.pending_reference else { return };
+        let r = match rx.try_recv() {
+            Ok(r) => r,
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => Err("the reference builder stopped without an answer".into()),
+        };
+        self.pending_reference = None;
+        match r {
+            Ok(s) if self.compressed() && s.domain().n == self.scene.derived.size => self.worker.send(Command::SetReference(Some(s))),
+            Ok(_) => self.message("the reference run was not started: the scene changed meanwhile", false),
+            Err(e) => self.message(e, true),
+        }
+    }
+
+    /// Whether a reference run is going (or being built).
+    #[must_use]
+    pub fn reference_running(&self) -> bool {
+        self.pending_reference.is_some() || self.snap.as_ref().is_some_and(|s| s.reference.is_some())
+    }
+
+    /// Show the density difference against the reference run on the slices (needs one).
+    pub fn set_diff_view(&mut self, on: bool) {
+        if on && !self.reference_running() {
+            self.message("the difference view needs the reference run: switch it on first", true);
+            return;
+        }
+        self.view.diff = on;
+        self.worker.send(Command::SetDiffView(on));
+    }
+
+    /// The density difference the slices show now, if the difference view is on and has data.
+    #[must_use]
+    pub fn diff_values(&self) -> Option<&Arc<Vec<f32>>> {
+        if !self.view.diff {
+            return None;
+        }
+        self.snap.as_ref()?.reference.as_ref()?.diff.as_ref()
+    }
+
+    /// Smallest and largest density difference over the fluid cells.
+    fn diff_min_max(&self) -> Option<(f32, f32)> {
+        let d = self.diff_values()?;
+        let solid = &self.snap.as_ref()?.solid;
+        Some(super::worker::fluid_min_max(d, solid).0)
+    }
+
+    /// The subgrid outlines now (a compressed 3D run with them switched on), coloured by
+    /// compression ratio over [`render::ratio_range`].
+    #[must_use]
+    pub fn subgrid_outlines(&self) -> Option<(Vec<OutlineBox>, (f32, f32))> {
+        if !self.view.subgrid_outlines || self.is_2d() {
+            return None;
+        }
+        let c = self.snap.as_ref()?.compression.as_ref()?;
+        let range = render::ratio_range(&c.per_subgrid);
+        Some((render::subgrid_outlines(&c.per_subgrid, range), range))
+    }
+
+    /// Every box the view outlines: the bricks' (when on) and the subgrids' (when on).
+    #[must_use]
+    pub fn outline_boxes(&self) -> Vec<OutlineBox> {
+        let mut boxes = Vec::new();
+        if let Some(s) = self.snap.as_ref().filter(|_| self.view.brick_outlines && !self.is_2d()) {
+            boxes = render::brick_outlines(&s.bricks, s.size, MAX_BRICK_OUTLINES).boxes;
+        }
+        if let Some((b, _)) = self.subgrid_outlines() {
+            boxes.extend(b);
+        }
+        boxes
+    }
+
+    /// What the outlines depend on: when it changes, the shell sets them again.
+    #[must_use]
+    pub fn outline_key(&self) -> (u64, u64, bool, bool) {
+        let s = self.snap.as_ref();
+        let sub = self.view.subgrid_outlines && s.is_some_and(|s| s.compression.is_some());
+        (s.map_or(0, |s| s.solver_serial), if sub { s.map_or(0, |s| s.serial) } else { 0 }, self.view.brick_outlines, sub)
+    }
+
     /// Set tau (live); refuses tau <= 0.5 with a message.
     pub fn set_tau(&mut self, tau: f32) {
         self.tau_edit = tau;
@@ -533,6 +743,7 @@ impl ViewerApp {
             Ok(_) => {
                 self.pending_scene = Some(rx);
                 self.rebuilding = false;
+                self.keep_state = false;
                 self.message(format!("loading {what}…"), false);
             }
             Err(e) => self.message(format!("cannot start loading the scene: {e}"), true),
@@ -543,6 +754,12 @@ impl ViewerApp {
     /// The run starts again from step 0 (said in a message); tau and the boundary velocities in
     /// force are kept.
     pub fn rebuild_with(&mut self, what: &str, change: impl FnOnce(&mut sim_core::scene::Scene)) {
+        self.rebuild(what, false, change);
+    }
+
+    /// [`Self::rebuild_with`]; with `keep_state` the new solver goes on from the running state
+    /// (where it can take it: same lattice, precision and cells).
+    fn rebuild(&mut self, what: &str, keep_state: bool, change: impl FnOnce(&mut sim_core::scene::Scene)) {
         if self.pending_scene.is_some() {
             self.message("a scene is already loading", false);
             return;
@@ -574,7 +791,12 @@ impl ViewerApp {
             Ok(_) => {
                 self.pending_scene = Some(rx);
                 self.rebuilding = true;
-                self.message(format!("switching to {what}: the solver is rebuilt and starts again from step 0"), false);
+                self.keep_state = keep_state;
+                if keep_state {
+                    self.message(format!("switching to {what}: the solver is rebuilt and goes on from step {}", self.step()), false);
+                } else {
+                    self.message(format!("switching to {what}: the solver is rebuilt and starts again from step 0"), false);
+                }
             }
             Err(e) => self.message(format!("cannot rebuild the solver: {e}"), true),
         }
@@ -682,9 +904,18 @@ impl ViewerApp {
             solids: old.solids,
             bricks: old.bricks,
             brick_outlines: old.brick_outlines,
+            subgrid_outlines: old.subgrid_outlines,
             ..ViewSettings::new(n)
         };
-        self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding));
+        if self.keep_state && n == self.scene.derived.size {
+            // The same cells go on: keep the slices and the camera too.
+            self.view.slices = old.slices;
+            self.view.show = old.show;
+            self.view.camera = old.camera;
+        }
+        self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding, self.keep_state));
+        self.pending_reference = None;
+        self.comp_history.clear();
         self.edit.active = false;
         self.edit.last = None;
         self.edit.frame.clear();
@@ -698,6 +929,9 @@ impl ViewerApp {
     /// The colour range in force.
     #[must_use]
     pub fn range(&self) -> (f32, f32) {
+        if let Some(mm) = self.diff_min_max() {
+            return if self.view.auto_range { auto_range(mm, ColorMap::Diverging) } else { self.view.fixed };
+        }
         if self.view.auto_range {
             auto_range(self.snap.as_ref().filter(|s| s.field == self.view.field).map_or((0.0, 1.0), |s| s.min_max), self.view.cmap)
         } else {
@@ -714,8 +948,9 @@ impl ViewerApp {
             threshold: self.view.iso_threshold(),
             color_range: self.iso_color_range(),
         });
+        let subgrids = self.view.subgrid_outlines && self.snap.as_ref().is_some_and(|s| s.compression.is_some());
         ViewParams {
-            cmap: self.view.cmap,
+            cmap: if self.diff_values().is_some() { ColorMap::Diverging } else { self.view.cmap },
             range: self.range(),
             slices: self.view.slices,
             show: self.view.show,
@@ -723,7 +958,7 @@ impl ViewerApp {
             iso,
             solids: self.view.solids && three_d,
             bricks: self.view.bricks,
-            outlines: self.view.brick_outlines && three_d,
+            outlines: (self.view.brick_outlines || subgrids) && three_d,
         }
     }
 
@@ -759,6 +994,15 @@ impl ViewerApp {
     #[must_use]
     pub fn legend(&self) -> LegendInfo {
         let mut l = LegendInfo::field(self.view.field, self.view.cmap, self.range(), self.view.auto_range);
+        if self.diff_values().is_some() {
+            l.field = FieldKind::Density;
+            l.cmap = ColorMap::Diverging;
+            l.title = Some("density difference: compressed run - uncompressed reference [lattice units]".into());
+        }
+        if let Some((boxes, range)) = self.subgrid_outlines() {
+            let tau = self.snap.as_ref().and_then(|s| s.compression.as_ref()).map_or((0.0, 0.0), |c| c.tau);
+            l.subgrids = Some(SubgridLegend { range, count: boxes.len(), tau });
+        }
         if let Some(iso) = self.view_params().iso {
             l.iso = Some(IsoLegend { kind: iso.kind, threshold: iso.threshold, color_range: iso.color_range, note: self.iso_note() });
         }
@@ -798,6 +1042,21 @@ impl ViewerApp {
             }
             if self.snap.as_ref().is_none_or(|o| o.solver_serial != s.solver_serial) {
                 self.tau_edit = s.params.collide.tau;
+            }
+            if let Some(c) = &s.compression {
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                let row = [s.step as f64, c.ratio, mib(c.bytes), mib(c.dense_bytes)];
+                if self.comp_history.back().is_some_and(|h| h[0] > row[0]) {
+                    self.comp_history.clear();
+                }
+                match self.comp_history.back_mut() {
+                    // A new tau or budget at the same step: the newest numbers.
+                    Some(h) if h[0] == row[0] => *h = row,
+                    _ => self.comp_history.push_back(row),
+                }
+                if self.comp_history.len() > HISTORY {
+                    self.comp_history.pop_front();
+                }
             }
             let mut s = s;
             self.edit.preview.retain(|(seq, _, _)| *seq > s.edit_seq);
@@ -942,12 +1201,14 @@ impl ViewerApp {
         self.poll_worker();
         self.poll_dialog();
         self.poll_scene();
+        self.poll_reference();
         self.shortcuts(&ctx);
         egui::Panel::left("panels").resizable(true).default_size(330.0).show(ui, |ui| {
             egui::ScrollArea::vertical().show(ui, |ui| {
                 ui.heading("Esoflow");
                 ui.label(RichText::new(&self.scene.scene.name).strong());
                 egui::CollapsingHeader::new("Simulation").default_open(true).show(ui, |ui| self.simulation_ui(ui));
+                egui::CollapsingHeader::new("Compression").default_open(true).show(ui, |ui| self.compression_ui(ui));
                 egui::CollapsingHeader::new("Visualization").default_open(true).show(ui, |ui| self.visualization_ui(ui));
                 egui::CollapsingHeader::new("Stats").default_open(true).show(ui, |ui| self.stats_ui(ui));
                 egui::CollapsingHeader::new("Scene").default_open(false).show(ui, |ui| self.scene_ui(ui));
@@ -957,7 +1218,12 @@ impl ViewerApp {
         egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
         self.help_ui(&ctx);
         self.blowup_ui(&ctx);
-        if self.running || self.dialog.is_some() || self.pending_scene.is_some() || !self.messages.is_empty() {
+        if self.running
+            || self.dialog.is_some()
+            || self.pending_scene.is_some()
+            || self.pending_reference.is_some()
+            || !self.messages.is_empty()
+        {
             ctx.request_repaint_after(Duration::from_millis(if self.running { 0 } else { 100 }));
         }
     }
@@ -1018,24 +1284,6 @@ impl ViewerApp {
                 self.set_tau(3.0 * nu + 0.5);
             }
         });
-        if let Some(c) = &snap.compression {
-            ui.horizontal(|ui| {
-                let label = ui.label("compression tau");
-                let mut t = f64::from(c.tau.1).clamp(COMPRESSION_TAU.0, COMPRESSION_TAU.1);
-                let r = ui
-                    .add(
-                        egui::Slider::new(&mut t, COMPRESSION_TAU.0..=COMPRESSION_TAU.1)
-                            .logarithmic(true)
-                            .custom_formatter(|v, _| format!("{v:.1e}")),
-                    )
-                    .labelled_by(label.id)
-                    .on_hover_text("wavelet threshold: details under tau * 2^(l+1) at level l are dropped (more memory saved, more error); takes effect at the next step");
-                if r.changed() {
-                    self.set_compression_tau(t as f32);
-                }
-                ui.label(format!("ratio {:.1}x", c.ratio));
-            });
-        }
         // Boundary velocities: inlets and moving walls (wall id 0 is the resting wall).
         let mut params = snap.params.clone();
         let mut changed = false;
@@ -1070,6 +1318,135 @@ impl ViewerApp {
         ));
         for w in &n.warnings {
             ui.colored_label(Color32::from_rgb(255, 170, 60), format!("warning: {w}"));
+        }
+    }
+
+    fn compression_ui(&mut self, ui: &mut Ui) {
+        let orange = Color32::from_rgb(255, 170, 60);
+        let blocker = if self.compressed() { None } else { compression_blocker(&self.scene) };
+        let mut on = self.compressed();
+        let r = ui.add_enabled(blocker.is_none() && !self.loading(), egui::Checkbox::new(&mut on, "compressed subgrids")).on_hover_text(
+            "keep the state wavelet-compressed between steps (CPU); switching rebuilds the solver and goes on from the running state",
+        );
+        if r.changed() {
+            self.set_compression_enabled(on);
+        }
+        if let Some(why) = &blocker {
+            ui.colored_label(orange, format!("cannot compress this run: {why}"));
+        }
+        let Some(snap) = self.snap.clone() else { return };
+        let Some(c) = snap.compression.clone() else {
+            if blocker.is_none() {
+                ui.label("off: the run keeps its DDFs uncompressed");
+            }
+            return;
+        };
+        ui.horizontal(|ui| {
+            let label = ui.label("compression tau");
+            let mut t = f64::from(c.tau.1).clamp(COMPRESSION_TAU.0, COMPRESSION_TAU.1);
+            let r = ui
+                .add(
+                    egui::Slider::new(&mut t, COMPRESSION_TAU.0..=COMPRESSION_TAU.1)
+                        .logarithmic(true)
+                        .custom_formatter(|v, _| format!("{v:.1e}")),
+                )
+                .labelled_by(label.id)
+                .on_hover_text("wavelet threshold: details under tau * 2^(l+1) at level l are dropped (more memory saved, more error); takes effect at the next step");
+            if r.changed() {
+                self.set_compression_tau(t as f32);
+            }
+        });
+        let shape = sim_core::compress::BlockShape::DEFAULT;
+        ui.label(format!(
+            "wavelet: {} levels along x, {} along y and z, blocks of {} x {} x {} samples (fixed by the codec)",
+            shape.levels[0], shape.levels[1], shape.n[0], shape.n[1], shape.n[2]
+        ));
+        let g = self.scene.scene.compression.subgrid_size();
+        ui.label(format!("{} subgrids of up to {} x {} x {} cells (compression.subgrid)", c.subgrids, g[0], g[1], g[2]));
+        ui.horizontal(|ui| {
+            let label = ui.label("memory budget");
+            if !self.budget_focused {
+                self.budget_text = c.budget.map(sim_core::scene::human_bytes).unwrap_or_default();
+            }
+            let r = ui
+                .add(egui::TextEdit::singleline(&mut self.budget_text).hint_text("none, or e.g. 64 MB").desired_width(110.0))
+                .labelled_by(label.id)
+                .on_hover_text("most bytes the compressed state may take; over it, the largest subgrids get tau doubled (never halts). Empty: no limit. Press Enter");
+            self.budget_focused = r.has_focus();
+            if r.lost_focus() {
+                let t = self.budget_text.trim();
+                if t.is_empty() || t.eq_ignore_ascii_case("none") {
+                    self.set_compression_budget(None);
+                } else {
+                    match sim_core::scene::ByteSize::parse(t) {
+                        Ok(b) => self.set_compression_budget(Some(b.0)),
+                        Err(e) => self.message(format!("memory budget {t:?} refused: {e}"), true),
+                    }
+                }
+            }
+        });
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let tau = if c.tau.0 == c.tau.1 { format!("{:.1e}", c.tau.1) } else { format!("{:.1e} to {:.1e}", c.tau.0, c.tau.1) };
+        ui.label(format!("ratio {:.2}x: {:.2} MiB for {:.2} MiB of DDFs, tau {tau}", c.ratio, mib(c.bytes), mib(c.dense_bytes)));
+        if let Some(b) = c.budget {
+            let over = c.bytes > b;
+            let text = format!("{} the budget of {:.2} MiB", if over { "over" } else { "within" }, mib(b));
+            if over {
+                ui.colored_label(orange, text);
+            } else {
+                ui.label(text);
+            }
+        }
+        if !self.is_2d() {
+            ui.checkbox(&mut self.view.subgrid_outlines, "subgrid outlines by ratio")
+                .on_hover_text("each subgrid as a box coloured by its compression ratio (legend top left)");
+            if let Some((_, range)) = self.subgrid_outlines() {
+                let (lo, hi) = c.per_subgrid.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), p| (lo.min(p.ratio), hi.max(p.ratio)));
+                ui.label(format!("subgrid ratios {lo:.2}x to {hi:.2}x (colours from {:.2}x to {:.2}x)", range.0, range.1));
+            }
+        }
+        let pts = |k: usize| -> Vec<[f64; 2]> { self.comp_history.iter().map(|h| [h[0], h[k]]).collect() };
+        ui.label("compression ratio");
+        egui_plot::Plot::new("compression ratio").height(80.0).allow_scroll(false).show(ui, |p| {
+            p.line(egui_plot::Line::new("ratio", pts(1)));
+        });
+        ui.label("memory (MiB)");
+        egui_plot::Plot::new("compression memory").height(80.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
+            p.line(egui_plot::Line::new("compressed", pts(2)));
+            if let Some(b) = c.budget {
+                let y = mib(b);
+                let ends: Vec<[f64; 2]> =
+                    [self.comp_history.front(), self.comp_history.back()].into_iter().flatten().map(|h| [h[0], y]).collect();
+                p.line(egui_plot::Line::new("budget", ends));
+            }
+        });
+        ui.separator();
+        let mut reference = self.reference_running();
+        let need = reference_bytes(self.scene.derived.lattice, self.scene.derived.size.iter().product());
+        if ui
+            .checkbox(&mut reference, "uncompressed reference run")
+            .on_hover_text(format!(
+                "the dense CPU solver beside this one, same scene and size, stepped in lockstep from the running state (about {})",
+                sim_core::scene::human_bytes(need)
+            ))
+            .changed()
+        {
+            self.set_reference(reference);
+        }
+        if let Some(r) = &snap.reference {
+            ui.label(format!("NMSE of density (eq. 19) {:.3e} at step {}", r.nmse, r.step)).on_hover_text(
+                "sqrt(sum (rho - rho_ref)^2 / sum rho_ref^2) over the fluid cells, against the reference run at the same step",
+            );
+            ui.label(format!("largest |rho - rho_ref| {:.3e}, reference {:.1} MiB", r.max_abs, mib(r.bytes)));
+            let mut diff = self.view.diff;
+            if ui.checkbox(&mut diff, "difference view").on_hover_text("the slices show rho - rho_ref (diverging colours)").changed() {
+                self.set_diff_view(diff);
+            }
+        } else if self.pending_reference.is_some() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("building the reference run…");
+            });
         }
     }
 

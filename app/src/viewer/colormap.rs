@@ -65,7 +65,6 @@ impl ColorMap {
     }
 
     /// The colour the renderer draws for value `v` in the range `lo..hi`.
-    #[cfg(test)]
     #[must_use]
     pub fn color_of(self, v: f32, lo: f32, hi: f32) -> [u8; 4] {
         let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
@@ -74,7 +73,6 @@ impl ColorMap {
 }
 
 /// LUT index of a normalised value (keep in sync with `field.wgsl`).
-#[cfg(test)]
 #[must_use]
 pub fn lut_index(t: f32) -> usize {
     let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };

@@ -209,6 +209,12 @@ pub struct Uploaded {
 }
 
 impl Uploaded {
+    /// Nothing new held, no problems (an upload through the queue alone); the shared buffers
+    /// the renderer stopped binding go with it, to be released after the next submit.
+    pub fn released_by(fr: &mut super::render::FieldRenderer) -> Uploaded {
+        Uploaded { problems: Vec::new(), hold: fr.take_released() }
+    }
+
     /// After the next submit: the solver thread may write the shared buffers bound before once
     /// the GPU has run every command submitted so far, the last that could read them (no wait
     /// here).

@@ -266,7 +266,11 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
     let mut params = ViewParams::plain(cmap, range, slices, [true; 3], Camera::default());
     params.solids = spec.solids.unwrap_or(true) && three_d;
     params.bricks = spec.bricks;
-    params.outlines = spec.brick_outlines && three_d;
+    let compression = solver.compression().filter(|_| spec.subgrid_outlines && three_d);
+    if spec.subgrid_outlines && compression.is_none() {
+        eprintln!("note: outlines=subgrids is ignored: this run is not compressed (or not 3D)");
+    }
+    params.outlines = (spec.brick_outlines || compression.is_some()) && three_d;
     let mut legend = LegendInfo::field(spec.field, cmap, range, spec.range.is_none());
     // The isosurface: its field and |u| (the slices' own field where it is one of them).
     let iso = spec.iso.filter(|_| three_d).map(|(kind, threshold)| {
@@ -279,17 +283,22 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
         eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
     }
     params.iso = iso.as_ref().map(|(v, _, _)| *v);
-    let bricks = (spec.bricks || params.outlines).then(|| solver.bricks());
+    let bricks = (spec.bricks || (spec.brick_outlines && three_d)).then(|| solver.bricks());
     if let Some(b) = &bricks {
         legend.bricks = Some(BrickLegend::of(b));
     }
-    let outlines = bricks.as_ref().filter(|_| params.outlines).map(|b| {
+    let mut outlines = bricks.as_ref().filter(|_| spec.brick_outlines && three_d).map(|b| {
         let o = super::render::brick_outlines(b, n, super::render::MAX_BRICK_OUTLINES);
         if o.capped() {
             eprintln!("note: brick outlines capped: {} of {} bricks drawn", o.boxes.len(), o.total);
         }
         o.boxes
     });
+    if let Some(c) = &compression {
+        let range = super::render::ratio_range(&c.per_subgrid);
+        outlines.get_or_insert_with(Vec::new).extend(super::render::subgrid_outlines(&c.per_subgrid, range));
+        legend.subgrids = Some(super::SubgridLegend { range, count: c.per_subgrid.len(), tau: c.tau });
+    }
     let data = PictureData {
         iso: iso.as_ref().map(|(v, i, s)| (v.kind, i.as_slice(), s.as_slice())),
         bricks: bricks.as_ref(),

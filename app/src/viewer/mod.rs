@@ -51,7 +51,8 @@ pub struct ViewArgs {
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
     /// Initial view, as for `run --view`: field=speed,cmap=turbo,range=0:0.1,slices=10:20:5,
-    /// iso=vorticity:0.01,solids=on,overlay=bricks,outlines=bricks.
+    /// iso=vorticity:0.01,solids=on,overlay=bricks,outlines=bricks (or subgrids, or
+    /// bricks+subgrids: a compressed run's subgrids coloured by their compression ratio).
     #[arg(long, value_name = "SPEC")]
     pub view: Option<String>,
     /// Steps per frame (the solver thread's batch between two pictures).
@@ -134,6 +135,8 @@ pub struct ViewSpec {
     pub bricks: bool,
     /// Outlines of the boundary and all-solid bricks (3D; default: off).
     pub brick_outlines: bool,
+    /// Outlines of a compressed run's subgrids, coloured by compression ratio (3D; default: off).
+    pub subgrid_outlines: bool,
 }
 
 impl Default for ViewSpec {
@@ -148,6 +151,7 @@ impl Default for ViewSpec {
             solids: None,
             bricks: false,
             brick_outlines: false,
+            subgrid_outlines: false,
         }
     }
 }
@@ -217,10 +221,12 @@ impl ViewSpec {
                     };
                 }
                 "outlines" => {
-                    v.brick_outlines = match val.trim().to_ascii_lowercase().as_str() {
-                        "bricks" => true,
-                        "none" | "off" => false,
-                        _ => anyhow::bail!("--view outlines={val}: expected bricks or none"),
+                    (v.brick_outlines, v.subgrid_outlines) = match val.trim().to_ascii_lowercase().as_str() {
+                        "bricks" => (true, false),
+                        "subgrids" => (false, true),
+                        "bricks+subgrids" | "subgrids+bricks" => (true, true),
+                        "none" | "off" => (false, false),
+                        _ => anyhow::bail!("--view outlines={val}: expected bricks, subgrids, bricks+subgrids or none"),
                     };
                 }
                 other => anyhow::bail!("--view {other}: unknown key ({})", ViewSpec::KEYS),
@@ -295,13 +301,28 @@ pub struct LegendInfo {
     pub iso: Option<IsoLegend>,
     /// The brick overlay's key, when it is drawn.
     pub bricks: Option<BrickLegend>,
+    /// The title instead of the field's name and units (the difference view's).
+    pub title: Option<String>,
+    /// The subgrid outlines' key, when they are drawn.
+    pub subgrids: Option<SubgridLegend>,
+}
+
+/// The subgrid outlines' key in the legend: the colour map of the compression ratio.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubgridLegend {
+    /// Ratio at the two ends of the colour bar.
+    pub range: (f32, f32),
+    /// Subgrids outlined.
+    pub count: usize,
+    /// Smallest and largest threshold among them.
+    pub tau: (f32, f32),
 }
 
 impl LegendInfo {
     /// A legend of the field alone.
     #[must_use]
     pub fn field(field: FieldKind, cmap: ColorMap, range: (f32, f32), auto: bool) -> LegendInfo {
-        LegendInfo { field, cmap, range, auto, iso: None, bricks: None }
+        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None }
     }
 }
 
@@ -317,7 +338,8 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
     let bar = legend_bar_rect(rect);
     let painter = ui.painter();
     let font = egui::FontId::proportional(13.0);
-    let title = format!("{}  ({})", field_units(l.field), if l.auto { "auto range" } else { "fixed range" });
+    let title =
+        format!("{}  ({})", l.title.as_deref().unwrap_or_else(|| field_units(l.field)), if l.auto { "auto range" } else { "fixed range" });
     let galley = painter.layout_no_wrap(title, font.clone(), Color32::from_gray(235));
     let bg = Rect::from_min_max(
         egui::pos2(bar.left().min(bar.right() - galley.size().x) - 8.0, bar.top() - galley.size().y - 12.0),
@@ -359,6 +381,36 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
     }
     if let Some(b) = &l.bricks {
         bricks_legend_ui(ui, rect, b);
+    }
+    if let Some(s) = &l.subgrids {
+        subgrid_legend_ui(ui, rect, s);
+    }
+}
+
+/// The subgrid outlines' key, top left of `rect`: what the colours mean and a colour bar of the
+/// compression ratio (drawn from the colour map, no texture).
+pub fn subgrid_legend_ui(ui: &Ui, rect: Rect, s: &SubgridLegend) {
+    let painter = ui.painter();
+    let font = egui::FontId::proportional(13.0);
+    let text = Color32::from_gray(235);
+    let tau = if s.tau.0 == s.tau.1 { format!("{:.1e}", s.tau.1) } else { format!("{:.1e} to {:.1e}", s.tau.0, s.tau.1) };
+    let title = painter.layout_no_wrap(format!("{} subgrids by compression ratio (tau {tau})", s.count), font.clone(), text);
+    let w = title.size().x.max(200.0);
+    let bg = Rect::from_min_size(egui::pos2(rect.left() + 10.0, rect.top() + 10.0), egui::vec2(w + 16.0, title.size().y + 44.0));
+    painter.rect_filled(bg, 4.0, Color32::from_black_alpha(190));
+    let top = bg.top() + 6.0;
+    painter.galley(egui::pos2(bg.left() + 8.0, top), title, text);
+    let bar = Rect::from_min_size(egui::pos2(bg.left() + 8.0, top + 20.0), egui::vec2(w, 10.0));
+    let k = 64;
+    for i in 0..k {
+        let c = render::SUBGRID_CMAP.lut_entry(i * (colormap::LUT_SIZE - 1) / (k - 1));
+        let x0 = bar.left() + bar.width() * i as f32 / k as f32;
+        let r = Rect::from_min_max(egui::pos2(x0, bar.top()), egui::pos2(x0 + bar.width() / k as f32 + 0.5, bar.bottom()));
+        painter.rect_filled(r, 0.0, Color32::from_rgb(c[0], c[1], c[2]));
+    }
+    let (lo, hi) = s.range;
+    for (x, v, align) in [(bar.left(), lo, egui::Align2::LEFT_TOP), (bar.right(), hi, egui::Align2::RIGHT_TOP)] {
+        painter.text(egui::pos2(x, bar.bottom() + 2.0), align, format!("{v:.2}x"), font.clone(), text);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The field renderer: slice planes of a scalar field (with the brick overlay), isosurfaces and
 //! solid obstacles as surfaces (marching cubes in a compute shader), the domain box and outlines
-//! of boxes (the solver's bricks now; later compressed subgrids and refined blocks), drawn with
+//! of boxes (the solver's bricks, compressed subgrids; later refined blocks), drawn with
 //! wgpu into a texture. Knows nothing of egui (the window shows the texture; tests read it back).
 //!
 //! The fields are read by the shaders straight from storage buffers: a frame the solver wrote
@@ -14,6 +14,7 @@ use super::gpu_timer::{GpuSpan, GpuTimer, GpuTiming};
 use bytemuck::{Pod, Zeroable};
 use sim_core::bricks::{BrickClass, BrickMap};
 use sim_core::fields::FieldKind;
+use sim_core::SubgridStat;
 use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -173,6 +174,40 @@ pub fn brick_outlines(map: &BrickMap, size: [usize; 3], max: usize) -> BrickOutl
         })
         .collect();
     BrickOutlines { boxes, total }
+}
+
+/// The colour map of the subgrid outlines (compression ratio, low to high).
+pub const SUBGRID_CMAP: ColorMap = ColorMap::Turbo;
+
+/// How far each subgrid outline sits inside its subgrid (cells), so that two neighbours'
+/// edges lie side by side instead of on top of each other.
+pub const SUBGRID_INSET: f32 = 0.2;
+
+/// The colour range of the subgrid outlines: the smallest and largest ratio now (never empty).
+#[must_use]
+pub fn ratio_range(per: &[SubgridStat]) -> (f32, f32) {
+    let (lo, hi) = per.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.ratio as f32), hi.max(s.ratio as f32)));
+    if per.is_empty() {
+        (1.0, 2.0)
+    } else if hi > lo {
+        (lo, hi)
+    } else {
+        let pad = (lo.abs() * 0.05).max(1e-3);
+        (lo - pad, hi + pad)
+    }
+}
+
+/// Outlines of a compressed run's subgrids, each coloured by its compression ratio on
+/// [`SUBGRID_CMAP`] over `range`, inset by [`SUBGRID_INSET`].
+#[must_use]
+pub fn subgrid_outlines(per: &[SubgridStat], range: (f32, f32)) -> Vec<OutlineBox> {
+    per.iter()
+        .map(|s| {
+            let min = [0, 1, 2].map(|a| s.origin[a] as f32 + SUBGRID_INSET);
+            let max = [0, 1, 2].map(|a| (s.origin[a] + s.size[a]) as f32 - SUBGRID_INSET);
+            OutlineBox { min, max, color: SUBGRID_CMAP.color_of(s.ratio as f32, range.0, range.1) }
+        })
+        .collect()
 }
 
 /// The isosurface to draw.

@@ -209,7 +209,11 @@ fn view_spec_parses_and_refuses_bad_input() {
     assert_eq!(v.solids, Some(false));
     assert!(v.bricks && !v.brick_outlines);
     let v = ViewSpec::parse("outlines=bricks").expect("valid");
-    assert!(v.brick_outlines && !v.bricks);
+    assert!(v.brick_outlines && !v.bricks && !v.subgrid_outlines);
+    let v = ViewSpec::parse("outlines=subgrids").expect("valid");
+    assert!(v.subgrid_outlines && !v.brick_outlines);
+    let v = ViewSpec::parse("outlines=bricks+subgrids").expect("valid");
+    assert!(v.subgrid_outlines && v.brick_outlines);
     assert_eq!(ViewSpec::parse("outlines=none").expect("valid"), ViewSpec::default());
     assert_eq!(ViewSpec::parse("iso=q:1e-5").expect("valid").iso, Some((FieldKind::Q, 1e-5)));
     assert_eq!(ViewSpec::parse("iso=Q").expect("valid").iso, Some((FieldKind::Q, super::default_iso_threshold(FieldKind::Q))));
@@ -222,7 +226,7 @@ fn view_spec_parses_and_refuses_bad_input() {
         ("iso=off:1", "iso=off:1"),
         ("solids=maybe", "solids=maybe: expected on or off"),
         ("overlay=grid", "overlay=grid: expected bricks or none"),
-        ("outlines=blocks", "outlines=blocks: expected bricks or none"),
+        ("outlines=blocks", "outlines=blocks: expected bricks, subgrids, bricks+subgrids or none"),
         ("isosurface=q", "unknown key"),
     ] {
         let e = ViewSpec::parse(bad).expect_err(bad).to_string();
@@ -1392,4 +1396,167 @@ fn ui_compression_tau_on_a_dense_run_says_how_to_turn_it_on() {
     assert!(h.query_all_by_label("compression tau").next().is_none(), "no compression slider on a dense run");
     h.state_mut().set_compression_tau(1e-5);
     run_until(&mut h, "a refusal", |a| a.messages().iter().any(|m| m.error && m.text.contains("compression.enabled=true")));
+}
+
+// ---- Compression panel: switch, subgrid outlines, plots, reference run -----------------------
+
+/// The small 3D sphere scene, compression off, with subgrids of 8 cells (3 x 2 x 2 of them).
+fn small_3d_compressible_app() -> ViewerApp {
+    let text = format!("{SMALL_3D_SCENE}\n[compression]\ntau = 1e-4\nsubgrid = [8, 8, 8]\n");
+    let ls = sim_core::scene::from_str(&text, "test3d", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    ViewerApp::new(ls, solver, BackendChoice::Cpu, false)
+}
+
+fn compression_of(a: &ViewerApp) -> Option<&sim_core::CompressionInfo> {
+    a.snap.as_ref().and_then(|s| s.compression.as_ref())
+}
+
+#[test]
+fn ui_compression_switch_goes_on_from_the_state_and_outlines_subgrids_by_ratio() {
+    let mut h = harness_sized(small_3d_compressible_app(), 1200.0, 1400.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a batch of steps", |a| a.step() == 20);
+    // The speed range of the frame (fresh with every snapshot) shows where the flow is.
+    let dense_max = h.state().snap.as_ref().map(|s| s.min_max.1).expect("frame");
+    // Compression on: the solver is rebuilt, says so, and goes on from step 20.
+    h.get_by_label("compressed subgrids").click();
+    h.step();
+    assert!(has_message(h.state(), "switching to compressed subgrids: the solver is rebuilt and goes on from step 20"));
+    run_until(&mut h, "the compressed solver", |a| !a.loading() && compression_of(a).is_some());
+    assert_eq!(h.state().step(), 20, "the compressed run goes on from the dense run's state");
+    let max = h.state().snap.as_ref().map(|s| s.min_max.1).expect("frame");
+    assert!((max - dense_max).abs() < 1e-3 * dense_max, "the state came along: max |u| {max} vs {dense_max}");
+    assert!(h.state().compressed() && h.state().scene.scene.compression.enabled);
+    h.run_steps(2);
+    // The panel shows the codec's fixed shape, the subgrids and the live numbers.
+    assert!(h.query_by_label_contains("3 levels along x, 2 along y and z, blocks of 33 x 17 x 17 samples").is_some());
+    assert!(h.query_by_label_contains("12 subgrids of up to 8 x 8 x 8 cells").is_some());
+    assert!(h.query_by_label_contains("MiB of DDFs, tau 1.0e-4").is_some());
+    assert!(h.query_by_label("compression ratio").is_some() && h.query_by_label("memory (MiB)").is_some(), "the plots");
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a compressed step", |a| a.step() == 40 && compression_of(a).is_some_and(|c| c.ratio > 1.0));
+    // Subgrid outlines: one box per subgrid, inset, coloured by its ratio (legend top left).
+    assert!(!h.state().view_params().outlines);
+    h.get_by_label("subgrid outlines by ratio").click();
+    h.step();
+    let a = h.state();
+    let c = compression_of(a).expect("compression").clone();
+    assert_eq!(c.per_subgrid.len(), 12);
+    let boxes = a.outline_boxes();
+    assert_eq!(boxes.len(), 12);
+    assert!(a.view_params().outlines);
+    let range = render::ratio_range(&c.per_subgrid);
+    for (b, s) in boxes.iter().zip(&c.per_subgrid) {
+        assert_eq!(b.color, render::SUBGRID_CMAP.color_of(s.ratio as f32, range.0, range.1), "{s:?}");
+        for k in 0..3 {
+            assert_eq!(b.min[k], s.origin[k] as f32 + render::SUBGRID_INSET);
+            assert_eq!(b.max[k], (s.origin[k] + s.size[k]) as f32 - render::SUBGRID_INSET);
+        }
+    }
+    // The sphere's subgrids compress differently from the free stream's: the colours differ,
+    // the lowest and highest ratios at the two ends of the map.
+    let lo = c.per_subgrid.iter().map(|s| s.ratio).fold(f64::INFINITY, f64::min);
+    let hi = c.per_subgrid.iter().map(|s| s.ratio).fold(0.0, f64::max);
+    assert!(hi > lo, "ratios {lo} to {hi}");
+    assert_eq!(range, (lo as f32, hi as f32));
+    assert!(boxes.iter().any(|b| b.color == render::SUBGRID_CMAP.lut_entry(0)));
+    assert!(boxes.iter().any(|b| b.color == render::SUBGRID_CMAP.lut_entry(super::colormap::LUT_SIZE - 1)));
+    let legend = a.legend().subgrids.expect("the subgrid key in the legend");
+    assert_eq!((legend.count, legend.range, legend.tau), (12, range, (1e-4, 1e-4)));
+    // With the brick outlines too, both sets are drawn.
+    h.state_mut().view.brick_outlines = true;
+    let bricks = render::brick_outlines(&h.state().snap.as_ref().expect("snap").bricks, [24, 16, 16], 1000).boxes.len();
+    assert_eq!(h.state().outline_boxes().len(), bricks + 12);
+    // A memory budget through the panel reaches the solver.
+    type_into(&mut h, "memory budget", "64 KB");
+    run_until(&mut h, "the budget", |a| compression_of(a).is_some_and(|c| c.budget == Some(64_000)));
+    type_into(&mut h, "memory budget", "lots");
+    run_until(&mut h, "a refusal", |a| has_message(a, "memory budget \"lots\" refused"));
+    type_into(&mut h, "memory budget", "");
+    run_until(&mut h, "no budget", |a| compression_of(a).is_some_and(|c| c.budget.is_none()));
+    // Compression off: the dense solver again, from the compressed state.
+    let step = h.state().step();
+    h.get_by_label("compressed subgrids").click();
+    h.step();
+    run_until(&mut h, "the dense solver", |a| !a.loading() && a.snap.as_ref().is_some_and(|s| s.compression.is_none()));
+    assert_eq!(h.state().step(), step);
+    assert!(h.state().outline_boxes().len() == bricks, "no subgrid boxes on a dense run");
+}
+
+#[test]
+fn ui_compression_on_a_2d_run_says_why_not() {
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    assert!(h.query_by_label_contains("cannot compress this run: compressed subgrids need a 3D lattice").is_some());
+    h.state_mut().set_compression_enabled(true);
+    h.step();
+    assert!(h.state().messages().iter().any(|m| m.error && m.text.contains("compression not switched on") && m.text.contains("3D")));
+    assert!(!h.state().loading(), "nothing is rebuilt");
+    // Nor a reference run, which compares a compressed run with a dense one.
+    h.state_mut().set_reference(true);
+    assert!(has_message(h.state(), "switch compression on first"));
+}
+
+fn reference_of(a: &ViewerApp) -> Option<&super::worker::ReferenceData> {
+    a.snap.as_ref().and_then(|s| s.reference.as_ref())
+}
+
+#[test]
+fn ui_reference_run_nmse_and_difference_view() {
+    // The sphere in a channel (a uniform flow would compress exactly: no wavelet details).
+    let text = format!("{SMALL_3D_SCENE}\n[compression]\nenabled = true\nsubgrid = [8, 8, 8]\n");
+    let ls = sim_core::scene::from_str(&text, "test", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
+    run_until(&mut h, "a snapshot", |a| compression_of(a).is_some());
+    // Too little memory: refused, saying how much it needs and what to try.
+    h.state_mut().reference_limit = Some(100_000);
+    h.state_mut().set_reference(true);
+    let m = h.state().messages().last().map(|m| m.text.clone()).unwrap_or_default();
+    assert!(m.starts_with("no reference run: it needs about ") && m.contains("but only 100.0 KB is available"), "{m}");
+    assert!(m.contains("try a smaller domain.size, e.g. --set domain.size=["), "{m}");
+    assert!(!h.state().reference_running());
+    // Enough: the dense run starts from the running state, so the two agree at first.
+    h.state_mut().reference_limit = None;
+    h.state_mut().set_compression_tau(1e-3);
+    h.get_by_label("uncompressed reference run").click();
+    run_until(&mut h, "the reference run", |a| reference_of(a).is_some());
+    assert_eq!(reference_of(h.state()).map(|r| r.nmse), Some(0.0), "synchronised");
+    // Steps in lockstep: compression at tau = 1e-3 shows as an error.
+    h.get_by_label("Step").click();
+    run_until(&mut h, "steps of both", |a| a.step() == 20 && reference_of(a).is_some_and(|r| r.step == 20));
+    let coarse = reference_of(h.state()).map(|r| r.nmse).expect("nmse");
+    assert!(coarse > 1e-7 && coarse < 1e-2, "NMSE of density at tau 1e-3: {coarse}");
+    h.step();
+    assert!(h.query_by_label_contains("NMSE of density (eq. 19) ").is_some());
+    // The difference view: rho - rho_ref on the slices, diverging, symmetric range.
+    h.get_by_label("difference view").click();
+    run_until(&mut h, "the difference field", |a| a.diff_values().is_some());
+    let a = h.state();
+    let d = a.diff_values().expect("diff");
+    let r = reference_of(a).expect("reference");
+    assert_eq!(d.len(), 24 * 16 * 16);
+    let max = d.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(max > 0.0 && (max - r.max_abs).abs() <= 1e-9, "{max} vs {}", r.max_abs);
+    let p = a.view_params();
+    assert_eq!(p.cmap, ColorMap::Diverging);
+    assert!((p.range.0 + p.range.1).abs() < 1e-12 && p.range.1 >= max * 0.999, "{:?}", p.range);
+    assert!(a.legend().title.is_some_and(|t| t.starts_with("density difference")));
+    // tau = 0: the cores round-trip through the wavelet to f32 rounding only. Reset: both go
+    // back to step 0 together.
+    h.state_mut().set_compression_tau(0.0);
+    h.state_mut().reset();
+    run_until(&mut h, "the reset", |a| a.step() == 0 && reference_of(a).is_some_and(|r| r.step == 0 && r.nmse == 0.0));
+    h.get_by_label("Step").click();
+    run_until(&mut h, "steps at tau 0", |a| a.step() == 20 && reference_of(a).is_some_and(|r| r.step == 20));
+    let exact = reference_of(h.state()).map(|r| r.nmse).expect("nmse");
+    eprintln!("NMSE of density after 20 steps: tau 1e-3 {coarse:.3e}, tau 0 {exact:.3e}");
+    assert!(exact < 1e-6 && exact < coarse / 100.0, "NMSE at tau 0: {exact} (tau 1e-3: {coarse})");
+    // Off: no reference, no difference view.
+    h.get_by_label("uncompressed reference run").click();
+    run_until(&mut h, "the reference stopped", |a| reference_of(a).is_none());
+    assert!(!h.state().view.diff && h.state().diff_values().is_none());
 }

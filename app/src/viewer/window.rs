@@ -48,6 +48,8 @@ struct Shell {
     solid_uploads: u64,
     /// The solver whose bricks the overlay shows.
     bricks_uploaded: Option<u64>,
+    /// What the outline boxes were last set for ([`super::app::ViewerApp::outline_key`]).
+    outlines_for: Option<(u64, u64, bool, bool)>,
     /// How frames should reach the renderer, and the grid shared buffers were last made (or
     /// tried) for.
     frame_path: super::frames::FramePath,
@@ -106,6 +108,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         }
         app.view.bricks = s.bricks;
         app.view.brick_outlines = s.brick_outlines;
+        app.view.subgrid_outlines = s.subgrid_outlines;
     }
     let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
     let mut shell = Shell {
@@ -117,6 +120,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         solid_uploaded: None,
         solid_uploads: 0,
         bricks_uploaded: None,
+        outlines_for: None,
         frame_path: args.frame_path,
         shared_for: None,
         drawn: None,
@@ -295,7 +299,24 @@ impl Shell {
                 // failure there is shown and the field is drawn anyway). A new solid mask (a new
                 // solver, or cells drawn or erased) also makes the solid surfaces again.
                 let mut problems = Vec::new();
-                match super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid) {
+                // The difference view replaces the slices' field by the density difference
+                // against the reference run (host memory; a shared frame is not copied then, so
+                // its GPU copy cannot land after it).
+                let diff = self.app.diff_values().map(std::sync::Arc::clone);
+                let result = match &diff {
+                    Some(d) if snap.frame.is_shared() => g
+                        .field
+                        .upload(device, queue, snap.size, d, solid)
+                        .map(|()| super::frames::Uploaded::released_by(&mut g.field))
+                        .map_err(|e| e.to_string()),
+                    _ => super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid).and_then(|up| {
+                        if let Some(d) = &diff {
+                            g.field.upload(device, queue, snap.size, d, None).map_err(|e| e.to_string())?;
+                        }
+                        Ok(up)
+                    }),
+                };
+                match result {
                     Ok(mut up) => {
                         problems.append(&mut up.problems);
                         uploaded = Some(up);
@@ -309,14 +330,19 @@ impl Shell {
                             if let Err(e) = g.field.upload_bricks(device, queue, &snap.bricks) {
                                 problems.push(format!("brick overlay: {e}"));
                             }
-                            let outlines = super::render::brick_outlines(&snap.bricks, snap.size, super::render::MAX_BRICK_OUTLINES);
-                            g.field.set_outlines(device, queue, &outlines.boxes);
                         }
                     }
                     Err(e) => problems.push(e.to_string()),
                 }
                 self.app.status = (!problems.is_empty()).then(|| problems.join("; "));
             }
+        }
+        // The outline boxes (bricks, subgrids by ratio), set again when what they show changed.
+        let key = self.app.outline_key();
+        if self.outlines_for != Some(key) {
+            self.outlines_for = Some(key);
+            g.field.set_outlines(device, queue, &self.app.outline_boxes());
+            self.drawn = None;
         }
         // Triangle counts of the surfaces and GPU times, when the GPU has them (never waiting).
         g.field.poll(device, false);

@@ -36,14 +36,22 @@ pub enum Command {
     SetParams(Params),
     /// Change the compression threshold of a compressed run.
     SetCompressionTau(f32),
+    /// Limit the bytes a compressed run's state may take (`None`: no limit).
+    SetCompressionBudget(Option<u64>),
+    /// Run an uncompressed reference solver in lockstep (it is brought to the running solver's
+    /// cells and state first), or stop it.
+    SetReference(Option<Box<dyn Solver>>),
+    /// Publish the density difference against the reference with every snapshot.
+    SetDiffView(bool),
     /// Back to the initial state (the current parameters stay).
     Reset,
     /// Restore the last good checkpoint after a blow-up (stays paused).
     Rollback,
     /// Replace the solver (a new scene), starting paused or running as now. With `true` (the
     /// same scene rebuilt with other solver settings) the cells drawn or erased so far are
-    /// edited into the new solver too.
-    Replace(Box<dyn Solver>, String, bool),
+    /// edited into the new solver too. With the second `true` the new solver goes on from the
+    /// old one's state (its checkpoint; compression switched on or off), where it can.
+    Replace(Box<dyn Solver>, String, bool, bool),
     /// Write the current fields as VTK image data.
     ExportVtk(PathBuf),
     /// Save a checkpoint file.
@@ -115,6 +123,23 @@ pub struct IsoData {
     pub speed_min_max: (f32, f32),
 }
 
+/// The uncompressed reference run beside a compressed one, as a snapshot carries it.
+#[derive(Clone, Debug)]
+pub struct ReferenceData {
+    /// Steps the reference has done (the same as the run's, in lockstep).
+    pub step: u64,
+    /// The seed's error measure (its eq. 19, [`sim_core::compress::nmse`]) of the run's density
+    /// against the reference's, over the fluid cells.
+    pub nmse: f64,
+    /// Largest |compressed - reference| density over the fluid cells.
+    pub max_abs: f32,
+    /// Density of the run minus the reference's, every cell (0 in solid cells), when the
+    /// difference view is on.
+    pub diff: Option<Arc<Vec<f32>>>,
+    /// Bytes the reference solver holds.
+    pub bytes: u64,
+}
+
 /// One published state: the field to draw and the numbers for the panels.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
@@ -147,6 +172,8 @@ pub struct Snapshot {
     pub info: SolverInfo,
     /// Ratio, memory and thresholds of a compressed run (`None` for the dense backends).
     pub compression: Option<sim_core::solver::CompressionInfo>,
+    /// The uncompressed reference run, when one runs beside this one.
+    pub reference: Option<ReferenceData>,
     /// Obstacle names (for forces).
     pub obstacles: Vec<String>,
     /// Mass at step 0 (for the drift).
@@ -251,6 +278,13 @@ const UNDO_DEPTH: usize = 64;
 
 struct Worker {
     solver: Box<dyn Solver>,
+    /// The uncompressed reference run, stepped in lockstep with `solver`.
+    reference: Option<Box<dyn Solver>>,
+    /// Whether snapshots carry the density difference against the reference.
+    diff_view: bool,
+    /// The reference must be brought to the run's cells and state again (after a reset, a
+    /// rollback, a checkpoint load or an edit).
+    reference_stale: bool,
     frames: FramePool,
     name: String,
     mailbox: Mailbox,
@@ -328,6 +362,9 @@ impl Worker {
         let t = solver.time_step();
         Worker {
             solver,
+            reference: None,
+            diff_view: false,
+            reference_stale: false,
             frames: FramePool::default(),
             name,
             mailbox,
@@ -377,6 +414,9 @@ impl Worker {
                     return;
                 }
             }
+            if self.reference_stale {
+                self.sync_reference("");
+            }
             if self.running && !self.blown {
                 self.step(self.steps_per_batch);
             }
@@ -418,6 +458,10 @@ impl Worker {
             }
             Command::SetCheckpointEvery(k) => self.checkpoint_every = k.max(1),
             Command::SetParams(p) => {
+                // The reference run follows (it compares compression alone).
+                if let Some(r) = self.reference.as_mut() {
+                    let _ = r.set_params(p.clone());
+                }
                 if let Err(e) = self.solver.set_params(p) {
                     self.event(Event::Error(e.to_string()));
                 }
@@ -428,6 +472,28 @@ impl Worker {
                 }
                 self.dirty = true;
             }
+            Command::SetCompressionBudget(b) => match self.solver.set_compression_budget(b) {
+                Ok(()) => self.event(Event::Info(match b {
+                    Some(b) => format!(
+                        "memory budget {}: a state over it gets tau raised for its largest subgrids from the next step",
+                        sim_core::scene::human_bytes(b)
+                    ),
+                    None => "no memory budget".into(),
+                })),
+                Err(e) => self.event(Event::Error(e.to_string())),
+            },
+            Command::SetReference(r) => match r {
+                Some(r) => {
+                    self.reference = Some(r);
+                    self.sync_reference("the uncompressed reference run starts from the state at step ");
+                }
+                None => {
+                    if self.reference.take().is_some() {
+                        self.event(Event::Info("the reference run stopped".into()));
+                    }
+                }
+            },
+            Command::SetDiffView(on) => self.diff_view = on,
             Command::Reset => {
                 let params = self.solver.params();
                 let initial = Arc::clone(&self.initial);
@@ -438,19 +504,27 @@ impl Worker {
                 self.last_good = Arc::clone(&self.initial);
                 self.stats = None;
                 self.rate_steps0 = self.solver.time_step();
+                self.reference_stale = true;
             }
             Command::Rollback => {
                 let good = Arc::clone(&self.last_good);
                 self.restore_saved(&good, "rollback");
+                self.reference_stale = true;
                 self.stats = None;
                 self.running = false;
                 self.rate_steps0 = self.solver.time_step();
             }
-            Command::Replace(s, name, keep_cells) => {
+            Command::Replace(s, name, keep_cells, keep_state) => {
                 let old = std::mem::replace(&mut self.solver, s);
                 self.name = name;
                 if keep_cells {
                     self.carry_cells(old.domain());
+                }
+                if self.reference.take().is_some() {
+                    self.event(Event::Info("the reference run stopped: the solver was replaced".into()));
+                }
+                if keep_state && self.go_on_from(old.as_ref()) {
+                    return true;
                 }
                 let t = Instant::now();
                 self.flags = Arc::new(self.solver.domain().flags.clone());
@@ -493,6 +567,7 @@ impl Worker {
                 Ok(c) => {
                     self.restore(&c, &format!("checkpoint {}", p.display()));
                     self.stats = None;
+                    self.reference_stale = true;
                 }
                 Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
             },
@@ -563,9 +638,83 @@ impl Worker {
         self.event(Event::Info(format!("{k} drawn or erased cells carried over to the new solver")));
     }
 
+    /// The new solver (compression switched on or off) goes on from the old one's state: its
+    /// checkpoint, and the saved states (initial, rollback), mass and strokes kept, as they
+    /// fit any solver of the same lattice, precision and cells. `false` (and a message) where
+    /// the new solver refuses the state: it then starts from its own initial state.
+    fn go_on_from(&mut self, old: &dyn Solver) -> bool {
+        let c = old.checkpoint();
+        match self.solver.restore(&c) {
+            Ok(()) => {
+                self.flags = Arc::new(self.solver.domain().flags.clone());
+                self.solid = Arc::new(solid_mask(self.solver.domain()));
+                self.bricks = Arc::new(self.solver.bricks());
+                self.cells = self.solver.domain().cells() as f64;
+                self.stats = None;
+                self.solver_serial += 1;
+                self.blown = false;
+                self.rate_steps0 = self.solver.time_step();
+                self.rate_t0 = Instant::now();
+                self.dirty = true;
+                self.event(Event::Info(format!("{}: going on from step {}", self.name, self.solver.time_step())));
+                true
+            }
+            Err(e) => {
+                self.event(Event::Error(format!("the new solver cannot take the running state ({e}); it starts from step 0")));
+                false
+            }
+        }
+    }
+
+    /// Bring the reference run to the running solver's cells and state (its checkpoint), so
+    /// that the two start equal; `what` (when not empty) is said with the step.
+    fn sync_reference(&mut self, what: &str) {
+        self.reference_stale = false;
+        let Some(mut r) = self.reference.take() else { return };
+        let d = self.solver.domain();
+        let result = (|| -> Result<(), String> {
+            if r.domain().n != d.n {
+                return Err(format!("the reference has {:?} cells, the run {:?}", r.domain().n, d.n));
+            }
+            if r.domain().flags != d.flags {
+                for e in r.domain().edits_towards(&d.flags, &d.obstacles).map_err(|e| e.to_string())? {
+                    r.edit_cells(&e).map_err(|e| e.to_string())?;
+                }
+            }
+            r.restore(&self.solver.checkpoint()).map_err(|e| e.to_string())
+        })();
+        match result {
+            Ok(()) => {
+                if !what.is_empty() {
+                    self.event(Event::Info(format!("{what}{}", r.time_step())));
+                }
+                self.reference = Some(r);
+            }
+            Err(e) => self.event(Event::Error(format!("the reference run stopped: it cannot follow the run ({e})"))),
+        }
+        self.dirty = true;
+    }
+
+    /// Density of the run against the reference's: NMSE over the fluid cells, and the
+    /// difference field when the difference view is on.
+    fn reference_data(&self) -> Option<ReferenceData> {
+        let r = self.reference.as_ref()?;
+        let a = self.solver.scalar_field(FieldKind::Density);
+        let b = r.scalar_field(FieldKind::Density);
+        let fluid = |i: usize| self.solid.get(i).is_some_and(|&s| s == 0);
+        let (fa, fb): (Vec<f32>, Vec<f32>) = (0..a.len().min(b.len())).filter(|&i| fluid(i)).map(|i| (a[i], b[i])).unzip();
+        let nmse = sim_core::compress::nmse(&fb, &fa);
+        let max_abs = fa.iter().zip(&fb).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let diff = self
+            .diff_view
+            .then(|| Arc::new(a.iter().zip(&b).enumerate().map(|(i, (x, y))| if fluid(i) { x - y } else { 0.0 }).collect::<Vec<f32>>()));
+        Some(ReferenceData { step: r.time_step(), nmse, max_abs, diff, bytes: r.info().memory_bytes })
+    }
+
     /// After cells changed: the solid mask, the shared flags and the solver serial (so views
     /// keyed on it redraw the solids).
     fn cells_changed(&mut self) {
+        self.reference_stale = true;
         self.solid = Arc::new(solid_mask(self.solver.domain()));
         self.flags = Arc::new(self.solver.domain().flags.clone());
         self.solver_serial += 1;
@@ -704,6 +853,13 @@ impl Worker {
             let secs = t.elapsed().as_secs_f64().max(1e-9);
             self.solver_secs_per_step = secs / k as f64;
             self.mlups = self.cells * k as f64 / secs / 1e6;
+            // The reference in lockstep (not timed: the numbers are the run's).
+            if let Some(r) = self.reference.as_mut() {
+                if let Err(e) = r.step(k) {
+                    self.reference = None;
+                    self.event(Event::Error(format!("the reference run stopped: {e}")));
+                }
+            }
             left -= k;
             // A rollback state every `checkpoint_every` steps, but spaced in wall time so that
             // copying the state (a GiB on a large GPU grid) costs at most ~5 % of the run.
@@ -797,6 +953,7 @@ impl Worker {
             params: self.solver.params(),
             info: self.solver.info(),
             compression: self.solver.compression(),
+            reference: self.reference_data(),
             obstacles: d.obstacles.clone(),
             mass0: self.mass0,
             solver_secs_per_step: self.solver_secs_per_step,

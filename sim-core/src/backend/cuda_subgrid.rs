@@ -42,7 +42,7 @@ use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
 use crate::precision::Precision;
 use crate::scene::human_bytes;
 use crate::schemes::Scheme;
-use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -180,7 +180,46 @@ pub struct CudaSubgridSolver {
     last_forces: Forces,
     /// Bytes of device memory besides the ring.
     fixed_bytes: u64,
+    /// How a budget sizes the ring.
+    sizing: RingSizing,
     timing: Option<PhaseTimes>,
+}
+
+/// What sizes the ring of compressed cores from a memory budget.
+#[derive(Clone, Copy, Debug)]
+struct RingSizing {
+    /// Device bytes besides the ring (shells, working box, scratch, tables).
+    fixed: u64,
+    /// The smallest budget accepted: the fixed bytes and room for cores compressed 25x.
+    least: u64,
+    /// Ring words that hold every core raw or at its worst compressed size (more is useless).
+    max_words: u64,
+    /// Bytes of the shells (for the message of a budget too small).
+    shell_bytes: u64,
+}
+
+impl RingSizing {
+    /// Ring words for `budget` (`None`: 90 % of the `free` device bytes).
+    fn words(&self, budget: Option<u64>, free: u64) -> Result<u64, SolverError> {
+        let words = match budget {
+            Some(b) => {
+                if b < self.least {
+                    return Err(SolverError::Backend(format!(
+                        "a memory budget of {} is too small: the shells ({}), the working box and scratch take {} and the \
+                         compressed cores need room too (at least {} in all); raise compression.memory_budget or use bigger \
+                         compression.subgrid (fewer shells)",
+                        human_bytes(b),
+                        human_bytes(self.shell_bytes),
+                        human_bytes(self.fixed),
+                        human_bytes(self.least)
+                    )));
+                }
+                (b - self.fixed) / 4
+            }
+            None => ((free as f64 * 0.9) as u64).saturating_sub(self.fixed) / 4,
+        };
+        Ok(words.min(self.max_words).max(1))
+    }
 }
 
 /// Writes the own cells' slots of a subgrid's working box (of the given size) on the host.
@@ -345,6 +384,51 @@ impl Dev {
         };
         self.subs[id].raw = tau.is_none();
         Ok(words)
+    }
+
+    /// Give the ring `words` words: every record in it goes to host memory first (the next step
+    /// brings them back into the new ring, or leaves them in host memory where it has no room).
+    fn resize_ring(&mut self, words: u64) -> Result<(), SolverError> {
+        let cap = self.ring.len() as u64;
+        if words == cap {
+            return Ok(());
+        }
+        for k in 0..self.subs.len() {
+            if let Record::Ring { start, words } = self.subs[k].record {
+                let first = words.min(cap - start);
+                let mut v = self
+                    .stream
+                    .clone_dtoh(&self.ring.slice(start as usize..(start + first) as usize))
+                    .map_err(derr("moving a record out of the ring"))?;
+                if first < words {
+                    v.extend(
+                        self.stream
+                            .clone_dtoh(&self.ring.slice(0..(words - first) as usize))
+                            .map_err(derr("moving a record out of the ring"))?,
+                    );
+                }
+                self.subs[k].record = Record::Host(v);
+            }
+        }
+        // The old ring goes before the new one is allocated (both may not fit at once).
+        let placeholder = self.stream.alloc_zeros::<u32>(1).map_err(derr("resizing the ring"))?;
+        drop(std::mem::replace(&mut self.ring, placeholder));
+        self.ring = match self.stream.alloc_zeros::<u32>(words as usize) {
+            Ok(r) => r,
+            Err(e) => {
+                // Keep running on the old size where the new one does not fit.
+                self.ring = self.stream.alloc_zeros::<u32>(cap as usize).map_err(derr("allocating the ring again"))?;
+                return Err(SolverError::Backend(format!(
+                    "out of GPU memory: a ring of {} for the compressed cores could not be allocated ({e:?}); kept {}",
+                    human_bytes(4 * words),
+                    human_bytes(4 * cap)
+                )));
+            }
+        };
+        self.ring_tail = 0;
+        self.ring_used = 0;
+        self.spilled_warned = false;
+        Ok(())
     }
 
     /// Put the record in scratch at the ring's tail where it has room, else in host memory.
@@ -569,26 +653,13 @@ impl CudaSubgridSolver {
             + 4 * (n[0] + n[1] + n[2]) as u64;
         let raw_core_words: u64 = boxes.iter().map(|&(_, s)| (q * vol(s.map(|x| x - 2))) as u64).sum();
         let free = dev_info.mem.0 as u64;
-        let ring_words = match budget {
-            Some(b) => {
-                let least = fixed + raw_core_words / 25;
-                if b < least {
-                    return Err(SolverError::Backend(format!(
-                        "a memory budget of {} is too small: the shells ({}), the working box and scratch take {} and the \
-                         compressed cores need room too (at least {} in all); raise compression.memory_budget or use bigger \
-                         compression.subgrid (fewer shells)",
-                        human_bytes(b),
-                        human_bytes(4 * shell_floats as u64),
-                        human_bytes(fixed),
-                        human_bytes(least)
-                    )));
-                }
-                (b - fixed) / 4
-            }
-            None => ((free as f64 * 0.9) as u64).saturating_sub(fixed) / 4,
-        }
-        .min(raw_core_words + (q * max_blocks * boxes.len()) as u64)
-        .max(1);
+        let sizing = RingSizing {
+            fixed,
+            least: fixed + raw_core_words / 25,
+            max_words: raw_core_words + (q * max_blocks * boxes.len()) as u64,
+            shell_bytes: 4 * shell_floats as u64,
+        };
+        let ring_words = sizing.words(budget, free)?;
         let need = fixed + 4 * ring_words;
         if need > free {
             return Err(SolverError::Backend(format!(
@@ -690,6 +761,7 @@ impl CudaSubgridSolver {
             d: std::sync::Mutex::new(d),
             last_forces: [[0.0; 3]; 16],
             fixed_bytes: fixed,
+            sizing,
             timing: None,
         };
         let taus = s.taus();
@@ -788,16 +860,54 @@ impl CudaSubgridSolver {
     /// record), tau.
     #[must_use]
     pub fn subgrid_ratios(&self) -> Vec<([usize; 3], [usize; 3], f64, f32)> {
+        self.subgrid_stats().iter().map(|s| (s.origin, s.size, s.ratio, s.tau)).collect()
+    }
+
+    /// Place, memory (shell and record, wherever the record lies), ratio and threshold of every
+    /// subgrid, x fastest.
+    #[must_use]
+    pub fn subgrid_stats(&self) -> Vec<SubgridStat> {
         let q = self.q;
         self.lock().map_or(Vec::new(), |d| {
             d.subs
                 .iter()
                 .map(|s| {
-                    let stored = 4 * (q * shell_cells(s.size)) as u64 + 4 * s.record.words();
-                    (s.origin, s.size, (4 * q * vol(s.size)) as f64 / stored as f64, s.tau)
+                    let bytes = 4 * (q * shell_cells(s.size)) as u64 + 4 * s.record.words();
+                    let dense = 4 * (q * vol(s.size)) as u64;
+                    SubgridStat {
+                        origin: s.origin,
+                        size: s.size,
+                        ratio: dense as f64 / bytes as f64,
+                        tau: s.tau,
+                        bytes,
+                        dense_bytes: dense,
+                    }
                 })
                 .collect()
         })
+    }
+
+    /// Limit the device memory to `budget` bytes (`None`: 90 % of what is free): the ring of
+    /// compressed cores is made again at the size that leaves, its records moved through host
+    /// memory. A smaller ring that the records outgrow spills and raises tau at the next step,
+    /// as at the start.
+    ///
+    /// # Errors
+    /// A budget below what the shells and the working box need (the message says how much), a
+    /// ring that could not be allocated (the old one is kept).
+    pub fn set_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        let free = match budget {
+            Some(_) => 0,
+            None => {
+                let ring = 4 * self.lock()?.ring.len() as u64;
+                cudarc::driver::result::mem_get_info().map_or(0, |m| m.0 as u64) + ring
+            }
+        };
+        let words = self.sizing.words(budget, free)?;
+        self.dev()?.resize_ring(words)?;
+        self.budget = budget;
+        self.budget_warned = false;
+        Ok(())
     }
 
     /// Run `steps` steps.
@@ -1108,16 +1218,20 @@ impl Solver for CudaSubgridSolver {
         self.set_tau(tau)
     }
     fn compression(&self) -> Option<CompressionInfo> {
-        let taus: Vec<f32> = self.subgrid_ratios().iter().map(|r| r.3).collect();
-        let (lo, hi) = taus.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        let per_subgrid = self.subgrid_stats();
+        let (lo, hi) = per_subgrid.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
         Some(CompressionInfo {
             ratio: self.ratio(),
             bytes: self.bytes(),
             dense_bytes: self.dense_bytes(),
-            subgrids: taus.len(),
+            subgrids: per_subgrid.len(),
             tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
             budget: self.budget,
+            per_subgrid,
         })
+    }
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        self.set_budget(budget)
     }
     fn params(&self) -> Params {
         self.params.clone()

@@ -47,7 +47,7 @@ use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
 use crate::precision::Precision;
 use crate::scene::{human_bytes, LoadedScene, SceneError};
 use crate::schemes::Scheme;
-use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
 use rayon::prelude::*;
 
 /// The largest tau a memory budget raises a subgrid to: far above every detail of the shifted
@@ -283,6 +283,25 @@ impl<L: Lat> SubgridSolver<L> {
     #[must_use]
     pub fn subgrid_ratios(&self) -> Vec<([usize; 3], [usize; 3], f64)> {
         self.subs.iter().map(|s| (s.origin, s.size, (4 * L::Q * s.cells()) as f64 / s.bytes() as f64)).collect()
+    }
+
+    /// Place, memory, ratio and threshold of every subgrid, in the order of
+    /// [`Self::subgrid_ratios`].
+    #[must_use]
+    pub fn subgrid_stats(&self) -> Vec<SubgridStat> {
+        self.subs
+            .iter()
+            .map(|s| {
+                let (bytes, dense) = (s.bytes() as u64, (4 * L::Q * s.cells()) as u64);
+                SubgridStat { origin: s.origin, size: s.size, ratio: dense as f64 / bytes as f64, tau: s.tau, bytes, dense_bytes: dense }
+            })
+            .collect()
+    }
+
+    /// The memory budget, if any.
+    #[must_use]
+    pub fn budget(&self) -> Option<u64> {
+        self.budget
     }
 
     /// The threshold of every subgrid, in the order of [`Self::subgrid_ratios`].
@@ -604,7 +623,12 @@ impl<L: Lat> Solver for SubgridSolver<L> {
             subgrids: self.subs.len(),
             tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
             budget: self.budget,
+            per_subgrid: self.subgrid_stats(),
         })
+    }
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        self.set_budget(budget);
+        Ok(())
     }
     fn params(&self) -> Params {
         self.params.clone()
@@ -1138,6 +1162,39 @@ velocity = [0.05, 0.02, 0.0]
         assert!(s.budget_warned);
         assert!(!s.stats().blown_up());
         assert_eq!(s.compression().unwrap().tau, (TAU_CAP, TAU_CAP));
+    }
+
+    #[test]
+    fn per_subgrid_stats_sum_to_the_totals() {
+        // Uneven subgrids (the last on each axis takes a remainder), some taus raised by a
+        // budget, through the Solver trait as a viewer reads them.
+        let mut d = dense(BOX);
+        d.step(10).unwrap();
+        let mut s = SubgridSolver::from_dense(&d, [17, 14, 20], Some(Thresholds { tau: 1e-6 })).unwrap();
+        s.set_budget(Some(s.bytes() as u64 * 9 / 10));
+        Solver::step(&mut s, 2).unwrap();
+        let c = s.compression().unwrap();
+        let per = &c.per_subgrid;
+        assert_eq!(per.len(), c.subgrids);
+        assert_eq!(per.len(), 4 * 3 * 2, "68 x 36 x 36 in subgrids of 17 x 14 x 20");
+        assert_eq!(per.iter().map(|p| p.bytes).sum::<u64>(), c.bytes);
+        assert_eq!(per.iter().map(|p| p.dense_bytes).sum::<u64>(), c.dense_bytes);
+        let cells: usize = per.iter().map(|p| p.size.iter().product::<usize>()).sum();
+        assert_eq!(cells, s.domain().cells(), "the subgrids tile the grid");
+        for p in per {
+            assert!((p.ratio - p.dense_bytes as f64 / p.bytes as f64).abs() < 1e-12, "{p:?}");
+            assert!(p.tau >= c.tau.0 && p.tau <= c.tau.1, "{p:?} within {:?}", c.tau);
+        }
+        assert!(c.tau.0 < c.tau.1, "the budget raised some taus: {:?}", c.tau);
+        // The overall ratio is the bytes-weighted harmonic mean of the subgrids' ratios.
+        let r = c.dense_bytes as f64 / per.iter().map(|p| p.dense_bytes as f64 / p.ratio).sum::<f64>();
+        assert!((r - c.ratio).abs() < 1e-9 * c.ratio, "{r} vs {}", c.ratio);
+        assert_eq!(per.iter().map(|p| (p.origin, p.size, p.ratio)).collect::<Vec<_>>(), s.subgrid_ratios());
+        assert_eq!(per.iter().map(|p| p.tau).collect::<Vec<_>>(), s.subgrid_taus());
+        // The budget goes through the trait too.
+        Solver::set_compression_budget(&mut s, None).unwrap();
+        assert_eq!(s.compression().unwrap().budget, None);
+        assert!(Solver::set_compression_budget(&mut d, Some(1)).is_err(), "a dense solver has no budget");
     }
 
     const SCENE: &str = r#"
