@@ -6,6 +6,7 @@
 
 use crate::lattice::Lattice;
 use crate::scene::{self, Boundaries, FaceKind, InitialKind, LoadedScene, Profile, SceneError};
+use rayon::prelude::*;
 
 /// Cell kinds (low three bits of a flag).
 pub mod kind {
@@ -224,14 +225,16 @@ impl Domain {
                     });
                 }
                 let layer = if at_max { n[axis] - 1 } else { 0 };
-                for z in 0..n[2] {
-                    for y in 0..n[1] {
-                        for x in 0..n[0] {
-                            if [x, y, z][axis] == layer {
-                                let i = d.index(x, y, z);
-                                d.flags[i] = flag;
-                            }
-                        }
+                // The face's layer only: the two other axes, in order.
+                let (a1, a2) = ((axis + 1) % 3, (axis + 2) % 3);
+                for v in 0..n[a2] {
+                    for u in 0..n[a1] {
+                        let mut p = [0usize; 3];
+                        p[axis] = layer;
+                        p[a1] = u;
+                        p[a2] = v;
+                        let i = d.index(p[0], p[1], p[2]);
+                        d.flags[i] = flag;
                     }
                 }
             }
@@ -244,11 +247,11 @@ impl Domain {
                 message,
             })?;
             let flag = make_flag(kind::SOLID, k + 1);
-            for (i, m) in mask.iter().enumerate() {
-                if *m {
-                    d.flags[i] = flag;
+            d.flags.par_iter_mut().zip(mask.par_iter()).for_each(|(f, &m)| {
+                if m {
+                    *f = flag;
                 }
-            }
+            });
             d.obstacles.push(o.display_name(k));
         }
         d.mark_near();
@@ -257,10 +260,35 @@ impl Domain {
 
     /// Recompute the [`NEAR`] bits after flags changed.
     pub fn mark_near(&mut self) {
-        let near: Vec<bool> = (0..self.flags.len()).map(|i| self.near_of(i)).collect();
-        for (f, nb) in self.flags.iter_mut().zip(near) {
-            *f = (*f & !NEAR) | if nb { NEAR } else { 0 };
-        }
+        // Plane by plane in parallel; cells off the domain's faces reach their neighbours by
+        // fixed index offsets, the others through the periodic wrap of `near_of`.
+        let n = self.n;
+        let plane = n[0] * n[1];
+        let offsets: Vec<isize> = self
+            .lattice
+            .velocities()
+            .iter()
+            .skip(1)
+            .map(|c| c[0] as isize + n[0] as isize * (c[1] as isize + n[1] as isize * c[2] as isize))
+            .collect();
+        let mut out = vec![0u8; self.flags.len()];
+        let this = &*self;
+        let inner = |v: usize, a: usize| v > 0 && v + 1 < n[a];
+        out.par_chunks_mut(plane).enumerate().for_each(|(z, o)| {
+            for y in 0..n[1] {
+                for x in 0..n[0] {
+                    let i = x + n[0] * (y + n[1] * z);
+                    let f = this.flags[i];
+                    let near = if inner(x, 0) && inner(y, 1) && (this.lattice.dims() == 2 || inner(z, 2)) {
+                        kind_of(f) != kind::FLUID || offsets.iter().any(|&d| is_solid(this.flags[i.wrapping_add_signed(d)]))
+                    } else {
+                        this.near_of(i)
+                    };
+                    o[x + n[0] * y] = (f & !NEAR) | if near { NEAR } else { 0 };
+                }
+            }
+        });
+        self.flags = out;
     }
 
     /// Recompute the [`NEAR`] bits of some cells (after the flags around them changed).

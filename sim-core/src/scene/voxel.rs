@@ -1,6 +1,7 @@
 //! Obstacle shapes to cell masks. A cell is solid when its centre lies inside the shape.
 
 use super::{Obstacle, Vec3};
+use rayon::prelude::*;
 use std::path::Path;
 
 /// Mask of the cells inside an obstacle (index `x + nx * (y + ny * z)`).
@@ -9,51 +10,33 @@ use std::path::Path;
 /// A message for an unreadable or empty STL file.
 pub fn voxelise(o: &Obstacle, n: [usize; 3], dims: usize, base: &Path) -> Result<Vec<bool>, String> {
     let mut m = vec![false; n[0] * n[1] * n[2]];
-    let idx = |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
+    // Analytic shapes: a test of the cell centre, plane by plane in parallel.
+    let fill = |m: &mut [bool], inside: &(dyn Fn([f32; 3]) -> bool + Sync)| {
+        m.par_chunks_mut(n[0] * n[1]).enumerate().for_each(|(z, plane)| {
+            for y in 0..n[1] {
+                for x in 0..n[0] {
+                    plane[x + n[0] * y] = inside([x as f32, y as f32, z as f32]);
+                }
+            }
+        });
+    };
     match o {
         Obstacle::Box { min, max, .. } => {
             let (lo, hi) = (min.0, max.0);
-            for z in 0..n[2] {
-                for y in 0..n[1] {
-                    for x in 0..n[0] {
-                        let p = [x as f32, y as f32, z as f32];
-                        if (0..dims).all(|a| p[a] >= lo[a] && p[a] <= hi[a]) {
-                            m[idx(x, y, z)] = true;
-                        }
-                    }
-                }
-            }
+            fill(&mut m, &|p| (0..dims).all(|a| p[a] >= lo[a] && p[a] <= hi[a]));
         }
         Obstacle::Sphere { center, radius, .. } => {
             let c = center.0;
-            for z in 0..n[2] {
-                for y in 0..n[1] {
-                    for x in 0..n[0] {
-                        let p = [x as f32, y as f32, z as f32];
-                        let d2: f32 = (0..dims).map(|a| (p[a] - c[a]).powi(2)).sum();
-                        if d2 <= radius * radius {
-                            m[idx(x, y, z)] = true;
-                        }
-                    }
-                }
-            }
+            fill(&mut m, &|p| (0..dims).map(|a| (p[a] - c[a]).powi(2)).sum::<f32>() <= radius * radius);
         }
         Obstacle::Cylinder { center, radius, axis, length, .. } => {
             let c = center.0;
             let ax = if dims == 2 { 2 } else { axis.index() };
-            for z in 0..n[2] {
-                for y in 0..n[1] {
-                    for x in 0..n[0] {
-                        let p = [x as f32, y as f32, z as f32];
-                        let d2: f32 = (0..dims).filter(|&a| a != ax).map(|a| (p[a] - c[a]).powi(2)).sum();
-                        let along = if ax < dims { (p[ax] - c[ax]).abs() } else { 0.0 };
-                        let inside_len = length.is_none_or(|l| along <= 0.5 * l);
-                        if d2 <= radius * radius && inside_len {
-                            m[idx(x, y, z)] = true;
-                        }
-                    }
-                }
-            }
+            fill(&mut m, &|p| {
+                let d2: f32 = (0..dims).filter(|&a| a != ax).map(|a| (p[a] - c[a]).powi(2)).sum();
+                let along = if ax < dims { (p[ax] - c[ax]).abs() } else { 0.0 };
+                d2 <= radius * radius && length.is_none_or(|l| along <= 0.5 * l)
+            });
         }
         Obstacle::Stl { file, center, size, .. } => {
             let path = base.join(file);
