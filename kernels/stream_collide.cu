@@ -502,9 +502,12 @@ extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsi
             lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
             hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
         }
+        // Only a warp that improves on the range as read now takes the atomic: the range only
+        // narrows toward its final value, so a stale read costs an atomic, never a wrong result,
+        // and most warps of a frame skip the contended address.
         if (lane == 0u) {
-            if (lo != 0xffffffffu) atomicMin(&range[2 * k], lo);
-            if (hi != 0u) atomicMax(&range[2 * k + 1], hi);
+            if (lo != 0xffffffffu && lo < __ldcg(&range[2 * k])) atomicMin(&range[2 * k], lo);
+            if (hi != 0u && hi > __ldcg(&range[2 * k + 1])) atomicMax(&range[2 * k + 1], hi);
         }
     }
     bad = __any_sync(0xffffffffu, bad) ? 1u : 0u;

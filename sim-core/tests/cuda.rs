@@ -629,7 +629,12 @@ fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
     s.step(200).unwrap();
     let (md, ms) = (d.stats().mass, s.stats().mass);
     let cells = s.domain().fluid_cells() as f64;
-    eprintln!("mass start {m0:.9e}, dense {md:.9e}, compressed {ms:.9e}; ratio {:.2}", s.ratio());
+    eprintln!(
+        "mass start {m0:.9e}, dense {md:.9e}, compressed {ms:.9e}; per cell: dense {:.2e}, compressed {:.2e}; ratio {:.2}",
+        (md - m0) / s.domain().fluid_cells() as f64,
+        (ms - m0) / s.domain().fluid_cells() as f64,
+        s.ratio()
+    );
     assert!(((ms - m0) / cells).abs() < 2e-8, "compressed subgrids drift by {:e} per cell", (ms - m0) / cells);
     let (dr, du) = rel_diff(&s, &d);
     eprintln!("rel diff rho {dr:.2e} u {du:.2e}");
@@ -654,12 +659,19 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
     let c = s.compression().unwrap();
     eprintln!("after 30 steps: ratio {:.2}, tau {:?}, host {} bytes", c.ratio, c.tau, s.host_bytes());
-    // A checkpoint restores into the dense CUDA solver and back.
+    // A checkpoint restores into the dense CUDA solver and back: exactly where tau is still 0,
+    // within the raised tau's loss where the budget raised it (a restore compresses again).
     let ck = s.checkpoint();
     let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
     d.restore(&ck).unwrap();
     s.restore(&ck).unwrap();
-    assert_eq!(dense_bits(&s), ck.data, "a restored subgrid state reads back as the checkpoint");
+    if c.tau.1 == 0.0 {
+        assert_eq!(dense_bits(&s), ck.data, "a restored subgrid state reads back as the checkpoint");
+    } else {
+        let (dr, du) = rel_diff(&s, &d);
+        eprintln!("restored at tau up to {:e}: rho {dr:.2e} u {du:.2e} from the checkpoint", c.tau.1);
+        assert!(dr < 1e-4 && du < 1e-2, "restored state too far from the checkpoint: rho {dr:e} u {du:e}");
+    }
     d.step(5).unwrap();
     s.step(5).unwrap();
     let (dr, du) = rel_diff(&s, &d);

@@ -1578,7 +1578,10 @@ impl ViewerApp {
             };
             if self.view.iso {
                 if let Some(st) = self.iso_stats {
-                    ui.label(format!("{} triangles", st.triangles()));
+                    ui.label(match st.stride {
+                        1 => format!("{} triangles", st.triangles()),
+                        s => format!("{} triangles (cubes of {s} cells, to keep the frame rate)", st.triangles()),
+                    });
                 }
                 if let Some(n) = self.iso_note() {
                     ui.colored_label(Color32::from_rgb(255, 170, 60), n);

@@ -415,6 +415,7 @@ pub fn render_bench(
         worker.send(super::worker::Command::SetIso(Some(kind)));
     }
     let mut triangles = 0u32;
+    let mut iso_stride = 1u32;
     let mut frames = 0u64;
     let mut first: Option<(Instant, u64)> = None;
     let mut last_step = 0;
@@ -461,7 +462,10 @@ pub fn render_bench(
         gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
         let done = Instant::now();
         fr.poll(&gpu.device, true);
-        triangles = fr.iso_stats().map_or(triangles, |st| st.triangles());
+        if let Some(st) = fr.iso_stats() {
+            triangles = st.triangles();
+            iso_stride = st.stride;
+        }
         // Count from the first frame on (the first one includes allocating the textures).
         match first {
             None => {
@@ -489,7 +493,9 @@ pub fn render_bench(
     );
     println!("frame path: {path_note}");
     let what = match iso {
-        Some((kind, t)) => format!("one x slice and the isosurface {} = {t}, {triangles} triangles at the end", kind.name()),
+        Some((kind, t)) => {
+            format!("one x slice and the isosurface {} = {t}, {triangles} triangles at the end (cubes of {iso_stride} cells)", kind.name())
+        }
         None => "one x slice".into(),
     };
     println!(

@@ -261,6 +261,8 @@ pub struct MeshStats {
     pub capacity: u32,
     /// Largest buffer this device allows (vertices).
     pub max_capacity: u32,
+    /// Cube edge (cells) it was marched with.
+    pub stride: u32,
 }
 
 impl MeshStats {
@@ -355,6 +357,12 @@ struct Mesh {
     key: Option<MeshKey>,
     readback: Option<(wgpu::Buffer, MapFlag)>,
     stats: Option<MeshStats>,
+    /// Extra coarsening of an isosurface over its grid's stride ([`iso_stride`]), raised while
+    /// the surface has more than [`ISO_TRIANGLE_BUDGET`] triangles and lowered again below a
+    /// quarter of it.
+    lod: u32,
+    /// Stride of the last march.
+    stride: u32,
 }
 
 impl Mesh {
@@ -377,6 +385,8 @@ impl Mesh {
             key: None,
             readback: None,
             stats: None,
+            lod: 1,
+            stride: 1,
         }
     }
 
@@ -402,6 +412,9 @@ impl Mesh {
                 mapped_at_creation: false,
             })
         });
+        // An isosurface's cubes grow with its level of detail; obstacles keep every cell.
+        let stride = if self.mode == 0 { stride * self.lod } else { stride };
+        self.stride = stride;
         let params = gpu_data::McParams {
             size: [size[0] as u32, size[1] as u32, size[2] as u32, self.mode],
             threshold,
@@ -462,7 +475,7 @@ impl Mesh {
                 let wanted = buf.get_mapped_range(..).ok().map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
                 buf.unmap();
                 if let Some(wanted) = wanted {
-                    self.stats = Some(MeshStats { wanted, capacity: self.capacity, max_capacity: self.max_capacity });
+                    self.stats = Some(MeshStats { wanted, capacity: self.capacity, max_capacity: self.max_capacity, stride: self.stride });
                     if wanted > self.capacity && self.capacity < self.max_capacity {
                         let grown = u64::from(wanted).next_power_of_two().min(u64::from(self.max_capacity)) as u32 / 3 * 3;
                         self.capacity = grown.max(self.capacity);
@@ -470,6 +483,17 @@ impl Mesh {
                         self.key = None;
                         self.readback = None;
                         return true;
+                    }
+                    // Level of detail for the next surfaces (a surface made again for a larger
+                    // buffer keeps its detail): a field changes little between frames, so its
+                    // next surface has about as many triangles.
+                    if self.mode == 0 {
+                        let tris = wanted / 3;
+                        if tris > ISO_TRIANGLE_BUDGET && self.stride < ISO_MAX_STRIDE {
+                            self.lod += 1;
+                        } else if tris < ISO_TRIANGLE_BUDGET / 4 && self.lod > 1 {
+                            self.lod -= 1;
+                        }
                     }
                 }
             }
@@ -566,6 +590,15 @@ pub fn wanted_limits(base: wgpu::Limits, adapter: &wgpu::Limits) -> wgpu::Limits
         ..base
     }
 }
+
+/// Triangles an isosurface may have before it is marched on coarser cubes: more than enough
+/// for a picture of a million pixels, and what a GPU with few raster units (a data-centre card
+/// such as the H100) draws in about a millisecond. The level of detail follows the count of the
+/// surface before (see `Mesh::lod`).
+pub const ISO_TRIANGLE_BUDGET: u32 = 300_000;
+
+/// Coarsest cube edge (cells) of an isosurface.
+pub const ISO_MAX_STRIDE: u32 = 8;
 
 /// Cubes per axis above which an isosurface is marched on coarser cubes.
 pub const ISO_FULL_DETAIL_CUBES: usize = 160;
