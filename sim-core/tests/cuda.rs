@@ -637,7 +637,7 @@ fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
     );
     // Measured on an H100 (2026-11-22): -7.8e-8 per cell against -7.6e-10 for the dense solver;
     // the CPU reference drifts the same on this scene (-8.2e-8, its test
-    // compressed_subgrids_drift_like_the_gpu_test_scene). Likely cause, not yet checked: the wavelet keeps the sum over all
+    // compressed_subgrids_drift_like_the_gpu_test_scene). Without the sphere the CPU drift is -2.9e-10 (dense -8.5e-10): the wavelet keeps the sum over all
     // samples of a line, solid cells' slots included, so its error moves a little mass between
     // the sphere's cells and the fluid; without obstacles the drift is the dense solver's.
     assert!(((ms - m0) / cells).abs() < 2e-7, "compressed subgrids drift by {:e} per cell", (ms - m0) / cells);

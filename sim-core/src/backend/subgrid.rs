@@ -972,7 +972,7 @@ velocity = [0.05, 0.02, 0.0]
     /// The scene, subgrids, tau and steps of the GPU test
     /// `gpu_compressed_subgrids_conserve_mass_and_stay_close` (sim-core/tests/cuda.rs), mass
     /// from the solvers' statistics as there: the CPU reference's drift, to compare with the
-    /// GPU's (both about -8e-8 per cell, 100x the dense solver's; the likely cause, not yet checked: the wavelet keeps the sum of
+    /// GPU's (both about -8e-8 per cell, 100x the dense solver's; without the sphere -2.9e-10 against the dense -8.5e-10: the wavelet keeps the sum of
     /// every line, solid cells' slots included, so its error moves a little mass between the
     /// sphere's cells and the fluid; on a box without obstacles the drift is the dense one's,
     /// see `compressed_subgrids_keep_mass_on_a_periodic_box_and_stay_close`).
