@@ -77,8 +77,10 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     __shared__ unsigned prefix[WL_MASK_WORDS];
     __shared__ unsigned total;
     __shared__ wl_u64 pos;
+    __shared__ WlAxisLevels lv;
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
+    wl_levels_fill(&lv, ext);
     const float* f = field + (wl_u64)blockIdx.y * plane;
     for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
         bool inside;
@@ -87,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     }
     if (threadIdx.x == 0) total = 0;
     __syncthreads();
-    wl_forward(s, ext);
+    wl_forward(s, ext, &lv);
 
     // Keep flags: one ballot per warp is one mask word (WL_THREADS is a multiple of 32).
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -96,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
         bool keep = false;
         if (i < WL_N) {
             const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
-            keep = wl_keeps(s[i], wl_detail_level(x, y, z, ext), tau);
+            keep = wl_keeps(s[i], wl_detail_level_t(&lv, x, y, z), tau);
         }
         const unsigned bal = __ballot_sync(0xffffffffu, keep);
         const unsigned word = (unsigned)base / 32u + warp;
@@ -162,8 +164,10 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
     __shared__ unsigned prefix[WL_MASK_WORDS];
     __shared__ unsigned head;
     __shared__ int ok;
+    __shared__ WlAxisLevels lv;
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
+    wl_levels_fill(&lv, ext);
     const wl_u64 p = offsets[blockIdx.y * gridDim.x + blockIdx.x];
     if (p == NO_RECORD) {
         if (threadIdx.x == 0) atomicOr(bad, 1u);
@@ -203,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
         }
     }
     __syncthreads();
-    wl_inverse(s, ext);
+    wl_inverse(s, ext, &lv);
     float* f = field + (wl_u64)blockIdx.y * plane;
     for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
         bool inside;

@@ -37,22 +37,33 @@ __device__ __forceinline__ int wl_axis_detail(int p, int n, int levels) {
     return -1;
 }
 
-// Level at which sample p of a block with extents ext became a detail, or -1: detail_level().
-__device__ __forceinline__ int wl_detail_level(int x, int y, int z, const int ext[3]) {
-    int lv = 1 << 30;
-    const int d0 = wl_axis_detail(x, ext[0], WL_LX);
-    const int d1 = wl_axis_detail(y, ext[1], WL_LY);
-    const int d2 = wl_axis_detail(z, ext[2], WL_LZ);
-    if (d0 >= 0 && d0 < lv) lv = d0;
-    if (d1 >= 0 && d1 < lv) lv = d1;
-    if (d2 >= 0 && d2 < lv) lv = d2;
-    return lv == (1 << 30) ? -1 : lv;
+// Every coordinate's wl_axis_detail for a block's extents, one table per axis (x, then y, then
+// z), filled once per block so that the per-sample and per-line tests are lookups: the
+// instruction count, not memory, bounds these kernels.
+struct WlAxisLevels {
+    signed char v[WL_NX + WL_NY + WL_NZ];
+};
+
+// Fill the tables (all threads of the block; a barrier must follow before they are read).
+__device__ __forceinline__ void wl_levels_fill(WlAxisLevels* t, const int ext[3]) {
+    for (int i = threadIdx.x; i < WL_NX + WL_NY + WL_NZ; i += WL_THREADS) {
+        const int a = i < WL_NX ? 0 : (i < WL_NX + WL_NY ? 1 : 2);
+        const int p = i - (a == 0 ? 0 : (a == 1 ? WL_NX : WL_NX + WL_NY));
+        t->v[i] = (signed char)wl_axis_detail(p, ext[a], wl_levels_of(a));
+    }
 }
 
-// Whether coordinate p is still an approximation along its axis when level l starts.
-__device__ __forceinline__ bool wl_approx_before(int p, int n, int levels, int l) {
-    const int d = wl_axis_detail(p, n, levels);
-    return d < 0 || d >= l;
+// wl_axis_detail of coordinate p along axis a, from the tables.
+__device__ __forceinline__ int wl_axis_detail_t(const WlAxisLevels* t, int a, int p) {
+    return t->v[(a == 0 ? 0 : (a == 1 ? WL_NX : WL_NX + WL_NY)) + p];
+}
+
+// The level at which sample (x, y, z) became a detail, or -1 (detail_level()), from the
+// tables: the smallest non-negative level of the three (as unsigned,
+// -1 is the largest), or -1.
+__device__ __forceinline__ int wl_detail_level_t(const WlAxisLevels* t, int x, int y, int z) {
+    const unsigned d0 = (unsigned)(int)t->v[x], d1 = (unsigned)(int)t->v[WL_NX + y], d2 = (unsigned)(int)t->v[WL_NX + WL_NY + z];
+    return (int)min(d0, min(d1, d2));
 }
 
 __device__ __forceinline__ float wl_weight(int k, int m) { return (k == 0 || k + 1 == m) ? 0.5f : 0.25f; }
@@ -94,7 +105,7 @@ __device__ __forceinline__ void wl_unlift_line(float* s, int base, int stride, i
 // take consecutive coordinates of the next axis, which puts their lines in different shared
 // memory banks (the 2^k + 1 sizes).
 template <bool INVERSE>
-__device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, int a) {
+__device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], const WlAxisLevels* lv, int l, int a) {
     const int b = (a + 1) % 3, c = (a + 2) % 3;
     const int step = 1 << l;
     const int count = (ext[a] - 1) / step + 1;
@@ -102,7 +113,8 @@ __device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, 
     const int lines = ext[b] * ext[c];
     for (int t = threadIdx.x; t < lines; t += WL_THREADS) {
         const int qb = t % ext[b], qc = t / ext[b];
-        if (!wl_approx_before(qb, ext[b], wl_levels_of(b), l) || !wl_approx_before(qc, ext[c], wl_levels_of(c), l)) continue;
+        const int db = wl_axis_detail_t(lv, b, qb), dc = wl_axis_detail_t(lv, c, qc);
+        if ((db >= 0 && db < l) || (dc >= 0 && dc < l)) continue;  // not an approximation any more
         const int base = qb * wl_stride_of(b) + qc * wl_stride_of(c);
         if (INVERSE) wl_unlift_line(s, base, stride, count);
         else wl_lift_line(s, base, stride, count);
@@ -110,11 +122,11 @@ __device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], int l, 
 }
 
 // Forward transform of the block in s (all threads of the CUDA block call it): forward().
-__device__ void wl_forward(float* s, const int ext[3]) {
+__device__ void wl_forward(float* s, const int ext[3], const WlAxisLevels* lv) {
     for (int l = 0; l < WL_MAX_LEVELS; l++) {
         for (int a = 0; a < 3; a++) {
             if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
-                wl_axis_pass<false>(s, ext, l, a);
+                wl_axis_pass<false>(s, ext, lv, l, a);
                 __syncthreads();
             }
         }
@@ -122,11 +134,11 @@ __device__ void wl_forward(float* s, const int ext[3]) {
 }
 
 // Inverse of wl_forward: inverse().
-__device__ void wl_inverse(float* s, const int ext[3]) {
+__device__ void wl_inverse(float* s, const int ext[3], const WlAxisLevels* lv) {
     for (int l = WL_MAX_LEVELS - 1; l >= 0; l--) {
         for (int a = 2; a >= 0; a--) {
             if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
-                wl_axis_pass<true>(s, ext, l, a);
+                wl_axis_pass<true>(s, ext, lv, l, a);
                 __syncthreads();
             }
         }
