@@ -472,16 +472,20 @@ impl Worker {
                 }
                 self.dirty = true;
             }
-            Command::SetCompressionBudget(b) => match self.solver.set_compression_budget(b) {
-                Ok(()) => self.event(Event::Info(match b {
-                    Some(b) => format!(
-                        "memory budget {}: a state over it gets tau raised for its largest subgrids from the next step",
-                        sim_core::scene::human_bytes(b)
-                    ),
-                    None => "no memory budget".into(),
-                })),
-                Err(e) => self.event(Event::Error(e.to_string())),
-            },
+            Command::SetCompressionBudget(b) => {
+                match self.solver.set_compression_budget(b) {
+                    Ok(()) => self.event(Event::Info(match b {
+                        Some(b) => format!(
+                            "memory budget {}: a state over it gets tau raised for its largest subgrids from the next step",
+                            sim_core::scene::human_bytes(b)
+                        ),
+                        None => "no memory budget".into(),
+                    })),
+                    Err(e) => self.event(Event::Error(e.to_string())),
+                }
+                // The panel shows the budget from the next snapshot, paused or not.
+                self.dirty = true;
+            }
             Command::SetReference(r) => match r {
                 Some(r) => {
                     self.reference = Some(r);
