@@ -899,8 +899,11 @@ impl CudaSubgridSolver {
         let free = match budget {
             Some(_) => 0,
             None => {
-                let ring = 4 * self.lock()?.ring.len() as u64;
-                cudarc::driver::result::mem_get_info().map_or(0, |m| m.0 as u64) + ring
+                // The caller's thread may not have the context current (the viewer's worker).
+                let d = self.lock()?;
+                d.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+                let free = cudarc::driver::result::mem_get_info().map_err(derr("reading free device memory"))?.0 as u64;
+                free + 4 * d.ring.len() as u64
             }
         };
         let words = self.sizing.words(budget, free)?;
