@@ -426,6 +426,10 @@ pub fn render_bench(
     let mut t_end = Instant::now() + Duration::from_secs(180);
     let mut fields_s = 0.0f64;
     let period = (how.fps > 0.0).then(|| Duration::from_secs_f64(1.0 / how.fps));
+    let draw = std::env::var("ESOFLOW_BENCH_DRAW").as_deref() != Ok("0");
+    if !draw {
+        eprintln!("ESOFLOW_BENCH_DRAW=0: frames are taken but not drawn");
+    }
     let mut next_frame = Instant::now();
     while Instant::now() < t_end {
         if let Some(p) = period {
@@ -439,6 +443,23 @@ pub fn render_bench(
             std::thread::sleep(Duration::from_micros(200));
             continue;
         };
+        if !draw {
+            // Experiment switch: frames are made and taken, nothing is drawn (what the solver
+            // thread's share of a frame costs, without the renderer's GPU work beside it).
+            let done = Instant::now();
+            match first {
+                None => {
+                    first = Some((done, snap.step));
+                    t_end = done + Duration::from_secs_f64(secs);
+                }
+                Some(_) => {
+                    frames += 1;
+                    fields_s += snap.fields_secs;
+                }
+            }
+            last_step = snap.step;
+            continue;
+        }
         let tu = Instant::now();
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
         fr.begin_gpu_frame();
