@@ -320,6 +320,21 @@ __device__ __forceinline__ void moving_walls(float* f, const unsigned char* flag
     }
 }
 
+// The fields of cell n as the `fields` kernel writes them (density, velocity; four planes of
+// DEF_N floats at `mom`), from the moments of its incoming DDFs f. A step kernel given a
+// `mom` pointer stores them on the way (a frame's fields at no extra read of the DDFs).
+__device__ __forceinline__ void store_moments(float* __restrict__ mom, idx_t n, float rho_m1, float ux, float uy, float uz) {
+    mom[n] = rho_m1 + 1.0f;
+    mom[(idx_t)DEF_N + n] = ux;
+    mom[2 * (idx_t)DEF_N + n] = uy;
+    mom[3 * (idx_t)DEF_N + n] = uz;
+}
+__device__ __forceinline__ void store_cell_moments(float* __restrict__ mom, idx_t n, const float* f, const Params& p) {
+    float rho_m1, ux, uy, uz;
+    moments(f, p.fx, p.fy, p.fz, rho_m1, ux, uy, uz);
+    store_moments(mom, n, rho_m1, ux, uy, uz);
+}
+
 // Load the incoming DDFs of cell n (decoded; halfway bounce-back where `near`).
 __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx_t* j, bool odd, bool near, const unsigned char* flags, float* f) {
 #pragma unroll
@@ -337,14 +352,17 @@ __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx
 // Collide one non-solid cell that touches a boundary (its incoming DDFs in f, halfway
 // bounce-back already applied): moving walls, inlet/outlet equilibrium or the collision, then
 // the momentum exchange with obstacles summed into `acc` (shared, 3 doubles per obstacle id).
-__device__ __forceinline__ void update_boundary_cell(float* f, unsigned char flag, u32 x, u32 y, u32 z, const idx_t* j, const unsigned char* __restrict__ flags, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* acc) {
+// With `mom`, the cell's fields go there first (store_moments; `n` is the cell's index).
+__device__ __forceinline__ void update_boundary_cell(float* f, unsigned char flag, u32 x, u32 y, u32 z, const idx_t* j, const unsigned char* __restrict__ flags, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* acc, float* __restrict__ mom = nullptr, idx_t n = 0) {
     moving_walls(f, flags, j, walls);
     const u32 k = flag & FLAG_KIND;
     if (k == KIND_INLET || k == KIND_OUTLET) {
         float rho_m1, u[3];
         boundary_moments(f, flag, x, y, z, inlets, outlets, rho_m1, u);
+        if (mom) store_moments(mom, n, rho_m1, u[0], u[1], u[2]);
         equilibrium(rho_m1, u[0], u[1], u[2], f);
     } else {
+        if (mom) store_cell_moments(mom, n, f, p);
         collide(f, p);
     }
 #pragma unroll

@@ -30,13 +30,14 @@ __device__ __forceinline__ bool brick_cell(u32 brick, u32& x, u32& y, u32& z) {
 }
 
 // A plain fluid cell: no flag reads.
-__device__ __forceinline__ void lean_cell(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 x, u32 y, u32 z, bool odd, const Params& p) {
+__device__ __forceinline__ void lean_cell(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 x, u32 y, u32 z, bool odd, const Params& p, float* __restrict__ mom) {
     const idx_t n = idx3(x, y, z);
     idx_t j[DEF_Q];
     neighbours(x, y, z, j);
     float f[DEF_Q];
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) f[i] = dec(ldf(fi + load_slot(i, n, j, odd)));
+    if (mom) store_cell_moments(mom, n, f, p);
     collide(f, p);
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) stf(fo + store_slot(i, n, j, odd), enc(f[i]));
@@ -44,7 +45,8 @@ __device__ __forceinline__ void lean_cell(fpxx* __restrict__ fi, fpxx* __restric
 
 // A brick with boundaries: bounce-back, moving walls, inlets/outlets, obstacle forces (summed
 // per brick in shared memory `acc`, then once into `forces`). Every thread of the block calls it.
-__device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 brick, const unsigned char* __restrict__ flags, bool odd, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, double* acc) {
+// With `mom`, every fluid cell's fields go there too (store_moments).
+__device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 brick, const unsigned char* __restrict__ flags, bool odd, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, double* acc, float* __restrict__ mom) {
     if (threadIdx.x < 48) acc[threadIdx.x] = 0.0;
     __syncthreads();
     u32 x, y, z;
@@ -58,8 +60,9 @@ __device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __re
         float f[DEF_Q];
         load_incoming(fi, n, j, odd, near, flags, f);
         if (near) {
-            update_boundary_cell(f, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc);
+            update_boundary_cell(f, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc, mom, n);
         } else {
+            if (mom) store_cell_moments(mom, n, f, p);
             collide(f, p);
         }
 #pragma unroll
@@ -69,32 +72,35 @@ __device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __re
     if (threadIdx.x < 48 && acc[threadIdx.x] != 0.0) atomicAdd(&forces[threadIdx.x], acc[threadIdx.x]);
 }
 
+// The step kernels' last argument `mom`: null, or four planes of DEF_N floats where every fluid
+// cell's density and velocity before this step go (store_moments), for a frame taken after it.
+
 // Plain fluid bricks: no flag reads, fewest registers.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stream_collide_lean(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, float* __restrict__ mom) {
     u32 x, y, z;
     if (!brick_cell(bricks[blockIdx.x], x, y, z)) return;
     const Params p = {tau, cs, fx, fy, fz};
-    lean_cell(fi, fo, x, y, z, t & 1ull, p);
+    lean_cell(fi, fo, x, y, z, t & 1ull, p, mom);
 }
 
 // Bricks with boundaries.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, float* __restrict__ mom) {
     __shared__ double acc[16 * 3];
     const Params p = {tau, cs, fx, fy, fz};
-    boundary_brick(fi, fo, bricks[blockIdx.x], flags, t & 1ull, p, walls, inlets, outlets, forces, acc);
+    boundary_brick(fi, fo, bricks[blockIdx.x], flags, t & 1ull, p, walls, inlets, outlets, forces, acc, mom);
 }
 
 // Every brick in one launch, in memory order: each block takes the lean or the boundary path by
 // its brick's class (a block-uniform branch: no divergence, plain bricks read no flags).
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, float* __restrict__ mom) {
     __shared__ double acc[16 * 3];
     const Params p = {tau, cs, fx, fy, fz};
     const u32 brick = bricks[blockIdx.x];
     if (brick & BRICK_BOUNDARY) {
-        boundary_brick(fi, fo, brick, flags, t & 1ull, p, walls, inlets, outlets, forces, acc);
+        boundary_brick(fi, fo, brick, flags, t & 1ull, p, walls, inlets, outlets, forces, acc, mom);
     } else {
         u32 x, y, z;
-        if (brick_cell(brick, x, y, z)) lean_cell(fi, fo, x, y, z, t & 1ull, p);
+        if (brick_cell(brick, x, y, z)) lean_cell(fi, fo, x, y, z, t & 1ull, p, mom);
     }
 }
 
@@ -151,7 +157,7 @@ __device__ __forceinline__ constexpr int slot_sx(int i) {
 }
 
 template <bool ODD>
-__device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT]) {
+__device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT], float* __restrict__ mom) {
     const u32 x = threadIdx.x;
     const bool inside = x < DEF_NX;
     const u32 xc = inside ? x : 0u;
@@ -175,6 +181,7 @@ __device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restric
         f[i] = dec(sx == 0 ? raw[i] : sh[xrank(i)][(xc + DEF_NX + sx) % DEF_NX]);
     }
     __syncthreads();
+    if (mom && inside) store_cell_moments(mom, n, f, p);
     collide(f, p);
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) {
@@ -222,7 +229,7 @@ __device__ __forceinline__ fpair enc_pair(float lo, float hi) {
 #define PAIRS (DEF_NX / 2u)
 
 template <bool ODD>
-__device__ __forceinline__ void row_pairs(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT]) {
+__device__ __forceinline__ void row_pairs(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 y, u32 z, const Params& p, fpxx (*sh)[ROWT], float* __restrict__ mom) {
     const u32 t = threadIdx.x;
     const bool inside = t < PAIRS;
     const u32 xc = inside ? 2u * t : 0u;
@@ -258,6 +265,10 @@ __device__ __forceinline__ void row_pairs(fpxx* __restrict__ fi, fpxx* __restric
         }
     }
     __syncthreads();
+    if (mom && inside) {
+        store_cell_moments(mom, n, a, p);
+        store_cell_moments(mom, n + 1, b, p);
+    }
     collide(a, p);
     collide(b, p);
     // Outgoing values bound for a shifted slot: shift +1 sends the high cell to the right
@@ -283,16 +294,16 @@ __device__ __forceinline__ void row_pairs(fpxx* __restrict__ fi, fpxx* __restric
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(ROWT) stream_collide_rows(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ rows, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz) {
+extern "C" __global__ void __launch_bounds__(ROWT) stream_collide_rows(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ rows, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, float* __restrict__ mom) {
     __shared__ fpxx sh[xdirs() > 0 ? xdirs() : 1][ROWT];
     const u32 r = rows[blockIdx.x], y = r % DEF_NY, z = r / DEF_NY;
     const Params p = {tau, cs, fx, fy, fz};
 #if DEF_ROW_PAIRS
-    if (t & 1ull) row_pairs<true>(fi, fo, y, z, p, sh);
-    else row_pairs<false>(fi, fo, y, z, p, sh);
+    if (t & 1ull) row_pairs<true>(fi, fo, y, z, p, sh, mom);
+    else row_pairs<false>(fi, fo, y, z, p, sh, mom);
 #else
-    if (t & 1ull) row_cells<true>(fi, fo, y, z, p, sh);
-    else row_cells<false>(fi, fo, y, z, p, sh);
+    if (t & 1ull) row_cells<true>(fi, fo, y, z, p, sh, mom);
+    else row_cells<false>(fi, fo, y, z, p, sh, mom);
 #endif
 }
 #endif

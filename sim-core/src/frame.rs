@@ -89,6 +89,9 @@ pub struct FrameRanges {
     pub min_max: Vec<(f32, f32)>,
     /// False as soon as one fluid cell of one field is NaN or infinite (a blow-up).
     pub finite: bool,
+    /// Time steps the frame lags the solver's [`crate::Solver::time_step`]: 0, or 1 where the
+    /// fields came from the last step (see [`crate::Solver::fuse_frame_fields`]).
+    pub lag: u64,
 }
 
 /// Where a solver writes a frame.
@@ -231,7 +234,7 @@ pub fn fluid_range(values: impl Iterator<Item = f32>, solid: impl Iterator<Item 
 /// them, written into `out` in `layout` (padding left as it is), with the ranges.
 #[must_use]
 pub fn write_host(f: &crate::solver::Fields, kinds: &[FieldKind], layout: &FrameLayout, out: &mut [f32]) -> FrameRanges {
-    let mut ranges = FrameRanges { min_max: Vec::with_capacity(kinds.len()), finite: true };
+    let mut ranges = FrameRanges { min_max: Vec::with_capacity(kinds.len()), finite: true, lag: 0 };
     let nx = layout.n[0];
     for (k, &kind) in kinds.iter().enumerate() {
         let v = crate::fields::scalar(f, kind);

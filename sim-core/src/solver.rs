@@ -220,6 +220,14 @@ pub trait Solver: Send {
             }
         }
     }
+    /// Let the last step of every [`Solver::step`] call store the fields of the state it starts
+    /// from on the way (the step reads every DDF anyway), so that a frame or the stats taken
+    /// right after need no pass of their own over the state. They then show the flow one step
+    /// before [`Solver::time_step`]: [`crate::frame::FrameRanges::lag`] and [`Stats::step`]
+    /// say so. For a viewer; off by default. Backends without such steps ignore it.
+    fn fuse_frame_fields(&mut self, on: bool) {
+        let _ = on;
+    }
     /// Host memory for frames of `floats` floats (page-locked on GPU backends, so copies into
     /// it run at full speed).
     fn host_frame(&self, floats: usize) -> crate::frame::HostFrame {

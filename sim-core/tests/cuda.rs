@@ -346,6 +346,86 @@ fn gpu_frames_match_cpu() {
 }
 
 #[test]
+fn gpu_fields_fused_into_the_last_step_equal_a_separate_pass() {
+    // With fuse_frame_fields on, the last step of a call stores the fields of the state it
+    // starts from: a frame taken after `step(k)` (lag 1) must equal the frame of a solver that
+    // ran k - 1 steps and took it with the fields kernel (lag 0), for every scheme the fused
+    // steps cover, both precisions, bricks (boundaries, moving walls, inlets, outlets) and the
+    // whole-row kernel; the stats then describe that state too. An edit in between falls back
+    // to the fields kernel (lag 0), and LBM-Ghost never fuses.
+    if !gpu() {
+        return;
+    }
+    use sim_core::fields::FieldKind;
+    use sim_core::frame::FrameLayout;
+    let kinds = [FieldKind::Density, FieldKind::Ux, FieldKind::Uz, FieldKind::Vorticity];
+    let frame = |g: &mut cuda::CudaSolver| {
+        let layout = FrameLayout::new(g.domain().n, kinds.len(), 1);
+        let mut host = g.host_frame(layout.floats());
+        let r = g.write_frame(&kinds, &layout, sim_core::frame::FrameTarget::Host(host.floats_mut())).unwrap();
+        (host.floats().to_vec(), r)
+    };
+    for (text, lattice) in [(SCENE_3D, "D3Q19"), (SCENE_2D, "D2Q9"), (SCENE_ROWS_3D, "D3Q19"), (SCENE_ROWS_2D, "D2Q9")] {
+        for s in Scheme::ALL {
+            for p in ["fp32", "fp16s"] {
+                let ls = scene(text, &[("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)]);
+                let mut a = cuda::CudaSolver::from_scene(&ls).unwrap();
+                let mut b = cuda::CudaSolver::from_scene(&ls).unwrap();
+                a.fuse_frame_fields(true);
+                a.step(7).unwrap();
+                a.step(30).unwrap();
+                b.step(36).unwrap();
+                let (fa, ra) = frame(&mut a);
+                let (fb, rb) = frame(&mut b);
+                let what = format!("{lattice} {s} {p} ({} rows)", a.row_count());
+                let want_lag = u64::from(s != Scheme::Ghost);
+                assert_eq!(ra.lag, want_lag, "{what}: frame lag");
+                assert_eq!(rb.lag, 0, "{what}");
+                if want_lag == 0 {
+                    continue;
+                }
+                // The same arithmetic in another kernel: equal up to the compiler's contractions.
+                let close = |x: f32, y: f32| (x - y).abs() <= 1e-6 * x.abs().max(y.abs()).max(1e-3);
+                let bad = fa.iter().zip(&fb).position(|(&x, &y)| !close(x, y));
+                assert!(bad.is_none(), "{what}: fused fields differ from the fields kernel's at {bad:?}");
+                for (x, y) in ra.min_max.iter().zip(&rb.min_max) {
+                    assert!(close(x.0, y.0) && close(x.1, y.1), "{what}: ranges {:?} vs {:?}", ra.min_max, rb.min_max);
+                }
+                let (sa, sb) = (a.stats(), b.stats());
+                assert_eq!(sa.step, 36, "{what}: the stats say which state they describe");
+                assert!(
+                    (sa.mass - sb.mass).abs() <= 1e-9 * sb.mass && close(sa.max_u as f32, sb.max_u as f32),
+                    "{what}: stats {sa:?} vs {sb:?}"
+                );
+                // Exact consumers get the current state, and a frame after them has no lag.
+                assert!(a.fields().rho != b.fields().rho, "{what}: fields() shows step 37, not 36");
+                assert_eq!(frame(&mut a).1.lag, 0, "{what}: planes of the current state are reused as they are");
+            }
+        }
+    }
+    // An edit after a fused step: the frame comes from the fields kernel (no stale planes), and
+    // cells that became solid read as solid (density 1, no velocity).
+    let ls = scene(SCENE_3D, &[]);
+    let mut a = cuda::CudaSolver::from_scene(&ls).unwrap();
+    a.fuse_frame_fields(true);
+    a.step(20).unwrap();
+    let cells = ball(&a, [30.0, 11.0, 10.0], 3.0);
+    a.edit_cells(&sim_core::edit::CellEdit { cells: cells.clone(), to: sim_core::edit::EditTo::Solid("brush".into()) }).unwrap();
+    let (fa, ra) = frame(&mut a);
+    assert_eq!(ra.lag, 0, "after an edit the planes are made again");
+    let np = a.domain().cells();
+    for &c in &cells {
+        assert_eq!((fa[c], fa[np + c], fa[2 * np + c]), (1.0, 0.0, 0.0), "cell {c} is solid now");
+    }
+    a.step(5).unwrap();
+    let (fb, rb) = frame(&mut a);
+    assert_eq!(rb.lag, 1);
+    for &c in &cells {
+        assert_eq!((fb[c], fb[np + c]), (1.0, 0.0), "cell {c} stays solid in fused frames");
+    }
+}
+
+#[test]
 fn gpu_dispatches_are_bit_identical() {
     // Split (lean + boundary kernels), fused (one launch) and boundary-only run the same cell
     // code: the states must agree bit for bit, and the forces too.

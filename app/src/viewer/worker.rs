@@ -350,6 +350,10 @@ impl Worker {
         field: FieldKind,
         spb: u64,
     ) -> Worker {
+        let mut solver = solver;
+        // Frames and stats from the last step of each batch (one step old) where the backend
+        // can: no pass of their own over the state.
+        solver.fuse_frame_fields(true);
         let t = Instant::now();
         let flags = Arc::new(solver.domain().flags.clone());
         let mass0 = solver.stats().mass;
@@ -520,6 +524,7 @@ impl Worker {
             }
             Command::Replace(s, name, keep_cells, keep_state) => {
                 let old = std::mem::replace(&mut self.solver, s);
+                self.solver.fuse_frame_fields(true);
                 self.name = name;
                 if keep_cells {
                     self.carry_cells(old.domain());
@@ -924,6 +929,7 @@ impl Worker {
             }
         };
         let finite = frame.ranges.finite;
+        let lag = frame.ranges.lag;
         let min_max = frame.range(self.field).unwrap_or((0.0, 0.0));
         let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| IsoData {
             kind,
@@ -944,7 +950,7 @@ impl Worker {
         let d = self.solver.domain();
         let snap = Snapshot {
             serial: self.serial,
-            step: self.solver.time_step(),
+            step: self.solver.time_step() - lag,
             size: d.n,
             field: self.field,
             frame,

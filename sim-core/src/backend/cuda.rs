@@ -426,6 +426,14 @@ pub struct CudaSolver {
     outlets: CudaSlice<u8>,
     forces: CudaSlice<f64>,
     planes: std::sync::Mutex<Option<CudaSlice<f32>>>,
+    /// The time step whose fields the planes hold (`u64::MAX`: none, or the state changed).
+    planes_at: std::sync::atomic::AtomicU64,
+    /// Whether the planes' solid cells hold what the fields kernel writes there (the step
+    /// kernels store fluid cells only).
+    planes_solid_ok: std::sync::atomic::AtomicBool,
+    /// The last step of every `step` call stores the fields it starts from (see
+    /// [`Solver::fuse_frame_fields`]).
+    fuse_fields: bool,
     /// A frame written for host memory passes through here (kept between frames).
     frame_dev: Option<CudaSlice<f32>>,
     /// The frame kernel's range keys and non-finite count.
@@ -630,6 +638,9 @@ impl CudaSolver {
             outlets,
             forces,
             planes: std::sync::Mutex::new(None),
+            planes_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            planes_solid_ok: std::sync::atomic::AtomicBool::new(false),
+            fuse_fields: false,
             frame_dev: None,
             frame_range: None,
             ghost_dst,
@@ -719,8 +730,12 @@ impl CudaSolver {
         (self.n_lean, self.n_boundary)
     }
 
-    fn one_step(&mut self) -> Result<(), SolverError> {
+    /// One time step; with `fields`, the step kernels also store the fields of the state it
+    /// starts from into the field planes (where this scheme's kernels can: not LBM-Ghost).
+    fn one_step(&mut self, fields: bool) -> Result<(), SolverError> {
         let t = self.t;
+        let fields = fields && self.k.ghost.is_none();
+        let mom: u64 = if fields { self.planes_for_step()? } else { 0 };
         let p = self.params.collide;
         let (fx, fy, fz) = (p.force[0], p.force[1], p.force[2]);
         let (src, dst) = if self.f.len() == 2 { (self.cur, 1 - self.cur) } else { (0, 0) };
@@ -761,21 +776,21 @@ impl CudaSolver {
             let cfg = LaunchConfig { grid_dim: (self.n_rows, 1, 1), block_dim: (w, 1, 1), shared_mem_bytes: 0 };
             let rows = self.k.rows.as_ref().ok_or_else(|| SolverError::Backend("row kernel missing".into()))?;
             let mut b = self.stream.launch_builder(rows);
-            b.arg(&self.f[src]).arg(&self.f[dst]).arg(&self.rows).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz);
+            b.arg(&self.f[src]).arg(&self.f[dst]).arg(&self.rows).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz).arg(&mom);
             // SAFETY: arguments match the kernel's signature; buffers are sized for the grid.
             unsafe { b.launch(cfg) }.map_err(derr("launching stream_collide_rows"))?;
         }
         if self.dispatch == Dispatch::Split && self.n_lean > 0 {
             let mut b = self.stream.launch_builder(&self.k.lean);
-            b.arg(&self.f[src]).arg(&self.f[dst]).arg(&self.lean).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz);
+            b.arg(&self.f[src]).arg(&self.f[dst]).arg(&self.lean).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz).arg(&mom);
             // SAFETY: arguments match the kernel's signature; buffers are sized for the grid.
             unsafe { b.launch(grid(self.n_lean)) }.map_err(derr("launching stream_collide_lean"))?;
         }
         if n_bricks > 0 {
             let mut b = self.stream.launch_builder(heavy);
             b.arg(&self.f[src]).arg(&self.f[dst]).arg(bricks).arg(&self.flags).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz);
-            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.forces);
-            // SAFETY: as above.
+            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.forces).arg(&mom);
+            // SAFETY: as above (`mom` is null or the field planes, 4 x cells floats).
             unsafe { b.launch(grid(n_bricks)) }.map_err(derr("launching stream_collide"))?;
         }
         if self.cfg.scheme == Scheme::Swap {
@@ -789,8 +804,54 @@ impl CudaSolver {
         if self.f.len() == 2 {
             self.cur = 1 - self.cur;
         }
+        if fields {
+            self.planes_at.store(t, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.planes_stale();
+        }
         self.t += 1;
         Ok(())
+    }
+
+    /// The field planes' device address for a step that stores the fields, with solid cells
+    /// filled first (by the fields kernel) where they are not yet.
+    fn planes_for_step(&mut self) -> Result<u64, SolverError> {
+        use cudarc::driver::DevicePtr;
+        use std::sync::atomic::Ordering;
+        if !self.planes_solid_ok.load(Ordering::Relaxed) {
+            drop(self.run_fields()?);
+            self.planes_solid_ok.store(true, Ordering::Relaxed);
+        }
+        let g = self.planes.lock().map_err(|_| SolverError::Backend("field buffer lock poisoned".into()))?;
+        let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+        let (ptr, _sync) = planes.device_ptr(&self.stream);
+        Ok(ptr)
+    }
+
+    /// The state changed without a step: the field planes no longer show it.
+    fn planes_stale(&self) {
+        self.planes_at.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Field planes of the current state, or (with [`Solver::fuse_frame_fields`] on) of the
+    /// state one step before, which the last step stored: the planes and how many steps they
+    /// lag [`Solver::time_step`]. Runs the fields kernel only when the planes hold neither.
+    fn current_planes(&self) -> Result<(std::sync::MutexGuard<'_, Option<CudaSlice<f32>>>, u64), SolverError> {
+        let at = self.planes_at.load(std::sync::atomic::Ordering::Relaxed);
+        let lag = if at == self.t {
+            Some(0)
+        } else if self.fuse_fields && self.t > 0 && at == self.t - 1 {
+            Some(1)
+        } else {
+            None
+        };
+        if let Some(lag) = lag {
+            let g = self.planes.lock().map_err(|_| SolverError::Backend("field buffer lock poisoned".into()))?;
+            if g.is_some() {
+                return Ok((g, lag));
+            }
+        }
+        Ok((self.run_fields()?, 0))
     }
 
     /// Run the fields kernel into the field planes (rho, ux, uy, uz; a fifth for a derived
@@ -810,12 +871,13 @@ impl CudaSolver {
         // SAFETY: arguments match the kernel; planes hold PLANES x cells floats.
         unsafe { b.launch(cfg) }.map_err(derr("launching fields"))?;
         drop(b);
+        self.planes_at.store(self.t, std::sync::atomic::Ordering::Relaxed);
         Ok(g)
     }
 
     fn stats_inner(&self) -> Result<Stats, SolverError> {
         let cells = self.mirror.domain().cells();
-        let g = self.run_fields()?;
+        let (g, lag) = self.current_planes()?;
         let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
         let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
@@ -832,7 +894,7 @@ impl CudaSolver {
         let nobs = self.mirror.domain().obstacles.len();
         let blown = first_bad != u64::MAX;
         Ok(Stats {
-            step: self.t,
+            step: self.t - lag,
             mass: if blown { f64::NAN } else { m },
             max_u: if blown { f64::NAN } else { f64::from(u) },
             forces: (1..=nobs).map(|k| [fr[3 * k], fr[3 * k + 1], fr[3 * k + 2]]).collect(),
@@ -865,8 +927,10 @@ impl CudaSolver {
         let pitch = layout.row_pitch as u64;
         let plane = layout.plane_floats() as u64;
         let mut range = self.frame_range.take().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
+        let mut lag = 0;
         let launched = (|| {
-            let g = self.run_fields()?;
+            let (g, l) = self.current_planes()?;
+            lag = l;
             let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
             let mut b = self.stream.launch_builder(&self.k.frame);
             b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
@@ -880,7 +944,7 @@ impl CudaSolver {
         let min_max = (0..kinds.len())
             .map(|k| if keys[2 * k] == u32::MAX { (0.0, 0.0) } else { (key_float(keys[2 * k]), key_float(keys[2 * k + 1])) })
             .collect();
-        Ok(FrameRanges { min_max, finite: keys[8] == 0 })
+        Ok(FrameRanges { min_max, finite: keys[8] == 0, lag })
     }
 
     /// The raw device address of the frame staging buffer, grown to `floats`.
@@ -1111,10 +1175,13 @@ impl Solver for CudaSolver {
         self.t
     }
     fn step(&mut self, steps: u64) -> Result<(), SolverError> {
-        for _ in 0..steps {
-            self.one_step()?;
+        for i in 0..steps {
+            self.one_step(self.fuse_fields && i + 1 == steps)?;
         }
         Ok(())
+    }
+    fn fuse_frame_fields(&mut self, on: bool) {
+        self.fuse_fields = on;
     }
     fn fields(&self) -> Fields {
         let d = self.mirror.domain();
@@ -1220,6 +1287,7 @@ impl Solver for CudaSolver {
     }
     fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
         self.mirror.set_params(p.clone())?;
+        self.planes_stale();
         let rebuild = p.collide.kind != self.cfg.collision || p.collide.has_force() != self.cfg.force;
         self.params = p;
         if rebuild {
@@ -1237,6 +1305,8 @@ impl Solver for CudaSolver {
         self.edit_on_device(edit)
     }
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
+        self.planes_stale();
+        self.planes_solid_ok.store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = self.mirror.raw();
         self.mirror.restore(c)?;
         let (bufs, cur, t) = self.mirror.raw();
@@ -1321,6 +1391,8 @@ impl CudaSolver {
     /// Upload the flags and classify rows and bricks again (after the domain changed). The row
     /// mode and brick shape stay (they are compiled into the kernels); only the lists change.
     fn reclassify(&mut self) -> Result<(), SolverError> {
+        self.planes_stale();
+        self.planes_solid_ok.store(false, std::sync::atomic::Ordering::Relaxed);
         let d = self.mirror.domain();
         self.stream.memcpy_htod(&d.flags, &mut self.flags).map_err(derr("uploading flags"))?;
         if self.cfg.scheme == Scheme::Ghost {

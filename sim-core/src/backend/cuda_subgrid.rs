@@ -475,8 +475,9 @@ impl Dev {
         };
         let mut b = self.stream.launch_builder(&k.fused);
         b.arg(&self.boxbuf).arg(&self.boxbuf).arg(&s.bricks).arg(&self.bflags).arg(&t).arg(&c.tau).arg(&c.cs).arg(&fx).arg(&fy).arg(&fz);
-        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.forces);
-        // SAFETY: arguments match stream_collide_fused; the box buffer holds the box the kernel
+        let no_fields = 0u64;
+        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.forces).arg(&no_fields);
+        // SAFETY: arguments match stream_collide_fused (no field planes: a null `mom`); the box buffer holds the box the kernel
         // was compiled for, the brick list covers it.
         unsafe { b.launch(cfg) }.map_err(derr("launching the box's stream_collide_fused"))?;
         Ok(())
