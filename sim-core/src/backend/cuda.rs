@@ -396,6 +396,9 @@ pub type Registers = (i32, i32, i32);
 /// Field planes kept for display and stats: rho, ux, uy, uz and one derived field.
 const PLANES: usize = 5;
 
+/// The field planes, locked.
+type PlanesGuard<'a> = std::sync::MutexGuard<'a, Option<CudaSlice<f32>>>;
+
 /// Class bit of a boundary brick in the list of all bricks (as in stream_collide.cu).
 pub(crate) const BRICK_BOUNDARY: u32 = 0x8000_0000;
 
@@ -836,7 +839,7 @@ impl CudaSolver {
     /// Field planes of the current state, or (with [`Solver::fuse_frame_fields`] on) of the
     /// state one step before, which the last step stored: the planes and how many steps they
     /// lag [`Solver::time_step`]. Runs the fields kernel only when the planes hold neither.
-    fn current_planes(&self) -> Result<(std::sync::MutexGuard<'_, Option<CudaSlice<f32>>>, u64), SolverError> {
+    fn current_planes(&self) -> Result<(PlanesGuard<'_>, u64), SolverError> {
         let at = self.planes_at.load(std::sync::atomic::Ordering::Relaxed);
         let lag = if at == self.t {
             Some(0)
