@@ -107,7 +107,29 @@ pub enum FrameTarget<'a> {
         ptr: u64,
         /// Bytes at `ptr`.
         bytes: usize,
+        /// GPU-side hand-over with the renderer; `None`: the caller synchronises on the host
+        /// (the renderer is done with the memory before the call, and reads it after the call
+        /// returns, which waits for the frame).
+        sync: Option<FrameSync<'a>>,
     },
+}
+
+/// The hand-over of a shared frame buffer between the solver's GPU queue and the renderer's,
+/// through timeline semaphores both APIs share: the solver's queue waits until `read` reaches
+/// `read_value` (the renderer's last submit that read this buffer is done; 0: nothing to wait
+/// for) before it writes the frame, and sets `written` to `written_value` once the frame is
+/// written (the renderer's first submit that reads it waits for that). No CPU thread waits
+/// for the other API.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameSync<'a> {
+    /// The timeline the renderer signals.
+    pub read: &'a crate::backend::cuda_sync::SharedSemaphore,
+    /// The value to wait for.
+    pub read_value: u64,
+    /// The timeline the solver signals.
+    pub written: &'a crate::backend::cuda_sync::SharedSemaphore,
+    /// The value to signal (larger than every value signalled on it before).
+    pub written_value: u64,
 }
 
 impl FrameTarget<'_> {

@@ -310,7 +310,7 @@ fn gpu_frames_match_cpu() {
             let stream = g.stream();
             let dev = stream.alloc_zeros::<f32>(layout.floats()).unwrap();
             let ptr = dev.device_ptr(&stream).0;
-            let rd = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr, bytes: layout.bytes() }).unwrap();
+            let rd = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr, bytes: layout.bytes(), sync: None }).unwrap();
             let back = stream.clone_dtoh(&dev).unwrap();
             assert!(rc.finite && rg.finite && rd.finite);
             assert_eq!(rg, rd, "{kinds:?}: host and device frames give the same ranges");

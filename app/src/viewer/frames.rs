@@ -42,6 +42,64 @@ pub struct SharedSlot {
     pub import: sim_core::backend::cuda::SharedImport,
     /// The renderer's side.
     pub buffer: super::interop::SharedBuffer,
+    /// GPU-side hand-over, where the renderer's device can share timeline semaphores with CUDA
+    /// (one for all slots); `None`: host-synchronised.
+    pub sync: Option<Arc<SharedSync>>,
+    /// The value of [`SharedSync`]'s `read` timeline after which the renderer no longer reads
+    /// this buffer (0: nothing to wait for).
+    pub read_done: std::sync::atomic::AtomicU64,
+}
+
+/// Two timeline semaphores shared by the renderer's Vulkan device and CUDA: `written`, which the
+/// solver's stream signals when a frame is in its buffer (the renderer's first submit that reads
+/// it waits for it), and `read`, which the renderer's submits signal (the solver's stream waits
+/// for the last submit that read a buffer before writing it again). Neither thread waits for the
+/// other API: the waits are on the GPU. The CUDA imports come first, so they drop before the
+/// Vulkan semaphores.
+pub struct SharedSync {
+    written_cuda: sim_core::backend::cuda_sync::SharedSemaphore,
+    read_cuda: sim_core::backend::cuda_sync::SharedSemaphore,
+    written: super::interop::SharedTimeline,
+    read: super::interop::SharedTimeline,
+    next_written: std::sync::atomic::AtomicU64,
+    next_read: std::sync::atomic::AtomicU64,
+}
+
+impl SharedSync {
+    /// Both timelines on `device` (opened by
+    /// [`super::interop::open_device_with_semaphore_export`]), imported into CUDA.
+    ///
+    /// # Errors
+    /// Why not (no semaphore export on this device, the CUDA import failed).
+    pub fn new(device: &wgpu::Device) -> Result<SharedSync, String> {
+        use sim_core::backend::cuda_sync::SharedSemaphore;
+        let mut written = super::interop::SharedTimeline::new(device).map_err(|e| e.to_string())?;
+        let mut read = super::interop::SharedTimeline::new(device).map_err(|e| e.to_string())?;
+        let import = |t: &mut super::interop::SharedTimeline| -> Result<SharedSemaphore, String> {
+            let fd = t.take_fd().ok_or("the timeline semaphore has no file descriptor")?;
+            SharedSemaphore::import_timeline_fd(fd).map_err(|e| e.to_string())
+        };
+        let written_cuda = import(&mut written)?;
+        let read_cuda = import(&mut read)?;
+        Ok(SharedSync {
+            written_cuda,
+            read_cuda,
+            written,
+            read,
+            next_written: std::sync::atomic::AtomicU64::new(1),
+            next_read: std::sync::atomic::AtomicU64::new(1),
+        })
+    }
+
+    /// Before the submit that first reads a frame written with value `written` (0: none): wait
+    /// for it on the GPU, and signal the next `read` value when the submit is done. Returns that
+    /// value.
+    pub fn stage(&self, queue: &wgpu::Queue, written: u64) -> u64 {
+        let r = self.next_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.written.wait_signal_on_next_submit(queue, (written > 0).then_some(written), None);
+        self.read.wait_signal_on_next_submit(queue, None, Some(r));
+        r
+    }
 }
 
 impl SharedSlot {
@@ -54,7 +112,7 @@ impl SharedSlot {
 
 impl std::fmt::Debug for SharedSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SharedSlot({} bytes)", self.bytes())
+        write!(f, "SharedSlot({} bytes, {})", self.bytes(), if self.sync.is_some() { "GPU-side hand-over" } else { "host-synchronised" })
     }
 }
 
@@ -78,6 +136,9 @@ pub struct Frame {
     pub ranges: FrameRanges,
     /// The data.
     pub data: FrameData,
+    /// The value the solver's stream signals on the shared `written` timeline once this frame
+    /// is in its buffer (0: host-synchronised).
+    pub written: u64,
 }
 
 impl Frame {
@@ -152,6 +213,7 @@ impl FramePool {
                         layout: shared_layout,
                         ranges: FrameRanges::default(),
                         data: FrameData::Shared(Arc::clone(s)),
+                        written: 0,
                     }));
                 }
             }
@@ -163,7 +225,15 @@ impl FramePool {
                 }
                 let ptr = slot.import.device_ptr();
                 let bytes = slot.bytes() as usize;
-                fr.ranges = solver.write_frame(kinds, &shared_layout, FrameTarget::Device { ptr, bytes })?;
+                let written = slot.sync.as_ref().map_or(0, |s| s.next_written.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                let sync = slot.sync.as_ref().map(|s| sim_core::frame::FrameSync {
+                    read: &s.read_cuda,
+                    read_value: slot.read_done.load(std::sync::atomic::Ordering::Acquire),
+                    written: &s.written_cuda,
+                    written_value: written,
+                });
+                fr.ranges = solver.write_frame(kinds, &shared_layout, FrameTarget::Device { ptr, bytes, sync })?;
+                fr.written = written;
                 fr.kinds = kinds.to_vec();
                 fr.layout = shared_layout;
                 return Ok(Some(Arc::clone(f)));
@@ -180,6 +250,7 @@ impl FramePool {
                     layout,
                     ranges: FrameRanges::default(),
                     data: FrameData::Host(solver.host_frame(layout.floats())),
+                    written: 0,
                 }));
                 self.frames.len() - 1
             }
@@ -194,6 +265,7 @@ impl FramePool {
         }
         fr.kinds = kinds.to_vec();
         fr.layout = layout;
+        fr.written = 0;
         Ok(Some(Arc::clone(&self.frames[i])))
     }
 }
@@ -206,22 +278,34 @@ pub struct Uploaded {
     /// Messages for the status line.
     pub problems: Vec<String>,
     hold: Vec<super::render::Keep>,
+    /// The `read` value the next submit signals (staged by the upload of a shared frame with
+    /// GPU-side hand-over): the buffers released are free once it is reached.
+    read_signal: Option<u64>,
 }
 
 impl Uploaded {
     /// Nothing new held, no problems (an upload through the queue alone); the shared buffers
     /// the renderer stopped binding go with it, to be released after the next submit.
     pub fn released_by(fr: &mut super::render::FieldRenderer) -> Uploaded {
-        Uploaded { problems: Vec::new(), hold: fr.take_released() }
+        Uploaded { problems: Vec::new(), hold: fr.take_released(), read_signal: None }
     }
 
     /// After the next submit: the solver thread may write the shared buffers bound before once
     /// the GPU has run every command submitted so far, the last that could read them (no wait
     /// here).
+    ///
+    /// With GPU-side hand-over (the submit signalled the `read` timeline), buffers go back at
+    /// once, marked with the value the solver's stream waits for before writing them again.
     pub fn release(self, queue: &wgpu::Queue) {
-        if !self.hold.is_empty() {
-            let held = self.hold;
-            queue.on_submitted_work_done(move || drop(held));
+        let mut later = Vec::new();
+        for k in self.hold {
+            match (self.read_signal, Arc::clone(&k).downcast::<SharedSlot>()) {
+                (Some(r), Ok(slot)) if slot.sync.is_some() => slot.read_done.store(r, std::sync::atomic::Ordering::Release),
+                _ => later.push(k),
+            }
+        }
+        if !later.is_empty() {
+            queue.on_submitted_work_done(move || drop(later));
         }
     }
 }
@@ -242,6 +326,7 @@ pub fn upload_snapshot(
 ) -> Result<Uploaded, String> {
     let frame = &snap.frame;
     let mut problems = Vec::new();
+    let mut read_signal = None;
     let field = frame.plane(snap.field).ok_or_else(|| format!("the frame lacks {}", snap.field.name()))?;
     let iso = snap.iso.and_then(|d| Some((d.kind, frame.plane(d.kind)?, frame.plane(FieldKind::Speed)?)));
     if snap.iso.is_some() && iso.is_none() {
@@ -268,9 +353,25 @@ pub fn upload_snapshot(
             let keep: super::render::Keep = Arc::clone(slot) as _;
             fr.upload_from_buffer(device, queue, slot.buffer.buffer(), &frame.layout, field, iso, solid, Some(keep))
                 .map_err(|e| e.to_string())?;
+            // The next submit reads this frame: on the GPU it waits until the solver has written
+            // it, and it tells the solver when the buffers bound before are free.
+            if let Some(s) = &slot.sync {
+                read_signal = Some(s.stage(queue, frame.written));
+            }
         }
     }
-    Ok(Uploaded { problems, hold: fr.take_released() })
+    Ok(Uploaded { problems, hold: fr.take_released(), read_signal })
+}
+
+/// How shared frames change hands between the solver and the renderer, for the frame path's
+/// note.
+#[must_use]
+pub fn hand_over_note(slots: &[Arc<SharedSlot>]) -> &'static str {
+    if slots.iter().all(|s| s.sync.is_some()) {
+        "handed over on the GPU through timeline semaphores"
+    } else {
+        "host-synchronised: this device shares no timeline semaphores with CUDA"
+    }
 }
 
 /// Shared buffers for frames of a grid `n` (room for [`VIEW_PLANES`] fields each) on the
@@ -288,13 +389,21 @@ pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize) -> 
         return Err("the renderer runs on another GPU than CUDA device 0".into());
     }
     let bytes = FrameLayout::new(n, VIEW_PLANES, SHARED_ROW_ALIGN).bytes() as u64;
+    // Timeline semaphores where the device can export them; host-synchronised otherwise.
+    let sync = match SharedSync::new(device) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(why) => {
+            tracing::info!("shared frames are host-synchronised: {why}");
+            None
+        }
+    };
     (0..count)
         .map(|i| {
             let mut buffer = SharedBuffer::new(device, bytes, &format!("shared frame {i}")).map_err(|e| e.to_string())?;
             let fd = buffer.take_fd().ok_or("the shared buffer has no file descriptor")?;
             let import =
                 sim_core::backend::cuda::SharedImport::import_fd(fd, buffer.alloc_size(), buffer.dedicated()).map_err(|e| e.to_string())?;
-            Ok(Arc::new(SharedSlot { import, buffer }))
+            Ok(Arc::new(SharedSlot { import, buffer, sync: sync.clone(), read_done: std::sync::atomic::AtomicU64::new(0) }))
         })
         .collect()
 }
@@ -402,6 +511,46 @@ mod tests {
         drop((s, s2));
         assert!(shared.write(solver.as_mut(), &kinds).expect("frame").is_some(), "a released buffer is written again");
         drop(s3);
+    }
+
+    #[test]
+    fn gpu_frames_hand_over_on_the_gpu_through_timeline_semaphores() {
+        // On a device that shares timeline semaphores with CUDA, frames go round the three
+        // shared buffers with the waits on the GPU: the solver's stream waits for the renderer's
+        // last read of a buffer before writing it again, and the renderer's submit waits for the
+        // solver's write. Every frame read back equals the host frame of the same state.
+        let Some(g) = cuda_gpu("gpu_frames_hand_over_on_the_gpu_through_timeline_semaphores") else { return };
+        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
+        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
+        let mut solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        solver.fuse_frame_fields(true);
+        let slots = make_shared_slots(&g.device, ls.derived.size, POOL).expect("shared buffers");
+        let sync =
+            Arc::clone(slots[0].sync.as_ref().expect("this device shares timeline semaphores with CUDA (VK_KHR_external_semaphore_fd)"));
+        let mut shared = FramePool::default();
+        shared.set_shared(slots);
+        let mut host = FramePool::default();
+        let kinds = [FieldKind::Speed, FieldKind::Density];
+        let (mut last_w, mut last_r) = (0, 0);
+        for i in 0..12 {
+            solver.step(3).expect("steps");
+            let f = shared.write(solver.as_mut(), &kinds).expect("frame").expect("a free shared buffer");
+            let h = host.write(solver.as_mut(), &kinds).expect("frame").expect("a free host frame");
+            let FrameData::Shared(slot) = &f.data else { panic!("frame {i} is not in a shared buffer") };
+            assert!(f.written > last_w, "frame {i}: written values grow");
+            if i >= POOL {
+                assert!(slot.read_done.load(std::sync::atomic::Ordering::Acquire) > 0, "frame {i}: its buffer was read before");
+            }
+            let r = sync.stage(&g.queue, f.written);
+            let back = read_back(&g, slot.buffer.buffer(), f.layout.bytes() as u64);
+            slot.read_done.store(r, std::sync::atomic::Ordering::Release);
+            for (k, kind) in kinds.iter().enumerate() {
+                assert_eq!(f.layout.unpad(&back, k), h.host_values(*kind).expect("host values"), "frame {i} {kind:?}");
+            }
+            (last_w, last_r) = (f.written, r);
+        }
+        assert_eq!(sync.written.value().expect("value"), last_w, "the solver signalled every frame");
+        assert_eq!(sync.read.value().expect("value"), last_r, "the renderer signalled every read");
     }
 
     #[test]

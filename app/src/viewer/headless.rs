@@ -57,12 +57,17 @@ pub fn gpu_with(timestamps: bool) -> Result<Gpu, String> {
     let base = wgpu::Limits { max_texture_dimension_3d: adapter.limits().max_texture_dimension_3d, ..wgpu::Limits::downlevel_defaults() }
         .using_resolution(adapter.limits());
     let limits = super::render::wanted_limits(base, &adapter.limits());
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("esoflow offscreen"),
-        required_limits: limits,
-        required_features: if timestamps { super::gpu_timer::wanted_features(adapter.features()) } else { wgpu::Features::empty() },
-        ..Default::default()
-    }))
+    // With timeline semaphores that CUDA can share where the device has them (shared frames
+    // then hand over on the GPU); a plain device elsewhere.
+    let (device, queue, _semaphores) = super::interop::open_device_with_semaphore_export(
+        &adapter,
+        &wgpu::DeviceDescriptor {
+            label: Some("esoflow offscreen"),
+            required_limits: limits,
+            required_features: if timestamps { super::gpu_timer::wanted_features(adapter.features()) } else { wgpu::Features::empty() },
+            ..Default::default()
+        },
+    )
     .map_err(|e| format!("cannot open the GPU device {}: {e}", info.name))?;
     Ok(Gpu { device, queue, adapter: format!("{} ({:?}, {:?})", info.name, info.backend, info.device_type) })
 }
@@ -397,7 +402,10 @@ pub fn render_bench(
         super::frames::make_shared_slots(&gpu.device, n, super::frames::POOL)
     };
     let path_note = match &shared {
-        Ok(_) => "shared GPU memory (CUDA writes into Vulkan buffers; the shaders read them in place, no copy)".to_string(),
+        Ok(slots) => format!(
+            "shared GPU memory (CUDA writes into Vulkan buffers; the shaders read them in place, no copy; {})",
+            super::frames::hand_over_note(slots)
+        ),
         Err(why) => format!("host memory ({why})"),
     };
     if how.path == FramePath::Shared {

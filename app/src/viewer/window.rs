@@ -153,7 +153,10 @@ fn shared_frames(
         return (None, format!("host memory (the {} backend computes there)", snap.info.backend));
     }
     match super::frames::make_shared_slots(device, snap.size, super::frames::POOL) {
-        Ok(slots) => (Some(slots), "shared GPU memory (CUDA writes, the shaders read in place)".into()),
+        Ok(slots) => {
+            let note = format!("shared GPU memory (CUDA writes, the shaders read in place; {})", super::frames::hand_over_note(&slots));
+            (Some(slots), note)
+        }
         Err(why) => (None, format!("page-locked host memory: {why}")),
     }
 }

@@ -914,7 +914,14 @@ impl CudaSolver {
     }
 
     /// The frame kernel into `out` (device address of at least `layout.floats()` floats).
-    fn frame_into(&mut self, kinds: &[FieldKind], layout: &FrameLayout, out: u64) -> Result<FrameRanges, SolverError> {
+    /// With `sync`, the stream waits for the renderer before writing and signals it after.
+    fn frame_into(
+        &mut self,
+        kinds: &[FieldKind],
+        layout: &FrameLayout,
+        out: u64,
+        sync: Option<crate::frame::FrameSync<'_>>,
+    ) -> Result<FrameRanges, SolverError> {
         let cells = self.mirror.domain().cells();
         if self.frame_range.is_none() {
             self.frame_range = Some(self.stream.alloc_zeros::<u32>(9).map_err(derr("allocating frame ranges"))?);
@@ -935,11 +942,19 @@ impl CudaSolver {
             let (g, l) = self.current_planes()?;
             lag = l;
             let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+            if let Some(s) = sync {
+                if s.read_value > 0 {
+                    s.read.wait(&self.stream, s.read_value)?;
+                }
+            }
             let mut b = self.stream.launch_builder(&self.k.frame);
             b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
             // SAFETY: arguments match frame_fields; `out` holds the layout's floats (checked by
             // the caller), the planes hold 4 x cells floats, the range buffer 9 words.
             unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
+            if let Some(s) = sync {
+                s.written.signal(&self.stream, s.written_value)?;
+            }
             self.stream.clone_dtoh(&range).map_err(derr("reading frame ranges"))
         })();
         self.frame_range = Some(range);
@@ -1256,10 +1271,10 @@ impl Solver for CudaSolver {
     fn write_frame(&mut self, kinds: &[FieldKind], layout: &FrameLayout, target: FrameTarget<'_>) -> Result<FrameRanges, SolverError> {
         crate::frame::check_request(self.mirror.domain(), kinds, layout, target.floats())?;
         match target {
-            FrameTarget::Device { ptr, .. } => self.frame_into(kinds, layout, ptr),
+            FrameTarget::Device { ptr, sync, .. } => self.frame_into(kinds, layout, ptr, sync),
             FrameTarget::Host(out) => {
                 let ptr = self.frame_staging(layout.floats())?;
-                let ranges = self.frame_into(kinds, layout, ptr)?;
+                let ranges = self.frame_into(kinds, layout, ptr, None)?;
                 let staging = self.frame_dev.as_ref().ok_or_else(|| SolverError::Backend("no frame buffer".into()))?;
                 let n = layout.floats();
                 self.stream.memcpy_dtoh(&staging.slice(..n), &mut out[..n]).map_err(derr("copying the frame to the host"))?;

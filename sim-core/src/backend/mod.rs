@@ -4,5 +4,6 @@ pub mod cpu;
 pub mod cuda;
 pub mod cuda_compress;
 pub mod cuda_subgrid;
+pub mod cuda_sync;
 mod ghost;
 pub mod subgrid;

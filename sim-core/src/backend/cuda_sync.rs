@@ -1,0 +1,101 @@
+//! Timeline semaphores another API (the renderer's Vulkan) exported on the solver's GPU,
+//! imported into CUDA: the solver's stream waits for values the renderer's queue signals and
+//! signals values the renderer's queue waits for, so neither side stops its CPU thread to hand
+//! a shared buffer over (see [`crate::frame::FrameSync`]).
+
+use super::cuda::{cuda_present, derr};
+use crate::SolverError;
+use cudarc::driver::{sys, CudaContext, CudaStream};
+use std::sync::Arc;
+
+/// A timeline semaphore exported as an opaque file descriptor (Vulkan's
+/// `VK_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD_BIT` of a `VK_SEMAPHORE_TYPE_TIMELINE`),
+/// imported into device 0's primary context (shared by every CUDA solver, so it outlives
+/// solver rebuilds). Drop it before the exporter destroys the semaphore.
+pub struct SharedSemaphore {
+    ctx: Arc<CudaContext>,
+    sem: sys::CUexternalSemaphore,
+}
+
+// SAFETY: a plain driver handle, usable from any thread once the context is bound (every use
+// binds it first).
+unsafe impl Send for SharedSemaphore {}
+// SAFETY: as above; the driver serialises operations on the handle.
+unsafe impl Sync for SharedSemaphore {}
+
+impl SharedSemaphore {
+    /// Import a timeline semaphore exported as an opaque fd. On success CUDA owns `fd`.
+    ///
+    /// # Errors
+    /// No CUDA, or the driver refused the handle (other GPU, not a timeline semaphore).
+    #[cfg(unix)]
+    pub fn import_timeline_fd(fd: std::os::fd::OwnedFd) -> Result<SharedSemaphore, SolverError> {
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        if !cuda_present() {
+            return Err(SolverError::Backend("no CUDA driver (libcuda) to import a semaphore into".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
+        ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        let desc = sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC {
+            type_: sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,
+            handle: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 { fd: fd.as_raw_fd() },
+            flags: 0,
+            reserved: [0; 16],
+        };
+        let mut sem = std::mem::MaybeUninit::uninit();
+        // SAFETY: desc is fully initialised and names an open fd; on success the driver owns it.
+        unsafe { sys::cuImportExternalSemaphore(sem.as_mut_ptr(), &raw const desc) }
+            .result()
+            .map_err(derr("importing a timeline semaphore (cuImportExternalSemaphore)"))?;
+        let _ = fd.into_raw_fd();
+        // SAFETY: the call succeeded, so the handle is initialised.
+        Ok(SharedSemaphore { ctx, sem: unsafe { sem.assume_init() } })
+    }
+
+    /// Queue on `stream`: set the timeline to `value` once the work queued before is done.
+    /// Values must grow from one signal to the next.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn signal(&self, stream: &CudaStream, value: u64) -> Result<(), SolverError> {
+        self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        // SAFETY: zero is a valid bit pattern for the plain-data parameter struct.
+        let mut p: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
+        p.params.fence.value = value;
+        // SAFETY: a live semaphore of this context, one parameter set, a live stream.
+        unsafe { sys::cuSignalExternalSemaphoresAsync(&raw const self.sem, &raw const p, 1, stream.cu_stream()) }
+            .result()
+            .map_err(derr("signalling the renderer (cuSignalExternalSemaphoresAsync)"))
+    }
+
+    /// Queue on `stream`: hold the work queued after this until the timeline reaches `value`.
+    ///
+    /// # Errors
+    /// Driver errors.
+    pub fn wait(&self, stream: &CudaStream, value: u64) -> Result<(), SolverError> {
+        self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        // SAFETY: zero is a valid bit pattern for the plain-data parameter struct.
+        let mut p: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
+        p.params.fence.value = value;
+        // SAFETY: a live semaphore of this context, one parameter set, a live stream.
+        unsafe { sys::cuWaitExternalSemaphoresAsync(&raw const self.sem, &raw const p, 1, stream.cu_stream()) }
+            .result()
+            .map_err(derr("waiting for the renderer (cuWaitExternalSemaphoresAsync)"))
+    }
+}
+
+impl Drop for SharedSemaphore {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: a live handle, destroyed once; work that used it was queued on streams
+            // the driver keeps ordered.
+            let _ = unsafe { sys::cuDestroyExternalSemaphore(self.sem) };
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedSemaphore")
+    }
+}
