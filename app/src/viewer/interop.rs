@@ -875,9 +875,27 @@ mod tests {
 
     #[test]
     fn interop_timeline_needs_the_extension() {
-        let Some(gpu) = vulkan_gpu() else { return };
-        // headless::gpu() opens a plain device: the semaphore extension is not enabled.
-        let e = SharedTimeline::new(&gpu.device).expect_err("plain device");
+        if vulkan_gpu().is_none() {
+            return;
+        }
+        // A device opened the plain way (request_device): the semaphore extension is not
+        // enabled, and SharedTimeline says so.
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN,
+            flags: wgpu::InstanceFlags::from_build_config().with_env(),
+            backend_options: wgpu::BackendOptions::from_env_or_default(),
+            memory_budget_thresholds: wgpu::MemoryBudgetThresholds::default(),
+            display: None,
+        });
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default())).expect("Vulkan adapter");
+        let (device, _queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("plain"),
+            required_limits: wgpu::Limits::downlevel_defaults().using_resolution(adapter.limits()),
+            ..Default::default()
+        }))
+        .expect("plain device");
+        let e = SharedTimeline::new(&device).expect_err("plain device");
+        assert!(e.to_string().contains("VK_KHR_external_semaphore_fd") || e.to_string().contains("timeline"), "{e}");
         eprintln!("plain device: {e}");
     }
 }
