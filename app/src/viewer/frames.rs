@@ -449,6 +449,14 @@ mod tests {
         v
     }
 
+    /// A 40x24x20 channel with an inlet, an outlet and a sphere, on the CUDA backend.
+    fn sphere_channel() -> (sim_core::scene::LoadedScene, Box<dyn Solver>) {
+        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
+        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
+        let solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        (ls, solver)
+    }
+
     fn pattern(k: usize) -> Vec<f32> {
         (0..k).map(|i| (i % 1_000_003) as f32 * 0.5 - 7.0).collect()
     }
@@ -487,9 +495,7 @@ mod tests {
     #[test]
     fn gpu_solver_frames_agree_shared_and_host() {
         let Some(g) = cuda_gpu("gpu_solver_frames_agree_shared_and_host") else { return };
-        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
-        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
-        let mut solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        let (ls, mut solver) = sphere_channel();
         solver.step(100).expect("steps");
         let kinds = [FieldKind::Speed, FieldKind::Vorticity, FieldKind::Q];
         let mut host = FramePool::default();
@@ -520,9 +526,7 @@ mod tests {
         // last read of a buffer before writing it again, and the renderer's submit waits for the
         // solver's write. Every frame read back equals the host frame of the same state.
         let Some(g) = cuda_gpu("gpu_frames_hand_over_on_the_gpu_through_timeline_semaphores") else { return };
-        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
-        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
-        let mut solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        let (ls, mut solver) = sphere_channel();
         solver.fuse_frame_fields(true);
         let slots = make_shared_slots(&g.device, ls.derived.size, POOL).expect("shared buffers");
         let sync =
@@ -560,9 +564,7 @@ mod tests {
         use crate::viewer::render::{read_texture, FieldRenderer, IsoView, Keep, ViewParams};
         let Some(g) = cuda_gpu("gpu_shared_frames_draw_like_host_frames") else { return };
         // 40 cells along x: the shared frame's rows are padded to 64 floats.
-        let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
-        let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
-        let mut solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        let (ls, mut solver) = sphere_channel();
         solver.step(200).expect("steps");
         let n = ls.derived.size;
         let kinds = [FieldKind::Speed, FieldKind::Vorticity];

@@ -782,16 +782,20 @@ mod tests {
         assert!(interop_support(&device).is_err());
         assert!(device_uuid(&device).is_none());
     }
-    /// A Vulkan adapter and a device opened with semaphore export, or `None` (with a skip
-    /// message).
-    fn semaphore_device() -> Option<(wgpu::Device, wgpu::Queue, String)> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+    fn vulkan_instance() -> wgpu::Instance {
+        wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN,
             flags: wgpu::InstanceFlags::from_build_config().with_env(),
             backend_options: wgpu::BackendOptions::from_env_or_default(),
             memory_budget_thresholds: wgpu::MemoryBudgetThresholds::default(),
             display: None,
-        });
+        })
+    }
+
+    /// A Vulkan adapter and a device opened with semaphore export, or `None` (with a skip
+    /// message).
+    fn semaphore_device() -> Option<(wgpu::Device, wgpu::Queue, String)> {
+        let instance = vulkan_instance();
         let Ok(adapter) = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default())) else {
             eprintln!("SKIP: no Vulkan adapter for the timeline test");
             return None;
@@ -880,13 +884,7 @@ mod tests {
         }
         // A device opened the plain way (request_device): the semaphore extension is not
         // enabled, and SharedTimeline says so.
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends: wgpu::Backends::VULKAN,
-            flags: wgpu::InstanceFlags::from_build_config().with_env(),
-            backend_options: wgpu::BackendOptions::from_env_or_default(),
-            memory_budget_thresholds: wgpu::MemoryBudgetThresholds::default(),
-            display: None,
-        });
+        let instance = vulkan_instance();
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default())).expect("Vulkan adapter");
         let (device, _queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("plain"),
