@@ -434,7 +434,8 @@ pub fn render_bench(
     let mut t_end = Instant::now() + Duration::from_secs(180);
     let mut fields_s = 0.0f64;
     let period = (how.fps > 0.0).then(|| Duration::from_secs_f64(1.0 / how.fps));
-    let draw = std::env::var("ESOFLOW_BENCH_DRAW").as_deref() != Ok("0");
+    let empty = std::env::var("ESOFLOW_BENCH_DRAW").as_deref() == Ok("empty");
+    let draw = !empty && std::env::var("ESOFLOW_BENCH_DRAW").as_deref() != Ok("0");
     if !draw {
         eprintln!("ESOFLOW_BENCH_DRAW=0: frames are taken but not drawn");
     }
@@ -451,6 +452,13 @@ pub fn render_bench(
             std::thread::sleep(Duration::from_micros(200));
             continue;
         };
+        if empty {
+            // Experiment switch: one empty submit per frame (what a Vulkan submission alone costs
+            // the solver), waited for like a drawn frame.
+            let enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("empty") });
+            gpu.queue.submit([enc.finish()]);
+            gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow::anyhow!("GPU wait failed: {e}"))?;
+        }
         if !draw {
             // Experiment switch: frames are made and taken, nothing is drawn (what the solver
             // thread's share of a frame costs, without the renderer's GPU work beside it).
