@@ -404,11 +404,16 @@ extern "C" __global__ void __launch_bounds__(DEF_GB0 * DEF_GB1) stream_collide_g
 }
 #endif
 
-// Density and velocity of every cell from its incoming DDFs (parity-aware); only when a frame
-// or the stats need them. Output: rho, ux, uy, uz as four planes of N floats.
-extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
-    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= DEF_N) return;
+// Cell t of the box with corner (x0, y0, z0) and extents e (x fastest), wrapped around the
+// grid (a box may start at -1, given as n - 1, and run across a periodic edge).
+__device__ __forceinline__ idx_t box_cell(const u64 t, const u32 x0, const u32 y0, const u32 z0, const u32 ex, const u32 ey) {
+    const u32 x = (u32)(t % ex), y = (u32)((t / ex) % ey), z = (u32)(t / ((u64)ex * ey));
+    return idx3((x0 + x) % DEF_NX, (y0 + y) % DEF_NY, (z0 + z) % DEF_NZ);
+}
+
+// Density and velocity of cell n from its incoming DDFs (parity-aware) into the four planes
+// rho, ux, uy, uz of N floats each.
+__device__ __forceinline__ void cell_fields(const idx_t n, const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
     const unsigned char flag = flags[n];
     if (is_solid(flag)) {
         out[n] = 1.0f; out[DEF_N + n] = 0.0f; out[2 * DEF_N + n] = 0.0f; out[3 * DEF_N + n] = 0.0f;
@@ -432,6 +437,20 @@ extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned ch
     out[DEF_N + n] = u[0];
     out[2 * DEF_N + n] = u[1];
     out[3 * DEF_N + n] = u[2];
+}
+
+// Density and velocity of every cell; only when a frame or the stats need them.
+extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
+    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < DEF_N) cell_fields(n, fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
+}
+
+// The same for the cells of one box (box_cell): the slabs around the planes of a frame that
+// shows slices only.
+extern "C" __global__ void fields_box(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out,
+                                      const u32 x0, const u32 y0, const u32 z0, const u32 ex, const u32 ey, const u32 ez) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (u64)ex * ey * ez) cell_fields(box_cell(i, x0, y0, z0, ex, ey), fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
 }
 
 // One derived field at fluid cell `n` from the velocity planes of `fl`: which = 0 vorticity
@@ -488,10 +507,10 @@ __device__ __forceinline__ u32 float_key(const float v) {
 // floats apart. Derived fields are 0 in solid cells. Per field, range[2k] and range[2k + 1]
 // take the keys (float_key) of the smallest and largest finite fluid value (start them at
 // 0xffffffff and 0), and range[8] counts non-finite fluid values.
-extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
-                                        const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range) {
-    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const bool live = n < DEF_N;
+// Every thread of a warp calls it (`live` false past the end), as the ranges are reduced
+// across the warp.
+__device__ __forceinline__ void frame_cell(const idx_t n, const bool live, const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
+                                           const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range) {
     const bool fluid = live && !is_solid(flags[n]);
     const u64 at = live ? (u64)(n / DEF_NX) * pitch + (u64)(n % DEF_NX) : 0ull;
     const u32 lane = threadIdx.x & 31u;
@@ -523,6 +542,21 @@ extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsi
     }
     bad = __any_sync(0xffffffffu, bad) ? 1u : 0u;
     if (lane == 0u && bad) atomicAdd(&range[8], 1u);
+}
+
+extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
+                                        const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range) {
+    const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
+    frame_cell(n, n < DEF_N, fl, flags, kinds, nk, pitch, plane, out, range);
+}
+
+// The same for the cells of one box (a slice plane): a frame that shows slices only.
+extern "C" __global__ void frame_box(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
+                                     const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range,
+                                     const u32 x0, const u32 y0, const u32 z0, const u32 ex, const u32 ey, const u32 ez) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = i < (u64)ex * ey * ez;
+    frame_cell(live ? box_cell(i, x0, y0, z0, ex, ey) : 0, live, fl, flags, kinds, nk, pitch, plane, out, range);
 }
 
 // Mass, largest speed and the first non-finite cell, from the field planes.

@@ -199,7 +199,8 @@ pub trait Solver: Send {
         crate::fields::scalar(&self.fields(), kind)
     }
     /// Write one frame of a view: the fields `kinds` of the current state into `target` as
-    /// `layout` says, with each field's range over the fluid cells. Derived fields (speed,
+    /// `layout` says, with each field's range over the fluid cells of `layout.region` (cells
+    /// outside the region may be left as they were). Derived fields (speed,
     /// vorticity, Q) are 0 in solid cells. Host targets work on every backend; device targets
     /// (memory shared with a renderer) only where [`Solver::shares_device_memory`] is true.
     ///

@@ -346,6 +346,74 @@ fn gpu_frames_match_cpu() {
 }
 
 #[test]
+fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
+    // A frame of slice planes only (FrameRegion::Planes) holds, on its planes, the values of a
+    // whole frame (derived fields included: their derivatives read the slabs around the plane,
+    // also across periodic edges), and its ranges equal the CPU's over the same planes; cells
+    // off the planes are not written. With fused fields the planes come from the last step.
+    if !gpu() {
+        return;
+    }
+    use cudarc::driver::DevicePtr;
+    use sim_core::fields::FieldKind;
+    use sim_core::frame::{FrameLayout, FrameRegion, FrameTarget};
+    let ls = scene(SCENE_3D, &[]);
+    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+    c.step(120).unwrap();
+    g.step(120).unwrap();
+    let n = c.domain().n;
+    let kinds = [FieldKind::Vorticity, FieldKind::Density, FieldKind::Q, FieldKind::Speed];
+    let whole = FrameLayout::new(n, kinds.len(), 256);
+    let stream = g.stream();
+    let dev = stream.alloc_zeros::<f32>(whole.floats()).unwrap();
+    let ptr = dev.device_ptr(&stream).0;
+    // The plane frames first: no whole pass has run at this step, so they compute their slabs.
+    let sets = [[Some(0), None, None], [None, Some(n[1] / 2), Some(n[2] - 1)], [Some(n[0] - 1), Some(0), Some(3)]];
+    let mut parts = Vec::new();
+    for planes in sets {
+        let layout = whole.with_region(FrameRegion::Planes(planes));
+        let part = stream.clone_htod(&vec![-7.0f32; layout.floats()]).unwrap();
+        let pp = part.device_ptr(&stream).0;
+        let rg = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr: pp, bytes: layout.bytes(), sync: None }).unwrap();
+        parts.push((stream.clone_dtoh(&part).unwrap(), rg));
+    }
+    g.write_frame(&kinds, &whole, FrameTarget::Device { ptr, bytes: whole.bytes(), sync: None }).unwrap();
+    let all = stream.clone_dtoh(&dev).unwrap();
+    for (planes, (got, rg)) in sets.into_iter().zip(parts) {
+        let region = FrameRegion::Planes(planes);
+        let layout = whole.with_region(region);
+        let mut want = vec![0.0f32; layout.floats()];
+        let rc = c.write_frame(&kinds, &layout, FrameTarget::Host(&mut want)).unwrap();
+        for k in 0..kinds.len() {
+            let (a, w) = (layout.unpad(&got, k), layout.unpad(&all, k));
+            for (cell, (&x, &y)) in a.iter().zip(&w).enumerate() {
+                let p = c.domain().coords(cell);
+                if region.contains(p) {
+                    assert_eq!(x, y, "{:?} at {p:?} on {planes:?}: the plane frame equals the whole frame", kinds[k]);
+                } else {
+                    assert_eq!(x, -7.0, "{:?} at {p:?}: cells off {planes:?} are not written", kinds[k]);
+                }
+            }
+            let (lc, lg) = (rc.min_max[k], rg.min_max[k]);
+            let tol = 1e-4 * lc.0.abs().max(lc.1.abs()).max(1e-12);
+            assert!((lc.0 - lg.0).abs() <= tol && (lc.1 - lg.1).abs() <= tol, "{:?} on {planes:?}: range {lg:?} vs CPU {lc:?}", kinds[k]);
+        }
+        assert!(rg.finite && rg.lag == 0);
+    }
+    // Bad planes are refused with a message.
+    let layout = whole.with_region(FrameRegion::Planes([Some(n[0]), None, None]));
+    let e = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr, bytes: layout.bytes(), sync: None }).unwrap_err().to_string();
+    assert!(e.contains("outside the grid"), "{e}");
+    // Fused: a plane frame right after step() reads the planes the last step stored.
+    g.fuse_frame_fields(true);
+    g.step(3).unwrap();
+    let layout = whole.with_region(FrameRegion::Planes([None, None, Some(1)]));
+    let r = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr, bytes: layout.bytes(), sync: None }).unwrap();
+    assert_eq!(r.lag, 1);
+}
+
+#[test]
 fn gpu_fields_fused_into_the_last_step_equal_a_separate_pass() {
     // With fuse_frame_fields on, the last step of a call stores the fields of the state it
     // starts from: a frame taken after `step(k)` (lag 1) must equal the frame of a solver that

@@ -14,6 +14,7 @@ use glam::Vec3;
 use sim_core::bricks::BrickClass;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
+use sim_core::frame::FrameRegion;
 use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
 use sim_core::scene::{FaceKind, LoadedScene};
@@ -296,6 +297,9 @@ pub struct ViewerApp {
     pending_reference: Option<Receiver<Result<Box<dyn sim_core::Solver>, String>>>,
     /// The pending rebuild goes on from the running state (compression switched).
     keep_state: bool,
+    /// The slice planes last sent to the solver thread (frames without an isosurface carry
+    /// only their cells).
+    sent_slices: Option<[Option<usize>; 3]>,
     /// Help overlay shown.
     pub show_help: bool,
     /// Timings from the shell.
@@ -381,6 +385,7 @@ impl ViewerApp {
             frame_note: String::new(),
             status: None,
             iso_stats: None,
+            sent_slices: None,
             solid_stats: None,
             gpu_timing: GpuTiming::Unknown,
             surfaces_supported: true,
@@ -949,11 +954,23 @@ impl ViewerApp {
             color_range: self.iso_color_range(),
         });
         let subgrids = self.view.subgrid_outlines && self.snap.as_ref().is_some_and(|s| s.compression.is_some());
+        // A frame of slice planes only: its planes are drawn (a slice just moved or switched
+        // on appears with the next frame, never with another plane's old values).
+        let mut slices = self.view.slices;
+        let mut show = self.view.show;
+        if let Some(FrameRegion::Planes(k)) = self.snap.as_ref().map(|s| s.frame.layout.region) {
+            for a in 0..3 {
+                match k[a] {
+                    Some(i) => slices[a] = i,
+                    None => show[a] = false,
+                }
+            }
+        }
         ViewParams {
             cmap: if self.diff_values().is_some() { ColorMap::Diverging } else { self.view.cmap },
             range: self.range(),
-            slices: self.view.slices,
-            show: self.view.show,
+            slices,
+            show,
             camera: self.view.camera,
             iso,
             solids: self.view.solids && three_d,
@@ -1013,6 +1030,11 @@ impl ViewerApp {
     }
 
     fn poll_worker(&mut self) {
+        let planes = (!self.is_2d()).then(|| std::array::from_fn(|a| self.view.show[a].then_some(self.view.slices[a])));
+        if planes != self.sent_slices {
+            self.sent_slices = planes;
+            self.worker.send(Command::SetSlices(planes));
+        }
         for e in self.worker.events() {
             match e {
                 Event::Info(t) => self.message(t, false),

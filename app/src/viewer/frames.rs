@@ -8,7 +8,7 @@
 //! and the renderer no longer binds it (nor has commands in flight that read it).
 
 use sim_core::fields::FieldKind;
-use sim_core::frame::{FrameLayout, FrameRanges, FrameTarget, HostFrame};
+use sim_core::frame::{FrameLayout, FrameRanges, FrameRegion, FrameTarget, HostFrame};
 use sim_core::{Solver, SolverError};
 use std::sync::Arc;
 
@@ -191,15 +191,15 @@ impl FramePool {
         self.frames.retain(|f| !f.is_shared());
     }
 
-    /// Write the fields `kinds` of the solver's state into a free frame: a shared buffer when
+    /// Write the fields `kinds` of the solver's state in `region` into a free frame: a shared buffer when
     /// there is a free one that fits and the solver can write it, else host memory. `None` when
     /// every frame is still held (the caller publishes later).
     ///
     /// # Errors
     /// The solver's errors.
-    pub fn write(&mut self, solver: &mut dyn Solver, kinds: &[FieldKind]) -> Result<Option<Arc<Frame>>, SolverError> {
+    pub fn write(&mut self, solver: &mut dyn Solver, kinds: &[FieldKind], region: FrameRegion) -> Result<Option<Arc<Frame>>, SolverError> {
         let n = solver.domain().n;
-        let shared_layout = FrameLayout::new(n, kinds.len(), SHARED_ROW_ALIGN);
+        let shared_layout = FrameLayout::new(n, kinds.len(), SHARED_ROW_ALIGN).with_region(region);
         let use_shared = solver.shares_device_memory() && self.shared.iter().any(|s| s.bytes() >= shared_layout.bytes() as u64);
         if use_shared {
             // Every shared buffer gets a frame of its own; a frame is free when no snapshot and no
@@ -240,7 +240,7 @@ impl FramePool {
             }
             return Ok(None);
         }
-        let layout = FrameLayout::new(n, kinds.len(), 1);
+        let layout = FrameLayout::new(n, kinds.len(), 1).with_region(region);
         let free = self.frames.iter().position(|f| !f.is_shared() && Arc::strong_count(f) == 1);
         let i = match free {
             Some(i) => i,
@@ -499,11 +499,11 @@ mod tests {
         solver.step(100).expect("steps");
         let kinds = [FieldKind::Speed, FieldKind::Vorticity, FieldKind::Q];
         let mut host = FramePool::default();
-        let h = host.write(solver.as_mut(), &kinds).expect("host frame").expect("a free frame");
+        let h = host.write(solver.as_mut(), &kinds, FrameRegion::All).expect("host frame").expect("a free frame");
         assert!(!h.is_shared());
         let mut shared = FramePool::default();
         shared.set_shared(make_shared_slots(&g.device, ls.derived.size, POOL).expect("shared buffers"));
-        let s = shared.write(solver.as_mut(), &kinds).expect("shared frame").expect("a free frame");
+        let s = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("shared frame").expect("a free frame");
         let FrameData::Shared(slot) = &s.data else { panic!("the frame is not in a shared buffer") };
         assert_eq!(h.ranges, s.ranges, "same ranges both ways");
         let back = read_back(&g, slot.buffer.buffer(), s.layout.bytes() as u64);
@@ -511,11 +511,11 @@ mod tests {
             assert_eq!(s.layout.unpad(&back, k), h.host_values(*kind).expect("host values"), "{kind:?}: same values both ways");
         }
         // Three frames at most are in flight; a held shared buffer is not written again.
-        let s2 = shared.write(solver.as_mut(), &kinds).expect("frame").expect("a second frame");
-        let s3 = shared.write(solver.as_mut(), &kinds).expect("frame").expect("a third frame");
-        assert!(shared.write(solver.as_mut(), &kinds).expect("frame").is_none(), "all three shared buffers are held");
+        let s2 = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a second frame");
+        let s3 = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a third frame");
+        assert!(shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").is_none(), "all three shared buffers are held");
         drop((s, s2));
-        assert!(shared.write(solver.as_mut(), &kinds).expect("frame").is_some(), "a released buffer is written again");
+        assert!(shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").is_some(), "a released buffer is written again");
         drop(s3);
     }
 
@@ -538,8 +538,8 @@ mod tests {
         let (mut last_w, mut last_r) = (0, 0);
         for i in 0..12 {
             solver.step(3).expect("steps");
-            let f = shared.write(solver.as_mut(), &kinds).expect("frame").expect("a free shared buffer");
-            let h = host.write(solver.as_mut(), &kinds).expect("frame").expect("a free host frame");
+            let f = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a free shared buffer");
+            let h = host.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a free host frame");
             let FrameData::Shared(slot) = &f.data else { panic!("frame {i} is not in a shared buffer") };
             assert!(f.written > last_w, "frame {i}: written values grow");
             if i >= POOL {
@@ -569,10 +569,10 @@ mod tests {
         let n = ls.derived.size;
         let kinds = [FieldKind::Speed, FieldKind::Vorticity];
         let mut host = FramePool::default();
-        let h = host.write(solver.as_mut(), &kinds).expect("host frame").expect("a free frame");
+        let h = host.write(solver.as_mut(), &kinds, FrameRegion::All).expect("host frame").expect("a free frame");
         let mut shared = FramePool::default();
         shared.set_shared(make_shared_slots(&g.device, n, POOL).expect("shared buffers"));
-        let s = shared.write(solver.as_mut(), &kinds).expect("shared frame").expect("a free frame");
+        let s = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("shared frame").expect("a free frame");
         let FrameData::Shared(slot) = &s.data else { panic!("the frame is not in a shared buffer") };
         assert!(!s.layout.is_tight());
         let (lo, hi) = h.range(FieldKind::Vorticity).expect("vorticity range");

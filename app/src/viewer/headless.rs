@@ -394,6 +394,11 @@ pub fn render_bench(
     let size = spec.size.unwrap_or_else(|| default_size(n));
     let cmap = spec.cmap.unwrap_or_else(|| default_cmap(spec.field));
     let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+    // Experiment switch: time one frame in N (default super::gpu_timer::SAMPLE_EVERY; 1 shows
+    // what timing every frame costs the solver).
+    if let Some(k) = std::env::var("ESOFLOW_GPU_TIMER_EVERY").ok().and_then(|v| v.parse().ok()) {
+        fr.sample_gpu_every(k);
+    }
     let shared = if how.path == FramePath::Host {
         Err("host memory asked for (--frame-path host)".to_string())
     } else if info.backend != "cuda" {
@@ -422,6 +427,10 @@ pub fn render_bench(
     if let Some((kind, _)) = iso {
         worker.send(super::worker::Command::SetIso(Some(kind)));
     }
+    // One x slice, as the window's solver thread learns it: without an isosurface, frames carry
+    // only that plane.
+    let slices = spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]);
+    worker.send(super::worker::Command::SetSlices(Some([Some(slices[0]), None, None])));
     let mut triangles = 0u32;
     let mut iso_stride = 1u32;
     let mut frames = 0u64;
@@ -485,8 +494,7 @@ pub fn render_bench(
         solid_done = true;
         let td = Instant::now();
         let range = spec.range.unwrap_or_else(|| auto_range(snap.min_max, cmap));
-        let mut params =
-            ViewParams::plain(cmap, range, spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]), [true, false, false], Camera::default());
+        let mut params = ViewParams::plain(cmap, range, slices, [true, false, false], Camera::default());
         // With iso=...: the isosurface is made again for every new field (marching cubes on the GPU).
         params.iso = iso.map(|(kind, threshold)| {
             let color_range = snap.iso.as_ref().map_or((0.0, 0.1), |d| auto_range(d.speed_min_max, cmap));

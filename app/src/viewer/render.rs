@@ -1256,6 +1256,13 @@ impl FieldRenderer {
         }
     }
 
+    /// Time one frame in `every` (1: every frame; default [`super::gpu_timer::SAMPLE_EVERY`]).
+    pub fn sample_gpu_every(&mut self, every: u64) {
+        if let Some(t) = self.timer.as_mut() {
+            t.sample_every(every);
+        }
+    }
+
     /// GPU times measured so far, or that the adapter has no timestamps.
     #[must_use]
     pub fn gpu_timing(&self) -> GpuTiming {

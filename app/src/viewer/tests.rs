@@ -592,6 +592,7 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
         queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&floats));
         let solid = vec![0u8; values.len()];
         let mut fr = FieldRenderer::new(dev, queue);
+        fr.sample_gpu_every(1);
         let p = iso_params(ColorMap::Viridis, 6.0);
         // A few frames, each with new data (marching cubes, draw); never waiting.
         for k in 0..5 {
@@ -1099,6 +1100,37 @@ fn ui_isosurface_toggle_field_and_threshold() {
     h.step();
     assert!(h.state().view_params().outlines);
     assert!(h.query_by_label_contains("boxes:").is_some());
+}
+
+#[test]
+fn ui_frames_carry_only_the_slices_without_an_isosurface() {
+    use sim_core::frame::FrameRegion;
+    let mut h = harness(small_3d_app());
+    let n = [24usize, 16, 16];
+    run_until(&mut h, "a frame of the three slice planes", |a| {
+        a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::Planes([Some(12), Some(8), Some(8)]))
+    });
+    // The field's range is taken over the fluid cells of those planes alone.
+    let snap = h.state().snap.as_ref().expect("snapshot");
+    let v = snap.frame.host_values(snap.field).expect("host values");
+    let on = |c: usize| c % n[0] == 12 || (c / n[0]) % n[1] == 8 || c / (n[0] * n[1]) == 8;
+    let planes: Vec<u8> = snap.solid.iter().enumerate().map(|(c, &s)| if on(c) { s } else { 1 }).collect();
+    assert_eq!(snap.min_max, super::worker::fluid_min_max(v, &planes).0, "the range is the planes'");
+    // A slice moved (paused): drawn where the frame has values until the frame of the new plane
+    // comes, then there; a slice switched off leaves the frame.
+    h.state_mut().view.slices[0] = 3;
+    h.state_mut().view.show[1] = false;
+    assert_eq!(h.state().view_params().slices[0], 12, "the old frame's plane until a new frame comes");
+    run_until(&mut h, "the frame of the moved slice", |a| {
+        a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::Planes([Some(3), None, Some(8)]))
+    });
+    let p = h.state().view_params();
+    assert_eq!((p.slices[0], p.show), (3, [true, false, true]));
+    // With an isosurface the frame holds every cell again.
+    h.get_by_label("isosurface").click();
+    h.step();
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a whole frame", |a| a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::All));
 }
 
 #[test]

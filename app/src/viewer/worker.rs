@@ -9,6 +9,7 @@ use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
 use sim_core::fields::FieldKind;
+use sim_core::frame::FrameRegion;
 use sim_core::{CellEdit, EditReport, EditTo, Params, Solver, SolverInfo, Stats};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -28,6 +29,10 @@ pub enum Command {
     SetField(FieldKind),
     /// The isosurface's field to publish with it (and the velocity magnitude), or none.
     SetIso(Option<FieldKind>),
+    /// The slice planes the view draws (index along x, y, z; `None`: that slice is off), or
+    /// `None` when the view may need any cell. Without an isosurface, 3D frames then carry
+    /// only these planes' cells.
+    SetSlices(Option<[Option<usize>; 3]>),
     /// Write frames into these buffers shared with the renderer's GPU (empty: host memory).
     SharedFrames(Vec<Arc<SharedSlot>>),
     /// Keep a rollback checkpoint every K steps.
@@ -292,6 +297,7 @@ struct Worker {
     running: bool,
     field: FieldKind,
     iso: Option<FieldKind>,
+    slices: Option<[Option<usize>; 3]>,
     steps_per_batch: u64,
     checkpoint_every: u64,
     initial: Arc<Saved>,
@@ -376,6 +382,7 @@ impl Worker {
             running,
             field,
             iso: None,
+            slices: None,
             steps_per_batch: spb.max(1),
             checkpoint_every: 1000,
             initial,
@@ -455,7 +462,18 @@ impl Worker {
             }
             Command::SetStepsPerBatch(n) => self.steps_per_batch = n.clamp(1, 1_000_000),
             Command::SetField(f) => self.field = f,
-            Command::SetIso(k) => self.iso = k,
+            Command::SetIso(k) => {
+                self.iso = k;
+                self.update_fusion();
+            }
+            Command::SetSlices(k) => {
+                if k != self.slices {
+                    self.slices = k;
+                    self.update_fusion();
+                    // A paused view shows the new planes at once.
+                    self.dirty = true;
+                }
+            }
             Command::SharedFrames(slots) => {
                 self.frames.set_shared(slots);
                 self.dirty = true;
@@ -524,7 +542,7 @@ impl Worker {
             }
             Command::Replace(s, name, keep_cells, keep_state) => {
                 let old = std::mem::replace(&mut self.solver, s);
-                self.solver.fuse_frame_fields(true);
+                self.update_fusion();
                 self.name = name;
                 if keep_cells {
                     self.carry_cells(old.domain());
@@ -900,6 +918,25 @@ impl Worker {
         self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.ckpt.step });
     }
 
+    /// The cells a frame carries: the slice planes alone when the view draws nothing else (3D,
+    /// no isosurface, planes known), else every cell.
+    fn frame_region(&self) -> FrameRegion {
+        match self.slices {
+            Some(k) if self.iso.is_none() && self.solver.domain().n[2] > 1 && k.iter().any(Option::is_some) => {
+                let n = self.solver.domain().n;
+                FrameRegion::Planes(std::array::from_fn(|a| k[a].map(|i| i.min(n[a] - 1))))
+            }
+            _ => FrameRegion::All,
+        }
+    }
+
+    /// Whole frames come from the last step of each batch where the backend can (no pass of
+    /// their own over the state); frames of a few planes are cheaper computed on their own.
+    fn update_fusion(&mut self) {
+        let whole = self.frame_region() == FrameRegion::All;
+        self.solver.fuse_frame_fields(whole);
+    }
+
     /// The fields a frame carries: the slices' field, and with an isosurface on (3D) its field
     /// and the speed that colours it, each once.
     fn frame_kinds(&self) -> Vec<FieldKind> {
@@ -917,7 +954,8 @@ impl Worker {
     fn publish(&mut self) {
         let t = Instant::now();
         let kinds = self.frame_kinds();
-        let frame = match self.frames.write(self.solver.as_mut(), &kinds) {
+        let region = self.frame_region();
+        let frame = match self.frames.write(self.solver.as_mut(), &kinds, region) {
             Ok(Some(f)) => f,
             // Every frame is still held by the window: publish after the next batch.
             Ok(None) => return,

@@ -13,7 +13,7 @@ use crate::collision::Collision;
 use crate::domain::{is_solid, Domain};
 use crate::edit::{CellEdit, EditReport};
 use crate::fields::FieldKind;
-use crate::frame::{FrameLayout, FrameRanges, FrameTarget, HostFloats, HostFrame};
+use crate::frame::{FrameLayout, FrameRanges, FrameRegion, FrameTarget, HostFloats, HostFrame};
 use crate::lattice::Lattice;
 use crate::precision::Precision;
 use crate::scene::{LoadedScene, Profile};
@@ -383,8 +383,10 @@ struct Kernels {
     ghost: Option<(CudaFunction, CudaFunction)>,
     swap: CudaFunction,
     fields: CudaFunction,
+    fields_box: CudaFunction,
     derived: CudaFunction,
     frame: CudaFunction,
+    frame_box: CudaFunction,
     stats: CudaFunction,
     gather: CudaFunction,
     scatter: CudaFunction,
@@ -840,6 +842,15 @@ impl CudaSolver {
     /// state one step before, which the last step stored: the planes and how many steps they
     /// lag [`Solver::time_step`]. Runs the fields kernel only when the planes hold neither.
     fn current_planes(&self) -> Result<(PlanesGuard<'_>, u64), SolverError> {
+        if let Some(ok) = self.fresh_planes()? {
+            return Ok(ok);
+        }
+        Ok((self.run_fields()?, 0))
+    }
+
+    /// The field planes if they hold the current state (lag 0) or, with fused fields, the state
+    /// one step before (lag 1).
+    fn fresh_planes(&self) -> Result<Option<(PlanesGuard<'_>, u64)>, SolverError> {
         let at = self.planes_at.load(std::sync::atomic::Ordering::Relaxed);
         let lag = if at == self.t {
             Some(0)
@@ -851,10 +862,35 @@ impl CudaSolver {
         if let Some(lag) = lag {
             let g = self.planes.lock().map_err(|_| SolverError::Backend("field buffer lock poisoned".into()))?;
             if g.is_some() {
-                return Ok((g, lag));
+                return Ok(Some((g, lag)));
             }
         }
-        Ok((self.run_fields()?, 0))
+        Ok(None)
+    }
+
+    /// The field planes with density and velocity of the current state in the slabs three
+    /// cells thick around `planes` (what the frame's cells on them and their derivatives
+    /// read); the rest of the planes is left as it is, so `planes_at` does not change.
+    fn slab_planes(&self, planes: [Option<usize>; 3]) -> Result<PlanesGuard<'_>, SolverError> {
+        let d = self.mirror.domain();
+        let n = d.n;
+        let mut g = self.planes.lock().map_err(|_| SolverError::Backend("field buffer lock poisoned".into()))?;
+        if g.is_none() {
+            *g = Some(self.stream.alloc_zeros::<f32>(PLANES * d.cells()).map_err(derr("allocating field planes"))?);
+        }
+        let out = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+        let p = self.params.collide;
+        for (a, i) in planes.iter().enumerate().filter_map(|(a, i)| i.map(|i| (a, i))) {
+            let (origin, ext) = slab_box(n, a, i, 1);
+            let mut b = self.stream.launch_builder(&self.k.fields_box);
+            b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.t).arg(&p.force[0]).arg(&p.force[1]).arg(&p.force[2]);
+            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(out);
+            b.arg(&origin[0]).arg(&origin[1]).arg(&origin[2]).arg(&ext[0]).arg(&ext[1]).arg(&ext[2]);
+            // SAFETY: arguments match fields_box; the box lies in the grid (wrapped), the planes
+            // hold PLANES x cells floats.
+            unsafe { b.launch(threads(ext.iter().map(|&e| e as usize).product())) }.map_err(derr("launching fields_box"))?;
+        }
+        Ok(g)
     }
 
     /// Run the fields kernel into the field planes (rho, ux, uy, uz; a fifth for a derived
@@ -939,7 +975,13 @@ impl CudaSolver {
         let mut range = self.frame_range.take().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
         let mut lag = 0;
         let launched = (|| {
-            let (g, l) = self.current_planes()?;
+            let (g, l) = match layout.region {
+                FrameRegion::All => self.current_planes()?,
+                FrameRegion::Planes(k) => match self.fresh_planes()? {
+                    Some(ok) => ok,
+                    None => (self.slab_planes(k)?, 0),
+                },
+            };
             lag = l;
             let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
             if let Some(s) = sync {
@@ -947,11 +989,27 @@ impl CudaSolver {
                     s.read.wait(&self.stream, s.read_value)?;
                 }
             }
-            let mut b = self.stream.launch_builder(&self.k.frame);
-            b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
-            // SAFETY: arguments match frame_fields; `out` holds the layout's floats (checked by
-            // the caller), the planes hold 4 x cells floats, the range buffer 9 words.
-            unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
+            match layout.region {
+                FrameRegion::All => {
+                    let mut b = self.stream.launch_builder(&self.k.frame);
+                    b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
+                    // SAFETY: arguments match frame_fields; `out` holds the layout's floats
+                    // (checked by the caller), the planes hold 4 x cells floats, the range
+                    // buffer 9 words.
+                    unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
+                }
+                FrameRegion::Planes(k) => {
+                    let n = self.mirror.domain().n;
+                    for (a, i) in k.iter().enumerate().filter_map(|(a, i)| i.map(|i| (a, i))) {
+                        let (origin, ext) = slab_box(n, a, i, 0);
+                        let mut b = self.stream.launch_builder(&self.k.frame_box);
+                        b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
+                        b.arg(&origin[0]).arg(&origin[1]).arg(&origin[2]).arg(&ext[0]).arg(&ext[1]).arg(&ext[2]);
+                        // SAFETY: as frame_fields; the box is one plane of the grid.
+                        unsafe { b.launch(threads(ext.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_box"))?;
+                    }
+                }
+            }
             if let Some(s) = sync {
                 s.written.signal(&self.stream, s.written_value)?;
             }
@@ -976,6 +1034,17 @@ impl CudaSolver {
         let (ptr, _sync) = b.device_ptr(&self.stream);
         Ok(ptr)
     }
+}
+
+/// The box of the cells within `half` cells of plane `i` along `axis` (all of the grid across
+/// it): its corner, wrapped into the grid, and its extents (at most the grid's).
+fn slab_box(n: [usize; 3], axis: usize, i: usize, half: usize) -> ([u32; 3], [u32; 3]) {
+    let mut origin = [0u32; 3];
+    let mut ext = [n[0] as u32, n[1] as u32, n[2] as u32];
+    let thick = (2 * half + 1).min(n[axis]);
+    origin[axis] = ((i + n[axis] - half.min(n[axis] - 1)) % n[axis]) as u32;
+    ext[axis] = thick as u32;
+    (origin, ext)
 }
 
 /// The frame kernel's code of a field.
@@ -1162,8 +1231,10 @@ fn load_kernels(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) ->
         ghost: if cfg.scheme == Scheme::Ghost { Some((get("ghost_refresh")?, get("stream_collide_ghost")?)) } else { None },
         swap: get("swap_stream")?,
         fields: get("fields")?,
+        fields_box: get("fields_box")?,
         derived: get("derived")?,
         frame: get("frame_fields")?,
+        frame_box: get("frame_box")?,
         stats: get("stats")?,
         gather: get("gather_slots")?,
         scatter: get("scatter_slots")?,
