@@ -280,6 +280,8 @@ struct Stroke {
 
 /// Strokes kept for undo.
 const UNDO_DEPTH: usize = 64;
+/// Stats (mass, forces: sums over the grid) are taken at most this often.
+const STATS_EVERY: Duration = Duration::from_millis(100);
 
 struct Worker {
     solver: Box<dyn Solver>,
@@ -865,6 +867,7 @@ impl Worker {
     }
 
     fn step(&mut self, n: u64) {
+        self.update_fusion();
         // Stop at checkpoint boundaries so the rollback state is at most `checkpoint_every` old.
         let mut left = n;
         while left > 0 {
@@ -931,10 +934,12 @@ impl Worker {
     }
 
     /// Whole frames come from the last step of each batch where the backend can (no pass of
-    /// their own over the state); frames of a few planes are cheaper computed on their own.
+    /// their own over the state); frames of a few planes are cheaper computed on their own, but
+    /// the stats (sums over the grid) still ride on the batch after which they are due.
     fn update_fusion(&mut self) {
         let whole = self.frame_region() == FrameRegion::All;
-        self.solver.fuse_frame_fields(whole);
+        let stats_due = self.stats.as_ref().is_none_or(|(at, _)| at.elapsed() >= STATS_EVERY);
+        self.solver.fuse_frame_fields(whole || stats_due);
     }
 
     /// The fields a frame carries: the slices' field, and with an isosurface on (3D) its field
@@ -977,7 +982,7 @@ impl Worker {
         // Stats (mass, forces: reductions over the grid) at most 10 times a second, and at
         // once when the field shows non-finite values or the step went back.
         let step = self.solver.time_step();
-        let fresh = self.stats.as_ref().is_some_and(|(at, st)| at.elapsed() < Duration::from_millis(100) && st.step <= step && finite);
+        let fresh = self.stats.as_ref().is_some_and(|(at, st)| at.elapsed() < STATS_EVERY && st.step <= step && finite);
         if !fresh {
             self.stats = Some((Instant::now(), self.solver.stats()));
         }
