@@ -453,6 +453,31 @@ extern "C" __global__ void fields_box(const fpxx* __restrict__ fi, const unsigne
     if (i < (u64)ex * ey * ez) cell_fields(box_cell(i, x0, y0, z0, ex, ey), fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
 }
 
+// Cell i of the lattice of every s-th cell along each axis (m[0] x m[1] x m[2] points, x
+// fastest), what an isosurface marched on cubes of s cells reads.
+__device__ __forceinline__ idx_t lattice_cell(const u64 i, const u32 s, const u32 mx, const u32 my) {
+    return idx3((u32)(i % mx) * s, (u32)((i / mx) % my) * s, (u32)(i / ((u64)mx * my)) * s);
+}
+
+// Density and velocity at the lattice points and their six neighbours (the central differences
+// of vorticity and Q read them; wrapped around the grid as derived_value wraps): thread i takes
+// neighbour i / points (0 the point itself, then -x, +x, -y, +y, -z, +z) of point i % points.
+extern "C" __global__ void fields_lattice(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out,
+                                          const u32 s, const u32 mx, const u32 my, const u32 mz) {
+    const u64 points = (u64)mx * my * mz;
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= 7ull * points) return;
+    const u32 k = (u32)(i / points);
+    const idx_t c = lattice_cell(i % points, s, mx, my);
+    u32 p[3] = {(u32)(c % DEF_NX), (u32)((c / DEF_NX) % DEF_NY), (u32)(c / ((idx_t)DEF_NX * DEF_NY))};
+    const u32 dims[3] = {DEF_NX, DEF_NY, DEF_NZ};
+    if (k > 0u) {
+        const u32 a = (k - 1u) / 2u;
+        p[a] = (k & 1u) ? (p[a] + dims[a] - 1u) % dims[a] : (p[a] + 1u) % dims[a];
+    }
+    cell_fields(idx3(p[0], p[1], p[2]), fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
+}
+
 // One derived field at fluid cell `n` from the velocity planes of `fl`: which = 0 vorticity
 // magnitude, 1 Q criterion (central differences, periodic), 2 speed.
 __device__ float derived_value(const float* __restrict__ fl, const idx_t n, const u32 which) {
@@ -557,6 +582,15 @@ extern "C" __global__ void frame_box(const float* __restrict__ fl, const unsigne
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < (u64)ex * ey * ez;
     frame_cell(live ? box_cell(i, x0, y0, z0, ex, ey) : 0, live, fl, flags, kinds, nk, pitch, plane, out, range);
+}
+
+// The same for the points of a lattice (lattice_cell): the isosurface's samples.
+extern "C" __global__ void frame_lattice(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
+                                         const u64 pitch, const u64 plane, float* __restrict__ out, u32* __restrict__ range,
+                                         const u32 s, const u32 mx, const u32 my, const u32 mz) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = i < (u64)mx * my * mz;
+    frame_cell(live ? lattice_cell(i, s, mx, my) : 0, live, fl, flags, kinds, nk, pitch, plane, out, range);
 }
 
 // Mass, largest speed and the first non-finite cell, from the field planes.

@@ -63,23 +63,34 @@ fn value_at(p: vec3<i32>) -> f32 {
     return field[(c.z * params.size.y + c.y) * params.pitch + c.x];
 }
 
-// Velocity magnitude at a world point: trilinear between the cell centres.
+// The largest multiple of the stride in the grid along each axis: the far corner of the
+// lattice the cubes join (with stride s > 1 only cells at multiples of s are read, so that the
+// solver may write just those: a sampled frame).
+fn lattice_max() -> vec3<i32> {
+    let st = max(params.stride, 1u);
+    return vec3<i32>((max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u)) / st * st);
+}
+
+// Velocity magnitude at a world point: trilinear between the lattice points (cell centres at
+// multiples of the stride).
 fn speed_at(p: vec3<f32>) -> f32 {
-    let nmax = vec3<i32>(params.size.xyz) - vec3<i32>(1);
-    let q = clamp(p - vec3<f32>(0.5), vec3<f32>(0.0), vec3<f32>(nmax));
+    let st = i32(max(params.stride, 1u));
+    let lmax = lattice_max() / st;
+    let q = clamp((p - vec3<f32>(0.5)) / f32(st), vec3<f32>(0.0), vec3<f32>(lmax));
     let i0 = vec3<i32>(floor(q));
     let f = q - vec3<f32>(i0);
     var s = 0.0;
     for (var c = 0u; c < 8u; c++) {
         let o = vec3<i32>(i32(c & 1u), i32((c >> 1u) & 1u), i32((c >> 2u) & 1u));
         let w = mix(vec3<f32>(1.0) - f, f, vec3<f32>(o));
-        let k = vec3<u32>(min(i0 + o, nmax));
+        let k = vec3<u32>(min(i0 + o, lmax) * st);
         s += w.x * w.y * w.z * speed[(k.z * params.size.y + k.y) * params.speed_pitch + k.x];
     }
     return s;
 }
 
-// Gradient by differences of neighbouring samples (one-sided at the domain's edges). The
+// Gradient by differences of neighbouring samples (one-sided at the domain's edges; with stride
+// s > 1 of the lattice points s cells apart). The
 // obstacle mask is binary: there the differences are summed over the 3x3 neighbours across
 // (Sobel weights), which gives curved obstacles smooth normals instead of voxel facets.
 fn gradient(p: vec3<i32>) -> vec3<f32> {
@@ -95,10 +106,17 @@ fn gradient(p: vec3<i32>) -> vec3<f32> {
         }
         return g;
     }
-    let dx = vec3<i32>(1, 0, 0);
-    let dy = vec3<i32>(0, 1, 0);
-    let dz = vec3<i32>(0, 0, 1);
-    return vec3<f32>(value_at(p + dx) - value_at(p - dx), value_at(p + dy) - value_at(p - dy), value_at(p + dz) - value_at(p - dz));
+    // Differences between lattice points (stride s apart), clamped to the lattice.
+    let st = i32(max(params.stride, 1u));
+    let lmax = lattice_max();
+    let at = vec3<i32>(0);
+    var g = vec3<f32>(0.0);
+    for (var a = 0; a < 3; a++) {
+        var d = vec3<i32>(0);
+        d[a] = st;
+        g[a] = value_at(min(p + d, lmax)) - value_at(max(p - d, at));
+    }
+    return g;
 }
 
 fn corner_offset(c: u32) -> vec3<i32> {

@@ -25,6 +25,15 @@ pub enum FrameRegion {
     All,
     /// The cells of the planes x = i, y = j, z = k that are given (at least one).
     Planes([Option<usize>; 3]),
+    /// The cells whose three coordinates are multiples of `stride` (at least 2), what an
+    /// isosurface marched on cubes of `stride` cells reads (a 65^3 lattice of a 256^3 grid at
+    /// cubes of 4: 1/60 of the cells), and the cells of the planes given (none, or the slices).
+    Sampled {
+        /// Lattice spacing in cells.
+        stride: usize,
+        /// Planes x = i, y = j, z = k held whole.
+        planes: [Option<usize>; 3],
+    },
 }
 
 impl FrameRegion {
@@ -34,6 +43,31 @@ impl FrameRegion {
         match self {
             FrameRegion::All => true,
             FrameRegion::Planes(k) => (0..3).any(|a| k[a] == Some(p[a])),
+            FrameRegion::Sampled { stride, planes } => {
+                p.iter().all(|&c| c % (*stride).max(1) == 0) || (0..3).any(|a| planes[a] == Some(p[a]))
+            }
+        }
+    }
+
+    /// The planes held whole where the region is not every cell (what a view can draw slices
+    /// from), `None` for every cell.
+    #[must_use]
+    pub fn planes(&self) -> Option<[Option<usize>; 3]> {
+        match self {
+            FrameRegion::All => None,
+            FrameRegion::Planes(k) | FrameRegion::Sampled { planes: k, .. } => Some(*k),
+        }
+    }
+
+    /// Spacing of the lattice of cells the region holds in every direction: 1 for every cell,
+    /// the stride of a sampled region, 0 for planes alone (no lattice). An isosurface can be
+    /// marched from the region on cubes of any multiple of it.
+    #[must_use]
+    pub fn lattice(&self) -> usize {
+        match self {
+            FrameRegion::All => 1,
+            FrameRegion::Planes(_) => 0,
+            FrameRegion::Sampled { stride, .. } => *stride,
         }
     }
 
@@ -43,7 +77,7 @@ impl FrameRegion {
     pub fn has_plane(&self, axis: usize, index: usize) -> bool {
         match self {
             FrameRegion::All => true,
-            FrameRegion::Planes(k) => k[axis] == Some(index),
+            FrameRegion::Planes(k) | FrameRegion::Sampled { planes: k, .. } => k[axis] == Some(index),
         }
     }
 }
@@ -263,8 +297,13 @@ pub fn check_request(d: &Domain, kinds: &[FieldKind], layout: &FrameLayout, targ
             kinds.len()
         ));
     }
-    if let FrameRegion::Planes(k) = layout.region {
-        if k.iter().all(Option::is_none) {
+    if let FrameRegion::Sampled { stride, .. } = layout.region {
+        if stride < 2 {
+            return bad(format!("a sampled frame's lattice stride is 2 or more, not {stride} (1: every cell, FrameRegion::All)"));
+        }
+    }
+    if let Some(k) = layout.region.planes() {
+        if matches!(layout.region, FrameRegion::Planes(_)) && k.iter().all(Option::is_none) {
             return bad("a frame of planes needs at least one plane".into());
         }
         for a in 0..3 {
@@ -356,6 +395,28 @@ mod tests {
         assert!(FrameRegion::All.contains([9, 9, 9]) && FrameRegion::All.has_plane(1, 3));
         let l = FrameLayout::new([4, 3, 2], 1, 1).with_region(r);
         assert_eq!((l.region, l.row_pitch), (r, 4));
+        assert_eq!(
+            (r.planes(), r.lattice(), FrameRegion::All.planes(), FrameRegion::All.lattice()),
+            (Some([Some(2), None, Some(0)]), 0, None, 1)
+        );
+    }
+
+    #[test]
+    fn sampled_regions_hold_their_lattice_and_planes() {
+        let r = FrameRegion::Sampled { stride: 4, planes: [None, Some(5), None] };
+        assert!(r.contains([0, 0, 0]) && r.contains([8, 4, 12]) && !r.contains([8, 4, 13]) && r.contains([3, 5, 7]));
+        assert!(r.has_plane(1, 5) && !r.has_plane(0, 4) && !r.has_plane(1, 4));
+        assert_eq!((r.planes(), r.lattice()), (Some([None, Some(5), None]), 4));
+        let d = crate::domain::Domain::periodic(crate::lattice::Lattice::D3Q19, [9, 9, 9]);
+        let l = FrameLayout::new([9, 9, 9], 1, 1);
+        let k = [FieldKind::Speed];
+        assert!(check_request(&d, &k, &l.with_region(r), l.floats()).is_ok());
+        assert!(check_request(&d, &k, &l.with_region(FrameRegion::Sampled { stride: 3, planes: [None; 3] }), l.floats()).is_ok());
+        let e = check_request(&d, &k, &l.with_region(FrameRegion::Sampled { stride: 1, planes: [None; 3] }), l.floats()).unwrap_err();
+        assert!(e.to_string().contains("stride is 2 or more"), "{e}");
+        let e = check_request(&d, &k, &l.with_region(FrameRegion::Sampled { stride: 2, planes: [Some(9), None, None] }), l.floats())
+            .unwrap_err();
+        assert!(e.to_string().contains("frame plane x = 9 is outside the grid (0 to 8)"), "{e}");
     }
 
     #[test]

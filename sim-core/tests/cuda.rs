@@ -369,10 +369,19 @@ fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
     let dev = stream.alloc_zeros::<f32>(whole.floats()).unwrap();
     let ptr = dev.device_ptr(&stream).0;
     // The plane frames first: no whole pass has run at this step, so they compute their slabs.
-    let sets = [[Some(0), None, None], [None, Some(n[1] / 2), Some(n[2] - 1)], [Some(n[0] - 1), Some(0), Some(3)]];
+    // Sampled frames (an isosurface's lattice, with or without slices) likewise hold the whole
+    // frame's values at their lattice points, the last of which may sit short of the far edge.
+    let sets = [
+        FrameRegion::Planes([Some(0), None, None]),
+        FrameRegion::Planes([None, Some(n[1] / 2), Some(n[2] - 1)]),
+        FrameRegion::Planes([Some(n[0] - 1), Some(0), Some(3)]),
+        FrameRegion::Sampled { stride: 3, planes: [None, Some(n[1] / 2), None] },
+        FrameRegion::Sampled { stride: 4, planes: [None; 3] },
+        FrameRegion::Sampled { stride: 2, planes: [Some(n[0] - 1), None, Some(0)] },
+    ];
     let mut parts = Vec::new();
-    for planes in sets {
-        let layout = whole.with_region(FrameRegion::Planes(planes));
+    for region in sets {
+        let layout = whole.with_region(region);
         let part = stream.clone_htod(&vec![-7.0f32; layout.floats()]).unwrap();
         let pp = part.device_ptr(&stream).0;
         let rg = g.write_frame(&kinds, &layout, FrameTarget::Device { ptr: pp, bytes: layout.bytes(), sync: None }).unwrap();
@@ -381,7 +390,7 @@ fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
     g.write_frame(&kinds, &whole, FrameTarget::Device { ptr, bytes: whole.bytes(), sync: None }).unwrap();
     let all = stream.clone_dtoh(&dev).unwrap();
     for (planes, (got, rg)) in sets.into_iter().zip(parts) {
-        let region = FrameRegion::Planes(planes);
+        let region = planes;
         let layout = whole.with_region(region);
         let mut want = vec![0.0f32; layout.floats()];
         let rc = c.write_frame(&kinds, &layout, FrameTarget::Host(&mut want)).unwrap();

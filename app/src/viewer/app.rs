@@ -14,7 +14,6 @@ use glam::Vec3;
 use sim_core::bricks::BrickClass;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
-use sim_core::frame::FrameRegion;
 use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
 use sim_core::scene::{FaceKind, LoadedScene};
@@ -329,6 +328,10 @@ pub struct ViewerApp {
     pub iso_stats: Option<MeshStats>,
     /// Triangles of the solid surfaces last made.
     pub solid_stats: Option<MeshStats>,
+    /// Cube edge the shell's renderer marches the next isosurface with (sent to the solver
+    /// thread, whose frames then sample just that lattice).
+    pub iso_stride: Option<u32>,
+    sent_iso_stride: Option<u32>,
     /// GPU times of the view (from the shell's renderer).
     pub gpu_timing: GpuTiming,
     /// Whether the shell's GPU can make surfaces (compute shaders).
@@ -385,6 +388,8 @@ impl ViewerApp {
             frame_note: String::new(),
             status: None,
             iso_stats: None,
+            iso_stride: None,
+            sent_iso_stride: None,
             sent_slices: None,
             solid_stats: None,
             gpu_timing: GpuTiming::Unknown,
@@ -958,7 +963,7 @@ impl ViewerApp {
         // on appears with the next frame, never with another plane's old values).
         let mut slices = self.view.slices;
         let mut show = self.view.show;
-        if let Some(FrameRegion::Planes(k)) = self.snap.as_ref().map(|s| s.frame.layout.region) {
+        if let Some(k) = self.snap.as_ref().and_then(|s| s.frame.layout.region.planes()) {
             for a in 0..3 {
                 match k[a] {
                     Some(i) => slices[a] = i,
@@ -1034,6 +1039,10 @@ impl ViewerApp {
         if planes != self.sent_slices {
             self.sent_slices = planes;
             self.worker.send(Command::SetSlices(planes));
+        }
+        if self.iso_stride.is_some() && self.iso_stride != self.sent_iso_stride {
+            self.sent_iso_stride = self.iso_stride;
+            self.worker.send(Command::SetIsoStride(self.iso_stride.unwrap_or(1)));
         }
         for e in self.worker.events() {
             match e {

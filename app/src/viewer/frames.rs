@@ -338,11 +338,10 @@ pub fn upload_snapshot(
             fr.upload(device, queue, snap.size, values, solid).map_err(|e| e.to_string())?;
             if let Some((kind, _, _)) = iso {
                 match (frame.host_values(kind), frame.host_values(FieldKind::Speed)) {
-                    (Some(v), Some(sp)) => {
-                        if let Err(e) = fr.upload_iso(device, queue, snap.size, kind, v, sp) {
-                            problems.push(format!("isosurface: {e}"));
-                        }
-                    }
+                    (Some(v), Some(sp)) => match fr.upload_iso(device, queue, snap.size, kind, v, sp) {
+                        Ok(()) => fr.set_iso_lattice(frame.layout.region.lattice() as u32),
+                        Err(e) => problems.push(format!("isosurface: {e}")),
+                    },
                     _ => problems.push("isosurface: its fields are missing from the frame".into()),
                 }
             }

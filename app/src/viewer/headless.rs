@@ -433,6 +433,7 @@ pub fn render_bench(
     worker.send(super::worker::Command::SetSlices(Some([Some(slices[0]), None, None])));
     let mut triangles = 0u32;
     let mut iso_stride = 1u32;
+    let mut sent_stride = None;
     let mut frames = 0u64;
     let mut first: Option<(Instant, u64)> = None;
     let mut last_step = 0;
@@ -510,6 +511,11 @@ pub fn render_bench(
         if let Some(st) = fr.iso_stats() {
             triangles = st.triangles();
             iso_stride = st.stride;
+        }
+        // As the window does: the solver thread samples the lattice the next surface reads.
+        if let Some(s) = fr.iso_stride_wanted().filter(|&s| Some(s) != sent_stride) {
+            sent_stride = Some(s);
+            worker.send(super::worker::Command::SetIsoStride(s));
         }
         // Count from the first frame on (the first one includes allocating the textures).
         match first {

@@ -293,6 +293,10 @@ struct FieldBinding {
     pitch: u32,
     /// Whether the buffer is one shared with the solver (held through [`FieldRenderer::hold`]).
     shared: bool,
+    /// Spacing of the cells that hold values in every direction (1: every cell; s: a sampled
+    /// frame's lattice, see [`sim_core::frame::FrameRegion::Sampled`]): an isosurface is marched
+    /// from it on cubes of a multiple of s.
+    lattice: u32,
 }
 
 impl FieldBinding {
@@ -412,8 +416,14 @@ impl Mesh {
                 mapped_at_creation: false,
             })
         });
-        // An isosurface's cubes grow with its level of detail; obstacles keep every cell.
-        let stride = if self.mode == 0 { stride * self.lod } else { stride };
+        // An isosurface's cubes grow with its level of detail, to a multiple of the spacing of
+        // the data's lattice (a sampled frame holds only those cells); obstacles keep every cell.
+        let stride = if self.mode == 0 {
+            let lattice = data.0.lattice.min(data.1.lattice).max(1);
+            (stride * self.lod).div_ceil(lattice) * lattice
+        } else {
+            stride
+        };
         self.stride = stride;
         let params = gpu_data::McParams {
             size: [size[0] as u32, size[1] as u32, size[2] as u32, self.mode],
@@ -802,6 +812,7 @@ impl FieldRenderer {
             size: 16,
             pitch: 0,
             shared: false,
+            lattice: 1,
         };
         let dummy_u8 = texture_3d(device, "no data", [1, 1, 1], wgpu::TextureFormat::R8Uint);
         write_3d(queue, &dummy_u8, [1, 1, 1], 1, &[0]);
@@ -927,6 +938,16 @@ impl FieldRenderer {
         }
     }
 
+    /// Set the isosurface's level of detail (tests: the next surface is marched on cubes of
+    /// its grid's stride times `lod`, before the count it reports changes it).
+    #[cfg(test)]
+    pub fn set_iso_lod_for_tests(&mut self, lod: u32) {
+        if let Some(m) = self.iso_mesh.as_mut() {
+            m.lod = lod.max(1);
+            m.key = None;
+        }
+    }
+
     /// Whether this device can draw isosurfaces and solid surfaces (compute shaders).
     #[must_use]
     pub fn surfaces_supported(&self) -> bool {
@@ -1004,7 +1025,7 @@ impl FieldRenderer {
             })
         });
         queue.write_buffer(buffer, 0, bytemuck::cast_slice(values));
-        Some(FieldBinding { buffer: buffer.clone(), offset: 0, size: bytes, pitch: f.size[0] as u32, shared: false })
+        Some(FieldBinding { buffer: buffer.clone(), offset: 0, size: bytes, pitch: f.size[0] as u32, shared: false, lattice: 1 })
     }
 
     /// Errors of a grid the view cannot hold: a zero size or one over the 3D texture limit (the
@@ -1060,6 +1081,16 @@ impl FieldRenderer {
         self.hold(None);
         self.rebind(device);
         Ok(())
+    }
+
+    /// Say that the isosurface data uploaded last holds values only at the cells whose
+    /// coordinates are multiples of `lattice` (a sampled frame, written through host memory):
+    /// its surface is then marched on cubes of a multiple of that.
+    pub fn set_iso_lattice(&mut self, lattice: u32) {
+        if let Some((a, b)) = self.field.as_mut().and_then(|f| f.iso.as_mut()) {
+            a.lattice = lattice.max(1);
+            b.lattice = lattice.max(1);
+        }
     }
 
     /// Upload the isosurface's field (`kind`) and the velocity magnitude that colours it, for
@@ -1133,12 +1164,14 @@ impl FieldRenderer {
         let bind = |plane: usize| -> Result<FieldBinding, RenderError> {
             let offset = plane as u64 * plane_bytes;
             let bytes = Self::check_binding(device, size, layout.row_pitch, offset)?;
-            Ok(FieldBinding { buffer: buffer.clone(), offset, size: bytes, pitch: layout.row_pitch as u32, shared: true })
+            let lattice = layout.region.lattice() as u32;
+            Ok(FieldBinding { buffer: buffer.clone(), offset, size: bytes, pitch: layout.row_pitch as u32, shared: true, lattice })
         };
         let field_binding = bind(field)?;
+        // A frame of planes alone (lattice 0) holds no isosurface data.
         let iso_bindings = match iso {
-            Some((kind, ip, sp)) => Some((kind, bind(ip)?, bind(sp)?)),
-            None => None,
+            Some((kind, ip, sp)) if layout.region.lattice() > 0 => Some((kind, bind(ip)?, bind(sp)?)),
+            _ => None,
         };
         self.ensure_size(device, size);
         if let Some(f) = self.field.as_mut() {
@@ -1287,6 +1320,16 @@ impl FieldRenderer {
     #[must_use]
     pub fn iso_stats(&self) -> Option<MeshStats> {
         self.iso_mesh.as_ref().and_then(|m| m.stats)
+    }
+
+    /// Cube edge (cells) the next isosurface of this view's grid is meant to be marched with
+    /// (its size and level of detail): a solver that writes sampled frames
+    /// ([`sim_core::frame::FrameRegion::Sampled`]) for it samples this lattice.
+    #[must_use]
+    pub fn iso_stride_wanted(&self) -> Option<u32> {
+        let f = self.field.as_ref()?;
+        let m = self.iso_mesh.as_ref()?;
+        Some(iso_stride(f.size) * m.lod)
     }
 
     /// Triangles of the solid surfaces last made.

@@ -316,6 +316,67 @@ fn isosurface_of_a_ball_matches_the_cpu_and_shows_at_the_centre() {
 }
 
 #[test]
+fn isosurface_on_coarse_cubes_reads_only_the_lattice() {
+    // Marched on cubes of s cells, the surface reads only the cells whose coordinates are
+    // multiples of s (a sampled frame holds just those): data with NaN everywhere else draws
+    // the same picture with the same triangles as the whole field, as many as the CPU makes
+    // from the lattice alone. The cubes are a multiple of the data's lattice.
+    let Some(gpu) = gpu_or_skip("isosurface_on_coarse_cubes_reads_only_the_lattice") else { return };
+    let n = [38usize, 41, 35];
+    let cells = n[0] * n[1] * n[2];
+    let at = |i: usize| [i % n[0], (i / n[0]) % n[1], i / (n[0] * n[1])];
+    let values: Vec<f32> = (0..cells)
+        .map(|i| {
+            let p = at(i).map(|k| k as f32 + 0.5);
+            let d = [p[0] - 19.0, p[1] - 20.5, p[2] - 17.5];
+            14.0 - (d[0] * d[0] + 1.3 * d[1] * d[1] + d[2] * d[2]).sqrt()
+        })
+        .collect();
+    let speed: Vec<f32> = (0..cells).map(|i| at(i)[0] as f32 / n[0] as f32).collect();
+    let solid = vec![0u8; cells];
+    let on = |i: usize, s: usize| at(i).iter().all(|k| k % s == 0);
+    let sampled = |v: &[f32]| -> Vec<f32> { (0..cells).map(|i| if on(i, 4) { v[i] } else { f32::NAN }).collect() };
+    let (sv, ss) = (sampled(&values), sampled(&speed));
+    let size = [96, 96];
+    let p = iso_params(ColorMap::Turbo, 6.0);
+    let render = |v: &[f32], s: &[f32], lattice: u32, lod: u32| {
+        let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
+        fr.set_capacity_for_tests(300_000, 300_000);
+        fr.upload(&gpu.device, &gpu.queue, n, &values, Some(&solid)).expect("upload");
+        fr.upload_iso(&gpu.device, &gpu.queue, n, FieldKind::Vorticity, v, s).expect("upload");
+        fr.set_iso_lattice(lattice);
+        fr.set_iso_lod_for_tests(lod);
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        fr.render(&gpu.device, &gpu.queue, &mut enc, size, &p);
+        gpu.queue.submit([enc.finish()]);
+        fr.poll(&gpu.device, true);
+        let (tex, _) = fr.target().expect("target");
+        (read_texture(&gpu.device, &gpu.queue, tex, size).expect("read back"), fr.iso_stats().expect("stats"))
+    };
+    let coarse_cpu = |s: usize| {
+        let m = n.map(|k| (k - 1) / s + 1);
+        let c: Vec<f32> = (0..m[0] * m[1] * m[2])
+            .map(|j| {
+                let q = [j % m[0], (j / m[0]) % m[1], j / (m[0] * m[1])];
+                values[s * q[0] + n[0] * (s * q[1] + n[1] * s * q[2])]
+            })
+            .collect();
+        super::mc::triangles_cpu(&c, m, 6.0).len() as u32
+    };
+    let (whole, sw) = render(&values, &speed, 1, 4);
+    let (lat, sl) = render(&sv, &ss, 4, 4);
+    assert_eq!((sw.stride, sl.stride), (4, 4));
+    assert!(sw.triangles() > 50 && sw.triangles() == coarse_cpu(4), "{sw:?} vs the CPU's {}", coarse_cpu(4));
+    assert_eq!(sl, sw, "the lattice alone gives the same surface");
+    assert_eq!(lat, whole, "the lattice alone draws the same picture (normals and colours from lattice points)");
+    // Finer cubes than the lattice are not possible: cubes of 4; coarser ones: of 8.
+    let (_, s3) = render(&sv, &ss, 4, 3);
+    assert_eq!((s3.stride, s3.triangles()), (4, coarse_cpu(4)));
+    let (_, s5) = render(&sv, &ss, 4, 5);
+    assert!(s5.stride == 8 && s5.triangles() > 0 && s5.triangles() == coarse_cpu(8), "{s5:?}");
+}
+
+#[test]
 fn isosurface_buffer_grows_and_caps() {
     let Some(gpu) = gpu_or_skip("isosurface_buffer_grows_and_caps") else { return };
     let (n, values, speed) = ball();
@@ -1126,11 +1187,34 @@ fn ui_frames_carry_only_the_slices_without_an_isosurface() {
     });
     let p = h.state().view_params();
     assert_eq!((p.slices[0], p.show), (3, [true, false, true]));
-    // With an isosurface the frame holds every cell again.
+    // With an isosurface the frame holds every cell again, until the renderer says it marches
+    // on cubes of 2 or more cells: then the lattice it reads and the slices.
     h.get_by_label("isosurface").click();
     h.step();
     h.get_by_label("Step").click();
     run_until(&mut h, "a whole frame", |a| a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::All));
+    h.state_mut().iso_stride = Some(4);
+    h.step();
+    let sampled = FrameRegion::Sampled { stride: 4, planes: [Some(3), None, Some(8)] };
+    run_until(&mut h, "a sampled frame", |a| a.snap.as_ref().is_some_and(|s| s.frame.layout.region == sampled));
+    // Its slice field and isosurface ranges are taken over the lattice and the planes.
+    let snap = h.state().snap.as_ref().expect("snapshot");
+    let iso = snap.iso.expect("iso data");
+    let v = snap.frame.host_values(iso.kind).expect("iso values");
+    let out: Vec<u8> = snap
+        .solid
+        .iter()
+        .enumerate()
+        .map(|(c, &s)| if sampled.contains([c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1])]) { s } else { 1 })
+        .collect();
+    assert_eq!(iso.min_max, super::worker::fluid_min_max(v, &out).0, "the isosurface field's range is the sampled cells'");
+    let p = h.state().view_params();
+    assert_eq!((p.slices[0], p.show), (3, [true, false, true]), "slices drawn from the frame's planes");
+    // Cubes of one cell: whole frames again.
+    h.state_mut().iso_stride = Some(1);
+    h.step();
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a whole frame again", |a| a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::All));
 }
 
 #[test]

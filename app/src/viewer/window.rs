@@ -350,6 +350,7 @@ impl Shell {
         // Triangle counts of the surfaces and GPU times, when the GPU has them (never waiting).
         g.field.poll(device, false);
         self.app.iso_stats = g.field.iso_stats();
+        self.app.iso_stride = g.field.iso_stride_wanted();
         self.app.solid_stats = g.field.solid_stats();
         self.app.gpu_timing = g.field.gpu_timing();
         let params = self.app.view_params();

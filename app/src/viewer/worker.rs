@@ -33,6 +33,10 @@ pub enum Command {
     /// `None` when the view may need any cell. Without an isosurface, 3D frames then carry
     /// only these planes' cells.
     SetSlices(Option<[Option<usize>; 3]>),
+    /// Cube edge (cells) the view marches its isosurface with: with 2 or more, 3D frames with
+    /// an isosurface carry only the lattice of every such cell and the slice planes
+    /// ([`FrameRegion::Sampled`]), 1/s^3 of the volume.
+    SetIsoStride(u32),
     /// Write frames into these buffers shared with the renderer's GPU (empty: host memory).
     SharedFrames(Vec<Arc<SharedSlot>>),
     /// Keep a rollback checkpoint every K steps.
@@ -300,6 +304,7 @@ struct Worker {
     field: FieldKind,
     iso: Option<FieldKind>,
     slices: Option<[Option<usize>; 3]>,
+    iso_stride: u32,
     steps_per_batch: u64,
     checkpoint_every: u64,
     initial: Arc<Saved>,
@@ -385,6 +390,7 @@ impl Worker {
             field,
             iso: None,
             slices: None,
+            iso_stride: 1,
             steps_per_batch: spb.max(1),
             checkpoint_every: 1000,
             initial,
@@ -473,6 +479,13 @@ impl Worker {
                     self.slices = k;
                     self.update_fusion();
                     // A paused view shows the new planes at once.
+                    self.dirty = true;
+                }
+            }
+            Command::SetIsoStride(s) => {
+                if s != self.iso_stride {
+                    self.iso_stride = s.max(1);
+                    self.update_fusion();
                     self.dirty = true;
                 }
             }
@@ -921,14 +934,16 @@ impl Worker {
         self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.ckpt.step });
     }
 
-    /// The cells a frame carries: the slice planes alone when the view draws nothing else (3D,
-    /// no isosurface, planes known), else every cell.
+    /// The cells a frame carries (3D, planes known): the slice planes alone when the view
+    /// draws nothing else; with an isosurface marched on cubes of 2 cells or more, the lattice
+    /// it reads and the slice planes; else every cell.
     fn frame_region(&self) -> FrameRegion {
-        match self.slices {
-            Some(k) if self.iso.is_none() && self.solver.domain().n[2] > 1 && k.iter().any(Option::is_some) => {
-                let n = self.solver.domain().n;
-                FrameRegion::Planes(std::array::from_fn(|a| k[a].map(|i| i.min(n[a] - 1))))
-            }
+        let n = self.solver.domain().n;
+        let Some(k) = self.slices.filter(|_| n[2] > 1) else { return FrameRegion::All };
+        let planes = std::array::from_fn(|a| k[a].map(|i| i.min(n[a] - 1)));
+        match self.iso {
+            None if k.iter().any(Option::is_some) => FrameRegion::Planes(planes),
+            Some(_) if self.iso_stride >= 2 => FrameRegion::Sampled { stride: self.iso_stride as usize, planes },
             _ => FrameRegion::All,
         }
     }

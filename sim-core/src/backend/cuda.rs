@@ -384,9 +384,11 @@ struct Kernels {
     swap: CudaFunction,
     fields: CudaFunction,
     fields_box: CudaFunction,
+    fields_lattice: CudaFunction,
     derived: CudaFunction,
     frame: CudaFunction,
     frame_box: CudaFunction,
+    frame_lattice: CudaFunction,
     stats: CudaFunction,
     gather: CudaFunction,
     scatter: CudaFunction,
@@ -868,6 +870,25 @@ impl CudaSolver {
         Ok(None)
     }
 
+    /// The field planes with density and velocity of the current state at the points of the
+    /// lattice of every `stride`-th cell and their six neighbours, and in the slabs around
+    /// `planes` (see [`CudaSolver::slab_planes`]); `planes_at` does not change.
+    fn lattice_planes(&self, stride: usize, planes: [Option<usize>; 3]) -> Result<PlanesGuard<'_>, SolverError> {
+        let g = self.slab_planes(planes)?;
+        let out = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+        let (s, m) = lattice_dims(self.mirror.domain().n, stride);
+        let p = self.params.collide;
+        let mut b = self.stream.launch_builder(&self.k.fields_lattice);
+        b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.t).arg(&p.force[0]).arg(&p.force[1]).arg(&p.force[2]);
+        b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(out);
+        b.arg(&s).arg(&m[0]).arg(&m[1]).arg(&m[2]);
+        // SAFETY: arguments match fields_lattice; its cells lie in the grid (wrapped), the
+        // planes hold PLANES x cells floats.
+        unsafe { b.launch(threads(7 * m.iter().map(|&e| e as usize).product::<usize>())) }.map_err(derr("launching fields_lattice"))?;
+        drop(b);
+        Ok(g)
+    }
+
     /// The field planes with density and velocity of the current state in the slabs three
     /// cells thick around `planes` (what the frame's cells on them and their derivatives
     /// read); the rest of the planes is left as it is, so `planes_at` does not change.
@@ -981,6 +1002,10 @@ impl CudaSolver {
                     Some(ok) => ok,
                     None => (self.slab_planes(k)?, 0),
                 },
+                FrameRegion::Sampled { stride, planes } => match self.fresh_planes()? {
+                    Some(ok) => ok,
+                    None => (self.lattice_planes(stride, planes)?, 0),
+                },
             };
             lag = l;
             let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
@@ -998,8 +1023,17 @@ impl CudaSolver {
                     // buffer 9 words.
                     unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
                 }
-                FrameRegion::Planes(k) => {
+                FrameRegion::Planes(_) | FrameRegion::Sampled { .. } => {
                     let n = self.mirror.domain().n;
+                    if let FrameRegion::Sampled { stride, .. } = layout.region {
+                        let (s, m) = lattice_dims(n, stride);
+                        let mut b = self.stream.launch_builder(&self.k.frame_lattice);
+                        b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
+                        b.arg(&s).arg(&m[0]).arg(&m[1]).arg(&m[2]);
+                        // SAFETY: as frame_fields; the lattice's points lie in the grid.
+                        unsafe { b.launch(threads(m.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_lattice"))?;
+                    }
+                    let k = layout.region.planes().unwrap_or_default();
                     for (a, i) in k.iter().enumerate().filter_map(|(a, i)| i.map(|i| (a, i))) {
                         let (origin, ext) = slab_box(n, a, i, 0);
                         let mut b = self.stream.launch_builder(&self.k.frame_box);
@@ -1034,6 +1068,12 @@ impl CudaSolver {
         let (ptr, _sync) = b.device_ptr(&self.stream);
         Ok(ptr)
     }
+}
+
+/// The lattice of every `stride`-th cell of grid `n`: the stride and its points per axis.
+fn lattice_dims(n: [usize; 3], stride: usize) -> (u32, [u32; 3]) {
+    let s = stride.max(1);
+    (s as u32, std::array::from_fn(|a| ((n[a] - 1) / s + 1) as u32))
 }
 
 /// The box of the cells within `half` cells of plane `i` along `axis` (all of the grid across
@@ -1232,9 +1272,11 @@ fn load_kernels(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) ->
         swap: get("swap_stream")?,
         fields: get("fields")?,
         fields_box: get("fields_box")?,
+        fields_lattice: get("fields_lattice")?,
         derived: get("derived")?,
         frame: get("frame_fields")?,
         frame_box: get("frame_box")?,
+        frame_lattice: get("frame_lattice")?,
         stats: get("stats")?,
         gather: get("gather_slots")?,
         scatter: get("scatter_slots")?,
