@@ -7,11 +7,20 @@
 // cells s*(x, y, z), ((n-1)/s)^3 of them). World space as in field.wgsl: cell (x, y, z) fills
 // [x, x+1] x [y, y+1] x [z, z+1].
 //
-// One pass: every cube looks up its triangle count; a workgroup sums its counts in shared
-// memory and reserves room for all of them with one atomic add on the global counter; each cube
-// then writes the triangles that fit under the capacity. The counter keeps the full count, so
-// the CPU can read it later (asynchronously) to tell that triangles were capped.
-// Then `finish` (one thread) writes the indirect draw's arguments.
+// Solid obstacles (`emit`, one pass): every cube looks up its triangle count; a workgroup sums
+// its counts in shared memory and reserves room for all of them with one atomic add on the
+// global counter; each cube then writes the triangles that fit under the capacity, three
+// vertices each. The counter keeps the full count, so the CPU can read it later
+// (asynchronously) to tell that triangles were capped.
+//
+// Isosurfaces (an indexed mesh: each vertex is made once, not once per triangle that uses it,
+// about a sixth as many; a GPU with few graphics units, such as the H100, draws it faster):
+// `iso_vertices` gives every lattice edge the surface crosses a vertex and records its number
+// per edge; `iso_triangles` then writes three vertex numbers per triangle (the draw's index
+// buffer), looked up by edge. Both reserve room per workgroup as `emit` does.
+//
+// Then `finish` (one thread) writes the indirect draw's arguments (drawn indexed or not: the
+// five words are the same).
 //
 // The field and the velocity magnitude are read straight from storage buffers (x fastest, rows
 // of `pitch` / `speed_pitch` floats, then y, then z), as the solver wrote them. Each isosurface
@@ -45,11 +54,18 @@ struct McParams {
 @group(0) @binding(3) var mask: texture_3d<u32>;
 // Five words per vertex: x, y, z (f32 bits), normal (pack4x8snorm), speed (f32 bits).
 @group(0) @binding(4) var<storage, read_write> vertices: array<u32>;
-@group(0) @binding(5) var<storage, read_write> counter: atomic<u32>;
-// vertex_count, instance_count, first_vertex, first_instance
-@group(0) @binding(6) var<storage, read_write> draw_args: array<u32, 4>;
+// [0]: triangle corners wanted (vertices of `emit`, indices of `iso_triangles`); [1]: vertices
+// wanted by `iso_vertices`.
+@group(0) @binding(5) var<storage, read_write> counter: array<atomic<u32>, 2>;
+// count, instance_count, first, then base_vertex and first_instance (indexed) or first_instance
+// and an unused word
+@group(0) @binding(6) var<storage, read_write> draw_args: array<u32, 5>;
 // The velocity magnitude (mode 0), laid out as the field with rows of `speed_pitch` floats.
 @group(0) @binding(7) var<storage, read> speed: array<f32>;
+// Isosurfaces: words 0..capacity the triangles' vertex numbers (the index buffer), then three
+// words per lattice point (x fastest): the vertex on its edge along +x, +y, +z (written only for
+// edges the surface crosses).
+@group(0) @binding(8) var<storage, read_write> mesh: array<u32>;
 
 var<workgroup> wg_count: atomic<u32>;
 var<workgroup> wg_base: u32;
@@ -166,7 +182,7 @@ fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     }
     workgroupBarrier();
     if li == 0u {
-        wg_base = atomicAdd(&counter, atomicLoad(&wg_count));
+        wg_base = atomicAdd(&counter[0], atomicLoad(&wg_count));
     }
     workgroupBarrier();
     let base = wg_base + local;
@@ -177,45 +193,181 @@ fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         }
         for (var k = 0u; k < 3u; k++) {
             let e = entry(case_index, 1u + 3u * t + k);
-            let axis = e / 4u;
-            let kk = e % 4u;
-            let a = ((kk & 1u) << ((axis + 1u) % 3u)) | ((kk >> 1u) << ((axis + 2u) % 3u));
-            let b = a | (1u << axis);
-            let va = v[a];
-            let d = v[b] - va;
-            var s = 0.5;
-            if abs(d) > 0.0 {
-                s = clamp((params.threshold - va) / d, 0.0, 1.0);
-            }
-            let ca = p + corner_offset(a) * sti;
-            let cb = p + corner_offset(b) * sti;
-            let pos = vec3<f32>(ca) + vec3<f32>(0.5) + s * vec3<f32>(cb - ca);
-            // The normal points from higher to lower values (out of the inside).
-            let g = mix(gradient(ca), gradient(cb), s);
-            let len = length(g);
-            var nrm = vec3<f32>(0.0, 0.0, 1.0);
-            if len > 0.0 && is_finite(len) {
-                nrm = -g / len;
-            }
-            var sp = 0.0;
-            if params.size.w == 0u {
-                sp = speed_at(pos);
-            }
-            let w = 5u * (at + k);
-            let pb = bitcast<vec3<u32>>(pos);
-            vertices[w] = pb.x;
-            vertices[w + 1u] = pb.y;
-            vertices[w + 2u] = pb.z;
-            vertices[w + 3u] = pack4x8snorm(vec4<f32>(nrm, 0.0));
-            vertices[w + 4u] = bitcast<u32>(sp);
+            let a = edge_corner(e);
+            let b = a | (1u << (e / 4u));
+            write_vertex(at + k, p + corner_offset(a) * sti, p + corner_offset(b) * sti, v[a], v[b]);
         }
+    }
+}
+
+// The lower corner (0..8) of cube edge e (0..12: e / 4 the axis it runs along).
+fn edge_corner(e: u32) -> u32 {
+    let axis = e / 4u;
+    let kk = e % 4u;
+    return ((kk & 1u) << ((axis + 1u) % 3u)) | ((kk >> 1u) << ((axis + 2u) % 3u));
+}
+
+// Vertex `slot`: where the surface crosses the edge from cell ca (value va) to cell cb (value
+// vb, one stride further along one axis), with its normal and (isosurfaces) speed.
+fn write_vertex(slot: u32, ca: vec3<i32>, cb: vec3<i32>, va: f32, vb: f32) {
+    let d = vb - va;
+    var s = 0.5;
+    if abs(d) > 0.0 {
+        s = clamp((params.threshold - va) / d, 0.0, 1.0);
+    }
+    let pos = vec3<f32>(ca) + vec3<f32>(0.5) + s * vec3<f32>(cb - ca);
+    // The normal points from higher to lower values (out of the inside).
+    let g = mix(gradient(ca), gradient(cb), s);
+    let len = length(g);
+    var nrm = vec3<f32>(0.0, 0.0, 1.0);
+    if len > 0.0 && is_finite(len) {
+        nrm = -g / len;
+    }
+    var sp = 0.0;
+    if params.size.w == 0u {
+        sp = speed_at(pos);
+    }
+    let w = 5u * slot;
+    let pb = bitcast<vec3<u32>>(pos);
+    vertices[w] = pb.x;
+    vertices[w + 1u] = pb.y;
+    vertices[w + 2u] = pb.z;
+    vertices[w + 3u] = pack4x8snorm(vec4<f32>(nrm, 0.0));
+    vertices[w + 4u] = bitcast<u32>(sp);
+}
+
+// Cubes per axis at the params' stride.
+fn cube_counts() -> vec3<u32> {
+    return (max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u)) / max(params.stride, 1u);
+}
+
+// Word of `mesh` holding the vertex on the edge along `axis` from lattice point q.
+fn edge_word(q: vec3<u32>, axis: u32) -> u32 {
+    let m = cube_counts() + vec3<u32>(1u);
+    return params.capacity + 3u * ((q.z * m.y + q.y) * m.x + q.x) + axis;
+}
+
+var<workgroup> wg_verts: atomic<u32>;
+var<workgroup> wg_vbase: u32;
+
+// Isosurface, pass 1: one thread per lattice point makes the vertices on its three edges
+// toward +x, +y, +z that the surface crosses (both ends finite, one above the threshold), where
+// the cubes' triangles expect them (the same position, normal and speed as `emit` computes).
+@compute @workgroup_size(4, 4, 4)
+fn iso_vertices(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    if li == 0u {
+        atomicStore(&wg_verts, 0u);
+    }
+    workgroupBarrier();
+    let st = max(params.stride, 1u);
+    let cubes = cube_counts();
+    let p = vec3<i32>(gid * st);
+    var v1 = vec3<f32>(0.0);
+    var v0 = 0.0;
+    var bits = 0u;
+    if all(gid <= cubes) {
+        v0 = value_at(p);
+        if is_finite(v0) {
+            for (var a = 0u; a < 3u; a++) {
+                if gid[a] < cubes[a] {
+                    var d = vec3<i32>(0);
+                    d[a] = i32(st);
+                    let w = value_at(p + d);
+                    v1[a] = w;
+                    if is_finite(w) && ((v0 > params.threshold) != (w > params.threshold)) {
+                        bits |= 1u << a;
+                    }
+                }
+            }
+        }
+    }
+    var local = 0u;
+    if bits != 0u {
+        local = atomicAdd(&wg_verts, countOneBits(bits));
+    }
+    workgroupBarrier();
+    if li == 0u {
+        wg_vbase = atomicAdd(&counter[1], atomicLoad(&wg_verts));
+    }
+    workgroupBarrier();
+    var id = wg_vbase + local;
+    for (var a = 0u; a < 3u; a++) {
+        if (bits & (1u << a)) == 0u {
+            continue;
+        }
+        mesh[edge_word(gid, a)] = id;
+        if id < params.capacity {
+            var d = vec3<i32>(0);
+            d[a] = i32(st);
+            write_vertex(id, p, p + d, v0, v1[a]);
+        }
+        id += 1u;
+    }
+}
+
+// Isosurface, pass 2: one thread per cube writes its triangles' vertex numbers (a triangle with
+// a vertex past the capacity is written degenerate: nothing drawn).
+@compute @workgroup_size(4, 4, 4)
+fn iso_triangles(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    if li == 0u {
+        atomicStore(&wg_count, 0u);
+    }
+    workgroupBarrier();
+    let st = max(params.stride, 1u);
+    let p = vec3<i32>(gid * st);
+    let sti = i32(st);
+    var case_index = 0u;
+    var ntri = 0u;
+    if all(gid < cube_counts()) {
+        var finite = true;
+        for (var c = 0u; c < 8u; c++) {
+            let s = value_at(p + corner_offset(c) * sti);
+            finite = finite && is_finite(s);
+            if s > params.threshold {
+                case_index |= 1u << c;
+            }
+        }
+        if finite {
+            ntri = entry(case_index, 0u);
+        }
+    }
+    var local = 0u;
+    if ntri > 0u {
+        local = atomicAdd(&wg_count, 3u * ntri);
+    }
+    workgroupBarrier();
+    if li == 0u {
+        wg_base = atomicAdd(&counter[0], atomicLoad(&wg_count));
+    }
+    workgroupBarrier();
+    let base = wg_base + local;
+    for (var t = 0u; t < ntri; t++) {
+        let at = base + 3u * t;
+        if at + 3u > params.capacity {
+            break;
+        }
+        var ids = vec3<u32>(0u);
+        var ok = true;
+        for (var k = 0u; k < 3u; k++) {
+            let e = entry(case_index, 1u + 3u * t + k);
+            let q = gid + vec3<u32>(corner_offset(edge_corner(e)));
+            ids[k] = mesh[edge_word(q, e / 4u)];
+            ok = ok && ids[k] < params.capacity;
+        }
+        if !ok {
+            ids = vec3<u32>(0u);
+        }
+        mesh[at] = ids.x;
+        mesh[at + 1u] = ids.y;
+        mesh[at + 2u] = ids.z;
     }
 }
 
 @compute @workgroup_size(1)
 fn finish() {
-    draw_args[0] = min(atomicLoad(&counter), params.capacity);
+    draw_args[0] = min(atomicLoad(&counter[0]), params.capacity);
     draw_args[1] = 1u;
     draw_args[2] = 0u;
     draw_args[3] = 0u;
+    draw_args[4] = 0u;
 }

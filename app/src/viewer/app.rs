@@ -1610,8 +1610,8 @@ impl ViewerApp {
             if self.view.iso {
                 if let Some(st) = self.iso_stats {
                     ui.label(match st.stride {
-                        1 => format!("{} triangles", st.triangles()),
-                        s => format!("{} triangles (cubes of {s} cells, to keep the frame rate)", st.triangles()),
+                        1 => format!("{} triangles, {} vertices", st.triangles(), st.vertices),
+                        s => format!("{} triangles, {} vertices (cubes of {s} cells, to keep the frame rate)", st.triangles(), st.vertices),
                     });
                 }
                 if let Some(n) = self.iso_note() {

@@ -433,6 +433,7 @@ pub fn render_bench(
     worker.send(super::worker::Command::SetSlices(Some([Some(slices[0]), None, None])));
     let mut triangles = 0u32;
     let mut iso_stride = 1u32;
+    let mut vertices = 0u32;
     let mut sent_stride = None;
     let mut frames = 0u64;
     let mut first: Option<(Instant, u64)> = None;
@@ -510,6 +511,7 @@ pub fn render_bench(
         fr.poll(&gpu.device, true);
         if let Some(st) = fr.iso_stats() {
             triangles = st.triangles();
+            vertices = st.vertices;
             iso_stride = st.stride;
         }
         // As the window does: the solver thread samples the lattice the next surface reads.
@@ -545,7 +547,7 @@ pub fn render_bench(
     println!("frame path: {path_note}");
     let what = match iso {
         Some((kind, t)) => {
-            format!("one x slice and the isosurface {} = {t}, {triangles} triangles at the end (cubes of {iso_stride} cells)", kind.name())
+            format!("one x slice and the isosurface {} = {t}, {triangles} triangles, {vertices} vertices at the end (cubes of {iso_stride} cells)", kind.name())
         }
         None => "one x slice".into(),
     };

@@ -263,6 +263,9 @@ pub struct MeshStats {
     pub max_capacity: u32,
     /// Cube edge (cells) it was marched with.
     pub stride: u32,
+    /// Vertices made: each one once for an isosurface (an indexed mesh, about half as many as
+    /// triangles), three per triangle for obstacles.
+    pub vertices: u32,
 }
 
 impl MeshStats {
@@ -279,7 +282,7 @@ impl MeshStats {
     /// Whether triangles were left out because the largest buffer is full.
     #[must_use]
     pub fn capped(&self) -> bool {
-        self.wanted > self.capacity && self.capacity >= self.max_capacity
+        self.wanted.max(self.vertices) > self.capacity && self.capacity >= self.max_capacity
     }
 }
 
@@ -356,6 +359,10 @@ struct Mesh {
     counter: wgpu::Buffer,
     args: wgpu::Buffer,
     verts: Option<wgpu::Buffer>,
+    /// Isosurfaces: the index buffer and the vertex number of every lattice edge (see
+    /// `mesh` in marching_cubes.wgsl), and the lattice points it was made for; obstacles: a
+    /// placeholder (their surface is drawn unindexed, made once from every cell).
+    indexed: Option<(wgpu::Buffer, u64)>,
     capacity: u32,
     max_capacity: u32,
     key: Option<MeshKey>,
@@ -381,9 +388,10 @@ impl Mesh {
                 std::mem::size_of::<gpu_data::McParams>() as u64,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             ),
-            counter: buf("mc counter", 4, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC),
-            args: buf("mc draw args", 16, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT),
+            counter: buf("mc counter", 8, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC),
+            args: buf("mc draw args", 20, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT),
             verts: None,
+            indexed: None,
             capacity: FIRST_CAPACITY.min(max_capacity),
             max_capacity,
             key: None,
@@ -435,6 +443,20 @@ impl Mesh {
             pad: [0; 3],
         };
         queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&params));
+        // Cubes and lattice points per axis at this stride.
+        let cubes = size.map(|k| k.saturating_sub(1) as u32 / stride);
+        let points = cubes.map(|c| u64::from(c) + 1);
+        let words = if self.mode == 0 { u64::from(self.capacity) + 3 * points.iter().product::<u64>() } else { 4 };
+        if self.indexed.as_ref().is_none_or(|(_, w)| *w != words) {
+            let b = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("mc indices and edges"),
+                size: words * 4,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDEX,
+                mapped_at_creation: false,
+            });
+            self.indexed = Some((b, words));
+        }
+        let Some((mesh_buf, _)) = &self.indexed else { return };
         let mv = data.2.create_view(&wgpu::TextureViewDescriptor::default());
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("marching cubes"),
@@ -448,26 +470,37 @@ impl Mesh {
                 wgpu::BindGroupEntry { binding: 5, resource: self.counter.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 6, resource: self.args.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 7, resource: data.1.resource() },
+                wgpu::BindGroupEntry { binding: 8, resource: mesh_buf.as_entire_binding() },
             ],
         });
         encoder.clear_buffer(&self.counter, 0, None);
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("marching cubes"), timestamp_writes });
             pass.set_bind_group(0, &bind_group, &[]);
-            pass.set_pipeline(&mc.emit);
-            let groups = |a: usize| (size[a].saturating_sub(1) as u32 / stride).div_ceil(4).max(1);
-            pass.dispatch_workgroups(groups(0), groups(1), groups(2));
+            let groups = |n: [u32; 3]| n.map(|k| k.div_ceil(4).max(1));
+            if self.mode == 0 {
+                let g = groups(points.map(|k| k as u32));
+                pass.set_pipeline(&mc.iso_vertices);
+                pass.dispatch_workgroups(g[0], g[1], g[2]);
+                let g = groups(cubes);
+                pass.set_pipeline(&mc.iso_triangles);
+                pass.dispatch_workgroups(g[0], g[1], g[2]);
+            } else {
+                let g = groups(cubes);
+                pass.set_pipeline(&mc.emit);
+                pass.dispatch_workgroups(g[0], g[1], g[2]);
+            }
             pass.set_pipeline(&mc.finish);
             pass.dispatch_workgroups(1, 1, 1);
         }
         // Read the count back when the GPU is done, without waiting for it.
         let staging = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("mc count readback"),
-            size: 4,
+            size: 8,
             usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ,
             mapped_at_creation: false,
         });
-        encoder.copy_buffer_to_buffer(&self.counter, 0, &staging, 0, 4);
+        encoder.copy_buffer_to_buffer(&self.counter, 0, &staging, 0, 8);
         let flag: MapFlag = Arc::new(AtomicU8::new(0));
         let f = Arc::clone(&flag);
         encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| f.store(if r.is_ok() { 1 } else { 2 }, Ordering::Release));
@@ -482,14 +515,21 @@ impl Mesh {
         match flag.load(Ordering::Acquire) {
             0 => return false,
             1 => {
-                let wanted = buf.get_mapped_range(..).ok().map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+                let word = |v: &[u8], k: usize| u32::from_le_bytes([v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]]);
+                let counts = buf.get_mapped_range(..).ok().map(|v| (word(&v, 0), word(&v, 1)));
                 buf.unmap();
-                if let Some(wanted) = wanted {
-                    self.stats = Some(MeshStats { wanted, capacity: self.capacity, max_capacity: self.max_capacity, stride: self.stride });
-                    if wanted > self.capacity && self.capacity < self.max_capacity {
-                        let grown = u64::from(wanted).next_power_of_two().min(u64::from(self.max_capacity)) as u32 / 3 * 3;
+                if let Some((wanted, made)) = counts {
+                    let vertices = if self.mode == 0 { made } else { wanted };
+                    let st = MeshStats { wanted, capacity: self.capacity, max_capacity: self.max_capacity, stride: self.stride, vertices };
+                    self.stats = Some(st);
+                    // Indices or vertices over the buffers: grow them (the surface's vertices are
+                    // fewer than its indices, but a NaN region can leave some unused).
+                    let need = wanted.max(vertices);
+                    if need > self.capacity && self.capacity < self.max_capacity {
+                        let grown = u64::from(need).next_power_of_two().min(u64::from(self.max_capacity)) as u32 / 3 * 3;
                         self.capacity = grown.max(self.capacity);
                         self.verts = None;
+                        self.indexed = None;
                         self.key = None;
                         self.readback = None;
                         return true;
@@ -518,6 +558,8 @@ struct McPipelines {
     layout: wgpu::BindGroupLayout,
     table: wgpu::Buffer,
     emit: wgpu::ComputePipeline,
+    iso_vertices: wgpu::ComputePipeline,
+    iso_triangles: wgpu::ComputePipeline,
     finish: wgpu::ComputePipeline,
 }
 
@@ -580,8 +622,8 @@ pub enum RenderError {
 }
 
 /// Storage buffers the viewer's shaders bind in one stage at most (marching cubes: the field,
-/// the speed, the vertices, the counter, the draw's arguments).
-pub const STORAGE_BUFFERS_PER_STAGE: u32 = 5;
+/// the speed, the vertices, the counter, the draw's arguments, the indices and edges).
+pub const STORAGE_BUFFERS_PER_STAGE: u32 = 6;
 
 /// The limits the viewer asks a device for: `base`, with the largest storage buffer binding and
 /// the largest buffer raised to what the adapter offers (the shaders read each field from one
@@ -822,8 +864,16 @@ impl FieldRenderer {
             let bytes = l.max_storage_buffer_binding_size.min(l.max_buffer_size).min(MAX_VERTEX_BUFFER);
             (bytes / VERTEX_BYTES).min(u64::from(u32::MAX)) as u32 / 3 * 3
         };
+        // An isosurface's index buffer shares one binding with the vertex numbers of its
+        // lattice's edges (at most (ISO_FULL_DETAIL_CUBES + 1)^3 points, three edges each).
+        let iso_capacity = {
+            let l = device.limits();
+            let words = l.max_storage_buffer_binding_size.min(l.max_buffer_size) / 4;
+            let edges = 3 * (ISO_FULL_DETAIL_CUBES as u64 + 2).pow(3);
+            (words.saturating_sub(edges).min(u64::from(max_capacity)) as u32) / 3 * 3
+        };
         let (iso_mesh, solid_mesh) =
-            if mc.is_some() { (Some(Mesh::new(device, 0, max_capacity)), Some(Mesh::new(device, 1, max_capacity))) } else { (None, None) };
+            if mc.is_some() { (Some(Mesh::new(device, 0, iso_capacity)), Some(Mesh::new(device, 1, max_capacity))) } else { (None, None) };
         FieldRenderer {
             slice_pipeline,
             box_pipeline,
@@ -899,6 +949,7 @@ impl FieldRenderer {
                 storage(5, false),
                 storage(6, false),
                 storage(7, true),
+                storage(8, false),
             ],
         });
         let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -924,7 +975,14 @@ impl FieldRenderer {
             mapped_at_creation: false,
         });
         queue.write_buffer(&table, 0, bytemuck::cast_slice(&words));
-        Some(McPipelines { emit: pipe("emit"), finish: pipe("finish"), layout, table })
+        Some(McPipelines {
+            emit: pipe("emit"),
+            iso_vertices: pipe("iso_vertices"),
+            iso_triangles: pipe("iso_triangles"),
+            finish: pipe("finish"),
+            layout,
+            table,
+        })
     }
 
     /// Shrink the surfaces' vertex buffers: `first` vertices at first, growing up to `max`.
@@ -934,6 +992,7 @@ impl FieldRenderer {
             m.max_capacity = max / 3 * 3;
             m.capacity = first.min(max) / 3 * 3;
             m.verts = None;
+            m.indexed = None;
             m.key = None;
         }
     }
@@ -1444,7 +1503,13 @@ impl FieldRenderer {
                 let Some(v) = &m.verts else { continue };
                 pass.set_pipeline(pipeline);
                 pass.set_vertex_buffer(0, v.slice(..));
-                pass.draw_indirect(&m.args, 0);
+                match (&m.indexed, m.mode) {
+                    (Some((ib, _)), 0) => {
+                        pass.set_index_buffer(ib.slice(..u64::from(m.capacity.max(3)) * 4), wgpu::IndexFormat::Uint32);
+                        pass.draw_indexed_indirect(&m.args, 0);
+                    }
+                    _ => pass.draw_indirect(&m.args, 0),
+                }
             }
         });
         if !is_2d {

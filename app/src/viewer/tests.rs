@@ -368,6 +368,8 @@ fn isosurface_on_coarse_cubes_reads_only_the_lattice() {
     assert_eq!((sw.stride, sl.stride), (4, 4));
     assert!(sw.triangles() > 50 && sw.triangles() == coarse_cpu(4), "{sw:?} vs the CPU's {}", coarse_cpu(4));
     assert_eq!(sl, sw, "the lattice alone gives the same surface");
+    // An indexed mesh: each vertex once (a closed surface has about half as many as triangles).
+    assert!(sw.vertices > sw.triangles() / 3 && sw.vertices < 2 * sw.triangles() / 3, "{sw:?}");
     assert_eq!(lat, whole, "the lattice alone draws the same picture (normals and colours from lattice points)");
     // Finer cubes than the lattice are not possible: cubes of 4; coarser ones: of 8.
     let (_, s3) = render(&sv, &ss, 4, 3);
