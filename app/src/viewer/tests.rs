@@ -911,10 +911,19 @@ fn harness_sized(app: ViewerApp, w: f32, h: f32) -> Harness {
 }
 
 /// Run frames until `cond` holds (the solver thread answers asynchronously).
+/// Step the harness until `cond` holds. The limit only catches a wait that never ends: on a
+/// loaded 2-core machine (a build beside the tests) a compressed solver's rebuild and batches
+/// took over 30 s twice, so it is two minutes.
 fn run_until(h: &mut Harness, what: &str, cond: impl Fn(&ViewerApp) -> bool) {
     let t0 = Instant::now();
     while !cond(h.state()) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting for: {what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "timed out waiting for: {what} (state: step {}, running {}, loading {})",
+            h.state().step(),
+            h.state().running,
+            h.state().loading()
+        );
         h.step();
         std::thread::sleep(Duration::from_millis(5));
     }
