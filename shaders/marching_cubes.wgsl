@@ -148,54 +148,75 @@ fn is_finite(v: f32) -> bool {
     return abs(v) <= 3.0e38;
 }
 
-@compute @workgroup_size(4, 4, 4)
-fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+// The cube with its lower corner at lattice point gid: its corners' values (s cells apart), its
+// case and its triangle count (none outside the grid, none with a NaN or infinite corner: a
+// blown-up state draws nothing).
+struct Cube {
+    v: array<f32, 8>,
+    case_index: u32,
+    ntri: u32,
+};
+
+fn cube_at(gid: vec3<u32>) -> Cube {
+    var c: Cube;
+    c.case_index = 0u;
+    c.ntri = 0u;
+    if !all(gid < cube_counts()) {
+        return c;
+    }
+    let sti = i32(max(params.stride, 1u));
+    let p = vec3<i32>(gid) * sti;
+    var finite = true;
+    for (var k = 0u; k < 8u; k++) {
+        let s = value_at(p + corner_offset(k) * sti);
+        c.v[k] = s;
+        finite = finite && is_finite(s);
+        if s > params.threshold {
+            c.case_index |= 1u << k;
+        }
+    }
+    if finite {
+        c.ntri = entry(c.case_index, 0u);
+    }
+    return c;
+}
+
+// Room for `n` words counted on `counter[k]`: every thread of the workgroup calls it once; the
+// workgroup sums its needs in shared memory and reserves them with one atomic add. Returns
+// where this thread's words begin.
+fn reserve(li: u32, n: u32, k: u32) -> u32 {
     if li == 0u {
         atomicStore(&wg_count, 0u);
     }
     workgroupBarrier();
-    let st = max(params.stride, 1u);
-    let cubes = (max(params.size.xyz, vec3<u32>(1u)) - vec3<u32>(1u)) / st;
-    let p = vec3<i32>(gid * st);
-    let sti = i32(st);
-    var v: array<f32, 8>;
-    var case_index = 0u;
-    var ntri = 0u;
-    if all(gid < cubes) {
-        var finite = true;
-        for (var c = 0u; c < 8u; c++) {
-            let s = value_at(p + corner_offset(c) * sti);
-            v[c] = s;
-            finite = finite && is_finite(s);
-            if s > params.threshold {
-                case_index |= 1u << c;
-            }
-        }
-        // A cube with a NaN or infinite corner (a blown-up state) draws nothing.
-        if finite {
-            ntri = entry(case_index, 0u);
-        }
-    }
     var local = 0u;
-    if ntri > 0u {
-        local = atomicAdd(&wg_count, 3u * ntri);
+    if n > 0u {
+        local = atomicAdd(&wg_count, n);
     }
     workgroupBarrier();
     if li == 0u {
-        wg_base = atomicAdd(&counter[0], atomicLoad(&wg_count));
+        wg_base = atomicAdd(&counter[k], atomicLoad(&wg_count));
     }
     workgroupBarrier();
-    let base = wg_base + local;
-    for (var t = 0u; t < ntri; t++) {
+    return wg_base + local;
+}
+
+@compute @workgroup_size(4, 4, 4)
+fn emit(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let cube = cube_at(gid);
+    let base = reserve(li, 3u * cube.ntri, 0u);
+    let sti = i32(max(params.stride, 1u));
+    let p = vec3<i32>(gid) * sti;
+    for (var t = 0u; t < cube.ntri; t++) {
         let at = base + 3u * t;
         if at + 3u > params.capacity {
             break;
         }
         for (var k = 0u; k < 3u; k++) {
-            let e = entry(case_index, 1u + 3u * t + k);
+            let e = entry(cube.case_index, 1u + 3u * t + k);
             let a = edge_corner(e);
             let b = a | (1u << (e / 4u));
-            write_vertex(at + k, p + corner_offset(a) * sti, p + corner_offset(b) * sti, v[a], v[b]);
+            write_vertex(at + k, p + corner_offset(a) * sti, p + corner_offset(b) * sti, cube.v[a], cube.v[b]);
         }
     }
 }
@@ -247,18 +268,11 @@ fn edge_word(q: vec3<u32>, axis: u32) -> u32 {
     return params.capacity + 3u * ((q.z * m.y + q.y) * m.x + q.x) + axis;
 }
 
-var<workgroup> wg_verts: atomic<u32>;
-var<workgroup> wg_vbase: u32;
-
 // Isosurface, pass 1: one thread per lattice point makes the vertices on its three edges
 // toward +x, +y, +z that the surface crosses (both ends finite, one above the threshold), where
 // the cubes' triangles expect them (the same position, normal and speed as `emit` computes).
 @compute @workgroup_size(4, 4, 4)
 fn iso_vertices(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    if li == 0u {
-        atomicStore(&wg_verts, 0u);
-    }
-    workgroupBarrier();
     let st = max(params.stride, 1u);
     let cubes = cube_counts();
     let p = vec3<i32>(gid * st);
@@ -281,16 +295,7 @@ fn iso_vertices(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_in
             }
         }
     }
-    var local = 0u;
-    if bits != 0u {
-        local = atomicAdd(&wg_verts, countOneBits(bits));
-    }
-    workgroupBarrier();
-    if li == 0u {
-        wg_vbase = atomicAdd(&counter[1], atomicLoad(&wg_verts));
-    }
-    workgroupBarrier();
-    var id = wg_vbase + local;
+    var id = reserve(li, countOneBits(bits), 1u);
     for (var a = 0u; a < 3u; a++) {
         if (bits & (1u << a)) == 0u {
             continue;
@@ -309,38 +314,10 @@ fn iso_vertices(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_in
 // a vertex past the capacity is written degenerate: nothing drawn).
 @compute @workgroup_size(4, 4, 4)
 fn iso_triangles(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    if li == 0u {
-        atomicStore(&wg_count, 0u);
-    }
-    workgroupBarrier();
-    let st = max(params.stride, 1u);
-    let p = vec3<i32>(gid * st);
-    let sti = i32(st);
-    var case_index = 0u;
-    var ntri = 0u;
-    if all(gid < cube_counts()) {
-        var finite = true;
-        for (var c = 0u; c < 8u; c++) {
-            let s = value_at(p + corner_offset(c) * sti);
-            finite = finite && is_finite(s);
-            if s > params.threshold {
-                case_index |= 1u << c;
-            }
-        }
-        if finite {
-            ntri = entry(case_index, 0u);
-        }
-    }
-    var local = 0u;
-    if ntri > 0u {
-        local = atomicAdd(&wg_count, 3u * ntri);
-    }
-    workgroupBarrier();
-    if li == 0u {
-        wg_base = atomicAdd(&counter[0], atomicLoad(&wg_count));
-    }
-    workgroupBarrier();
-    let base = wg_base + local;
+    let cube = cube_at(gid);
+    let ntri = cube.ntri;
+    let case_index = cube.case_index;
+    let base = reserve(li, 3u * ntri, 0u);
     for (var t = 0u; t < ntri; t++) {
         let at = base + 3u * t;
         if at + 3u > params.capacity {
