@@ -44,10 +44,45 @@ __device__ __forceinline__ void block_box(unsigned nx, unsigned ny, unsigned nz,
     ext[2] = min((int)nz - origin[2], WL_NZ);
 }
 
-__device__ __forceinline__ wl_u64 sample_at(int i, const int origin[3], wl_u64 px, wl_u64 py, bool* inside, const int ext[3]) {
-    const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
-    *inside = x < ext[0] && y < ext[1] && z < ext[2];
-    return (wl_u64)(origin[0] + x) + px * ((wl_u64)(origin[1] + y) + py * (wl_u64)(origin[2] + z));
+// Coordinates of sample i of a block buffer (unsigned: the divisions by constants stay cheap).
+__device__ __forceinline__ void block_xyz(unsigned i, unsigned& x, unsigned& y, unsigned& z) {
+    x = i % WL_NX;
+    const unsigned r = i / WL_NX;
+    y = r % WL_NY;
+    z = r / WL_NY;
+}
+
+// Offset of sample (x, y, z) of a block from the block's first sample; NARROW when a block's
+// span (px * py * WL_NZ) fits 32 bits, which skips the 64-bit multiplies.
+template <bool NARROW>
+__device__ __forceinline__ wl_u64 block_offset(unsigned x, unsigned y, unsigned z, wl_u64 px, wl_u64 py) {
+    if (NARROW) return (wl_u64)(x + (unsigned)px * (y + (unsigned)py * z));
+    return (wl_u64)x + px * ((wl_u64)y + py * (wl_u64)z);
+}
+
+template <bool NARROW>
+__device__ __forceinline__ void load_block(float* s, const float* __restrict__ f, wl_u64 px, wl_u64 py, const int ext[3]) {
+    for (unsigned i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+        unsigned x, y, z;
+        block_xyz(i, x, y, z);
+        const bool inside = x < (unsigned)ext[0] && y < (unsigned)ext[1] && z < (unsigned)ext[2];
+        s[i] = inside ? f[block_offset<NARROW>(x, y, z, px, py)] : 0.0f;
+    }
+}
+
+template <bool NARROW>
+__device__ __forceinline__ void store_block(const float* s, float* __restrict__ f, wl_u64 px, wl_u64 py, const int ext[3]) {
+    for (unsigned i = threadIdx.x; i < WL_N; i += WL_THREADS) {
+        unsigned x, y, z;
+        block_xyz(i, x, y, z);
+        if (x < (unsigned)ext[0] && y < (unsigned)ext[1] && z < (unsigned)ext[2]) f[block_offset<NARROW>(x, y, z, px, py)] = s[i];
+    }
+}
+
+// First sample of the block in field k, and whether block offsets fit 32 bits.
+__device__ __forceinline__ wl_u64 block_base(const int origin[3], wl_u64 px, wl_u64 py, wl_u64 plane, bool* narrow) {
+    *narrow = px * py * (wl_u64)WL_NZ < (1ull << 32);
+    return (wl_u64)blockIdx.y * plane + (wl_u64)origin[0] + px * ((wl_u64)origin[1] + py * (wl_u64)origin[2]);
 }
 
 // Exclusive prefix of the kept counts of the mask words, by warp 0.
@@ -81,12 +116,10 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
     wl_levels_fill(&lv, ext);
-    const float* f = field + (wl_u64)blockIdx.y * plane;
-    for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
-        bool inside;
-        const wl_u64 g = sample_at(i, origin, px, py, &inside, ext);
-        s[i] = inside ? f[g] : 0.0f;
-    }
+    bool narrow;
+    const float* f = field + block_base(origin, px, py, plane, &narrow);
+    if (narrow) load_block<true>(s, f, px, py, ext);
+    else load_block<false>(s, f, px, py, ext);
     if (threadIdx.x == 0) total = 0;
     __syncthreads();
     wl_forward(s, ext, &lv);
@@ -97,7 +130,8 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
         const int i = base + threadIdx.x;
         bool keep = false;
         if (i < WL_N) {
-            const int x = i % WL_NX, y = (i / WL_NX) % WL_NY, z = i / (WL_NX * WL_NY);
+            unsigned x, y, z;
+            block_xyz((unsigned)i, x, y, z);
             keep = wl_keeps(s[i], wl_detail_level_t(&lv, x, y, z), tau);
         }
         const unsigned bal = __ballot_sync(0xffffffffu, keep);
@@ -208,10 +242,8 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
     }
     __syncthreads();
     wl_inverse(s, ext, &lv);
-    float* f = field + (wl_u64)blockIdx.y * plane;
-    for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
-        bool inside;
-        const wl_u64 g = sample_at(i, origin, px, py, &inside, ext);
-        if (inside) f[g] = s[i];
-    }
+    bool narrow;
+    float* f = field + block_base(origin, px, py, plane, &narrow);
+    if (narrow) store_block<true>(s, f, px, py, ext);
+    else store_block<false>(s, f, px, py, ext);
 }

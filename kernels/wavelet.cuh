@@ -121,8 +121,108 @@ __device__ __forceinline__ void wl_axis_pass(float* s, const int ext[3], const W
     }
 }
 
+// One level of lifting on a line with M details (2M + 1 samples, plus a dangling last sample
+// on even lines, left alone) at s[base + i * stride], in registers: lift_line(), or with INV
+// its inverse unlift_line().
+template <int M, bool INV>
+__device__ __forceinline__ void wl_line_rt(float* s, int base, int stride) {
+    if constexpr (M > 0) {
+        float v[2 * M + 1];
+#pragma unroll
+        for (int i = 0; i <= 2 * M; i++) v[i] = s[base + i * stride];
+        if (!INV) {
+#pragma unroll
+            for (int k = 0; k < M; k++) v[2 * k + 1] = __fsub_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
+        }
+#pragma unroll
+        for (int k = 1; k < M; k++) {
+            const float t = __fadd_rn(__fmul_rn(k == 1 ? 0.5f : 0.25f, v[2 * k - 1]), __fmul_rn(k + 1 == M ? 0.5f : 0.25f, v[2 * k + 1]));
+            v[2 * k] = INV ? __fsub_rn(v[2 * k], t) : __fadd_rn(v[2 * k], t);
+        }
+        if (INV) {
+#pragma unroll
+            for (int k = 0; k < M; k++) v[2 * k + 1] = __fadd_rn(v[2 * k + 1], __fmul_rn(__fadd_rn(v[2 * k], v[2 * k + 2]), 0.5f));
+        }
+#pragma unroll
+        for (int i = 1; i < 2 * M; i++) s[base + i * stride] = v[i];
+    }
+}
+
+// Details on a line of c samples (compile time): details_on_line().
+__host__ __device__ constexpr int wl_details_c(int c) { return c > 2 ? ((c & 1) ? c : c - 1) / 2 : 0; }
+
+// ---- Full blocks: every line length is known at compile time ----
+// A block with the full extents WL_N* (all but the far-edge blocks of a field) has lines of
+// 2^k + 1 samples on every level, so the lines' strides are constants too, and only the lines
+// still on the approximation lattice are enumerated (no per-line table test).
+
+__host__ __device__ constexpr int wl_n_c(int a) { return a == 0 ? WL_NX : (a == 1 ? WL_NY : WL_NZ); }
+__host__ __device__ constexpr int wl_stride_c(int a) { return a == 0 ? 1 : (a == 1 ? WL_NX : WL_NX * WL_NY); }
+__host__ __device__ constexpr int wl_line_levels_c(int n, int levels) {
+    int l = 0;
+    while (l < levels && ((n - 1) >> l) >= 4) l++;
+    return l;
+}
+// Levels along axis a of a full block.
+__host__ __device__ constexpr int wl_full_levels(int a) { return wl_line_levels_c(wl_n_c(a), a == 0 ? WL_LX : (a == 1 ? WL_LY : WL_LZ)); }
+// Whether full blocks have odd lines without a dangling sample on every level (2^k + 1 sizes).
+__host__ __device__ constexpr bool wl_axis_regular(int a) { return ((wl_n_c(a) - 1) % (1 << wl_full_levels(a))) == 0; }
+#define WL_FULL_FAST (wl_axis_regular(0) && wl_axis_regular(1) && wl_axis_regular(2))
+
+// Every line of level L along axis A of a full block: the lines whose other two coordinates
+// are still approximations, i.e. multiples of 2^min(L, that axis's levels).
+template <int L, int A, bool INV>
+__device__ __forceinline__ void wl_full_pass(float* s) {
+    constexpr int B = (A + 1) % 3, K = (A + 2) % 3;
+    constexpr int LB = L < wl_full_levels(B) ? L : wl_full_levels(B);
+    constexpr int LK = L < wl_full_levels(K) ? L : wl_full_levels(K);
+    constexpr int NB = ((wl_n_c(B) - 1) >> LB) + 1, NK = ((wl_n_c(K) - 1) >> LK) + 1;
+    constexpr int COUNT = ((wl_n_c(A) - 1) >> L) + 1;
+    for (int t = threadIdx.x; t < NB * NK; t += WL_THREADS) {
+        const int qb = (t % NB) << LB, qk = (t / NB) << LK;
+        wl_line_rt<wl_details_c(COUNT), INV>(s, qb * wl_stride_c(B) + qk * wl_stride_c(K), wl_stride_c(A) << L);
+    }
+}
+
+template <int L, int A, bool INV>
+__device__ __forceinline__ void wl_full_step(float* s) {
+    if constexpr (L < wl_full_levels(A)) {
+        wl_full_pass<L, A, INV>(s);
+        __syncthreads();
+    }
+}
+
+template <int L>
+__device__ __forceinline__ void wl_forward_full(float* s) {
+    if constexpr (L < WL_MAX_LEVELS) {
+        wl_full_step<L, 0, false>(s);
+        wl_full_step<L, 1, false>(s);
+        wl_full_step<L, 2, false>(s);
+        wl_forward_full<L + 1>(s);
+    }
+}
+
+template <int L>
+__device__ __forceinline__ void wl_inverse_full(float* s) {
+    if constexpr (L >= 0) {
+        wl_full_step<L, 2, true>(s);
+        wl_full_step<L, 1, true>(s);
+        wl_full_step<L, 0, true>(s);
+        wl_inverse_full<L - 1>(s);
+    }
+}
+
+// Whether a block has the full extents (and the shape allows the register path).
+__device__ __forceinline__ bool wl_is_full(const int ext[3]) {
+    return WL_FULL_FAST && ext[0] == WL_NX && ext[1] == WL_NY && ext[2] == WL_NZ;
+}
+
 // Forward transform of the block in s (all threads of the CUDA block call it): forward().
 __device__ void wl_forward(float* s, const int ext[3], const WlAxisLevels* lv) {
+    if (wl_is_full(ext)) {
+        wl_forward_full<0>(s);
+        return;
+    }
     for (int l = 0; l < WL_MAX_LEVELS; l++) {
         for (int a = 0; a < 3; a++) {
             if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
@@ -135,6 +235,10 @@ __device__ void wl_forward(float* s, const int ext[3], const WlAxisLevels* lv) {
 
 // Inverse of wl_forward: inverse().
 __device__ void wl_inverse(float* s, const int ext[3], const WlAxisLevels* lv) {
+    if (wl_is_full(ext)) {
+        wl_inverse_full<WL_MAX_LEVELS - 1>(s);
+        return;
+    }
     for (int l = WL_MAX_LEVELS - 1; l >= 0; l--) {
         for (int a = 2; a >= 0; a--) {
             if (l < wl_line_levels(ext[a], wl_levels_of(a))) {
