@@ -60,13 +60,26 @@ __device__ __forceinline__ wl_u64 block_offset(unsigned x, unsigned y, unsigned 
     return (wl_u64)x + px * ((wl_u64)y + py * (wl_u64)z);
 }
 
+// Samples a thread moves per batch: its loads are all issued before the first use, so a
+// block keeps several global loads in flight per thread (the loops are latency-bound).
+#define IO_BATCH 8u
+
 template <bool NARROW>
 __device__ __forceinline__ void load_block(float* s, const float* __restrict__ f, wl_u64 px, wl_u64 py, const int ext[3]) {
-    for (unsigned i = threadIdx.x; i < WL_N; i += WL_THREADS) {
-        unsigned x, y, z;
-        block_xyz(i, x, y, z);
-        const bool inside = x < (unsigned)ext[0] && y < (unsigned)ext[1] && z < (unsigned)ext[2];
-        s[i] = inside ? f[block_offset<NARROW>(x, y, z, px, py)] : 0.0f;
+    for (unsigned i0 = threadIdx.x; i0 < WL_N; i0 += IO_BATCH * WL_THREADS) {
+        float v[IO_BATCH];
+#pragma unroll
+        for (unsigned j = 0; j < IO_BATCH; j++) {
+            const unsigned i = i0 + j * WL_THREADS;
+            unsigned x, y, z;
+            block_xyz(i, x, y, z);
+            const bool inside = i < WL_N && x < (unsigned)ext[0] && y < (unsigned)ext[1] && z < (unsigned)ext[2];
+            v[j] = inside ? f[block_offset<NARROW>(x, y, z, px, py)] : 0.0f;
+        }
+#pragma unroll
+        for (unsigned j = 0; j < IO_BATCH; j++) {
+            if (i0 + j * WL_THREADS < WL_N) s[i0 + j * WL_THREADS] = v[j];
+        }
     }
 }
 
@@ -76,6 +89,23 @@ __device__ __forceinline__ void store_block(const float* s, float* __restrict__ 
         unsigned x, y, z;
         block_xyz(i, x, y, z);
         if (x < (unsigned)ext[0] && y < (unsigned)ext[1] && z < (unsigned)ext[2]) f[block_offset<NARROW>(x, y, z, px, py)] = s[i];
+    }
+}
+
+// Stores of a full block, row by row: a warp writes whole x-rows (lane = x, in chunks of 32),
+// so the per-sample work is one shared load and one global store. (Loads the same way were
+// slower than load_block's batches: measured on the H100.)
+template <bool NARROW>
+__device__ __forceinline__ void store_rows_full(const float* s, float* __restrict__ f, wl_u64 px, wl_u64 py) {
+    constexpr unsigned ROWS = WL_NY * WL_NZ, WARPS = WL_THREADS / 32u, CHUNKS = (WL_NX + 31u) / 32u;
+    const unsigned lane = threadIdx.x & 31u;
+    for (unsigned r = threadIdx.x >> 5; r < ROWS; r += WARPS) {
+        const wl_u64 g = block_offset<NARROW>(0u, r % WL_NY, r / WL_NY, px, py);
+#pragma unroll
+        for (unsigned c = 0; c < CHUNKS; c++) {
+            const unsigned x = lane + 32u * c;
+            if (x < WL_NX) f[g + x] = s[r * WL_NX + x];
+        }
     }
 }
 
@@ -113,9 +143,12 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     __shared__ unsigned total;
     __shared__ wl_u64 pos;
     __shared__ WlAxisLevels lv;
+    __shared__ float thr[WL_MAX_LEVELS + 1];
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
     wl_levels_fill(&lv, ext);
+    // Thresholds per level, and 0 for the approximations (kept when not zero): wl_keeps().
+    if (threadIdx.x <= WL_MAX_LEVELS) thr[threadIdx.x] = threadIdx.x < WL_MAX_LEVELS ? tau * (float)(2u << threadIdx.x) : 0.0f;
     bool narrow;
     const float* f = field + block_base(origin, px, py, plane, &narrow);
     if (narrow) load_block<true>(s, f, px, py, ext);
@@ -126,26 +159,35 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
 
     // Keep flags: one ballot per warp is one mask word (WL_THREADS is a multiple of 32).
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const bool full = wl_is_full(ext);
+    unsigned warp_kept = 0;
+#pragma unroll 8
     for (int base = 0; base < WL_N; base += WL_THREADS) {
         const int i = base + threadIdx.x;
         bool keep = false;
         if (i < WL_N) {
-            unsigned x, y, z;
-            block_xyz((unsigned)i, x, y, z);
-            keep = wl_keeps(s[i], wl_detail_level_t(&lv, x, y, z), tau);
+            if (full) {
+                const float v = s[i];
+                keep = v != 0.0f && !(fabsf(v) < thr[wl_level_table.v[i]]);
+            } else {
+                unsigned x, y, z;
+                block_xyz((unsigned)i, x, y, z);
+                keep = wl_keeps(s[i], wl_detail_level_t(&lv, x, y, z), tau);
+            }
         }
         const unsigned bal = __ballot_sync(0xffffffffu, keep);
         const unsigned word = (unsigned)base / 32u + warp;
-        if (lane == 0 && word < WL_MASK_WORDS) {
-            mask[word] = bal;
-            atomicAdd(&total, __popc(bal));
-        }
+        if (lane == 0 && word < WL_MASK_WORDS) mask[word] = bal;
+        warp_kept += __popc(bal);
     }
+    if (lane == 0) atomicAdd(&total, warp_kept);
     __syncthreads();
     const unsigned kept = total;
     const unsigned fmt = choose_format(kept);
     const unsigned slot = blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) {
+    // The record's place comes from warp 1 (warp 0 when the block has one) while warp 0 sums
+    // the mask words.
+    if (threadIdx.x == (WL_THREADS > 32 ? 32u : 0u)) {
         const wl_u64 words = record_words(fmt, kept);
         const wl_u64 p = atomicAdd(cursor, words);
         if (p + words > capacity) {
@@ -217,6 +259,7 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
     if (!ok) return;
     const unsigned fmt = head >> COUNT_BITS, kept = head & ((1u << COUNT_BITS) - 1u);
     if (fmt == FMT_DENSE) {
+#pragma unroll 8
         for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) s[i] = __uint_as_float(in[p + 1 + i]);
     } else if (fmt == FMT_MASK) {
         for (int w = threadIdx.x; w < WL_MASK_WORDS; w += WL_THREADS) mask[w] = in[p + 1 + w];
@@ -224,26 +267,48 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) decompress_blocks(
         mask_prefix(mask, prefix);
         __syncthreads();
         const wl_u64 values = p + 1 + WL_MASK_WORDS;
-        for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) {
-            const unsigned m = mask[i >> 5];
-            const unsigned bit = i & 31;
-            s[i] = ((m >> bit) & 1u) ? __uint_as_float(in[values + prefix[i >> 5] + __popc(m & ((1u << bit) - 1u))]) : 0.0f;
+        for (unsigned i0 = threadIdx.x; i0 < WL_N; i0 += IO_BATCH * WL_THREADS) {
+            float v[IO_BATCH];
+#pragma unroll
+            for (unsigned j = 0; j < IO_BATCH; j++) {
+                const unsigned i = i0 + j * WL_THREADS;
+                const unsigned m = i < WL_N ? mask[i >> 5] : 0u;
+                const unsigned bit = i & 31;
+                v[j] = ((m >> bit) & 1u) ? __uint_as_float(in[values + prefix[i >> 5] + __popc(m & ((1u << bit) - 1u))]) : 0.0f;
+            }
+#pragma unroll
+            for (unsigned j = 0; j < IO_BATCH; j++) {
+                if (i0 + j * WL_THREADS < WL_N) s[i0 + j * WL_THREADS] = v[j];
+            }
         }
     } else {
         for (int i = threadIdx.x; i < WL_N; i += WL_THREADS) s[i] = 0.0f;
         __syncthreads();
         const unsigned short* index16 = reinterpret_cast<const unsigned short*>(in + p + 1);
         const wl_u64 values = p + 1 + (kept + 1) / 2;
-        for (unsigned k = threadIdx.x; k < kept; k += WL_THREADS) {
-            const unsigned i = index16[k];
-            if (i < WL_N) s[i] = __uint_as_float(in[values + k]);
-            else atomicOr(bad, 1u);
+        for (unsigned k0 = threadIdx.x; k0 < kept; k0 += IO_BATCH * WL_THREADS) {
+            unsigned idx[IO_BATCH], val[IO_BATCH];
+#pragma unroll
+            for (unsigned j = 0; j < IO_BATCH; j++) {
+                const unsigned k = k0 + j * WL_THREADS;
+                idx[j] = k < kept ? index16[k] : 0u;
+                val[j] = k < kept ? in[values + k] : 0u;
+            }
+#pragma unroll
+            for (unsigned j = 0; j < IO_BATCH; j++) {
+                if (k0 + j * WL_THREADS >= kept) continue;
+                if (idx[j] < WL_N) s[idx[j]] = __uint_as_float(val[j]);
+                else atomicOr(bad, 1u);
+            }
         }
     }
     __syncthreads();
     wl_inverse(s, ext, &lv);
     bool narrow;
     float* f = field + block_base(origin, px, py, plane, &narrow);
-    if (narrow) store_block<true>(s, f, px, py, ext);
+    if (wl_is_full(ext)) {
+        if (narrow) store_rows_full<true>(s, f, px, py);
+        else store_rows_full<false>(s, f, px, py);
+    } else if (narrow) store_block<true>(s, f, px, py, ext);
     else store_block<false>(s, f, px, py, ext);
 }

@@ -212,6 +212,36 @@ __device__ __forceinline__ void wl_inverse_full(float* s) {
     }
 }
 
+// The detail level of every sample of a full block (WL_MAX_LEVELS for the approximations),
+// built at compile time: the full blocks' keep test is a table read instead of index math.
+struct WlLevelTable {
+    unsigned char v[WL_N];
+};
+__host__ __device__ constexpr unsigned wl_axis_detail_c(int p, int n, int levels) {
+    const int ll = wl_line_levels_c(n, levels);
+    for (int l = 0; l < ll; l++) {
+        if ((p >> l) & 1) return p + (1 << l) < n ? (unsigned)l : 0xffffffffu;
+    }
+    return 0xffffffffu;
+}
+__host__ __device__ constexpr WlLevelTable wl_make_level_table() {
+    WlLevelTable t{};
+    for (int z = 0; z < WL_NZ; z++) {
+        const unsigned c = wl_axis_detail_c(z, WL_NZ, WL_LZ);
+        for (int y = 0; y < WL_NY; y++) {
+            const unsigned b = wl_axis_detail_c(y, WL_NY, WL_LY);
+            for (int x = 0; x < WL_NX; x++) {
+                const unsigned a = wl_axis_detail_c(x, WL_NX, WL_LX);
+                unsigned m = a < b ? a : b;
+                m = m < c ? m : c;
+                t.v[x + WL_NX * (y + WL_NY * z)] = (unsigned char)(m == 0xffffffffu ? WL_MAX_LEVELS : m);
+            }
+        }
+    }
+    return t;
+}
+__device__ const WlLevelTable wl_level_table = wl_make_level_table();
+
 // Whether a block has the full extents (and the shape allows the register path).
 __device__ __forceinline__ bool wl_is_full(const int ext[3]) {
     return WL_FULL_FAST && ext[0] == WL_NX && ext[1] == WL_NY && ext[2] == WL_NZ;

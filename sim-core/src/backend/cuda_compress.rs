@@ -29,6 +29,8 @@ pub fn threads() -> u32 {
         .filter(|&t| t % 32 == 0 && (32..=1024).contains(&t))
         .unwrap_or(THREADS)
 }
+/// The error of a missing or damaged record.
+pub const DAMAGED: &str = "decompress: a record was missing or damaged";
 /// Offset of a block whose record did not fit.
 pub const NO_RECORD: u64 = u64::MAX;
 
@@ -121,7 +123,11 @@ pub struct GpuCodec {
     decompress: CudaFunction,
     _module: Arc<CudaModule>,
     cursor: CudaSlice<u64>,
+    /// Word 0: overflow or damage of the last launch; word 1: damage of deferred
+    /// decompressions since the last [`GpuCodec::take_damage`].
     flags: CudaSlice<u32>,
+    /// Words the last compression could write.
+    capacity: u64,
 }
 
 impl GpuCodec {
@@ -140,6 +146,7 @@ impl GpuCodec {
             decompress: get("decompress_blocks")?,
             cursor: stream.alloc_zeros::<u64>(1).map_err(derr("allocating the record cursor"))?,
             flags: stream.alloc_zeros::<u32>(2).map_err(derr("allocating the codec flags"))?,
+            capacity: 0,
             _module: module,
             shape,
             stream,
@@ -207,13 +214,15 @@ impl GpuCodec {
             return Err(SolverError::Backend("compress: field or offset buffer too small".into()));
         }
         self.stream.memset_zeros(&mut self.cursor).map_err(derr("clearing the record cursor"))?;
-        self.stream.memset_zeros(&mut self.flags).map_err(derr("clearing the codec flags"))?;
+        self.stream.memset_zeros(&mut self.flags.slice_mut(0..1)).map_err(derr("clearing the codec flags"))?;
         let (nx, ny, nz) = (n[0] as u32, n[1] as u32, n[2] as u32);
         let capacity = out.len() as u64;
+        self.capacity = capacity;
         let grid = self.grid(n, w.fields);
         let mut b = self.stream.launch_builder(&self.compress);
         b.arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&w.pitch[0]).arg(&w.pitch[1]).arg(&w.plane).arg(&tau);
-        b.arg(out).arg(&mut self.cursor).arg(&capacity).arg(offsets).arg(&mut self.flags);
+        let mut overflow = self.flags.slice_mut(0..1);
+        b.arg(out).arg(&mut self.cursor).arg(&capacity).arg(offsets).arg(&mut overflow);
         // SAFETY: arguments match compress_blocks; the view holds the window (checked above),
         // the offsets one word per block and field; records are bounded by `capacity`.
         unsafe { b.launch(grid) }.map_err(derr("launching compress_blocks"))?;
@@ -225,9 +234,10 @@ impl GpuCodec {
     /// # Errors
     /// CUDA errors.
     pub fn written(&self) -> Result<Written, SolverError> {
+        // Every block adds its record's size to the cursor, written or not, so the cursor runs
+        // past the capacity exactly when a record did not fit: one read, one host round trip.
         let words = self.stream.clone_dtoh(&self.cursor).map_err(derr("reading the record cursor"))?[0];
-        let flags = self.stream.clone_dtoh(&self.flags).map_err(derr("reading the codec flags"))?;
-        Ok(Written { words, overflow: flags[0] != 0 })
+        Ok(Written { words, overflow: words > self.capacity })
     }
 
     /// Start decompressing the records into `fields` fields of size `n`. Does not wait;
@@ -257,16 +267,58 @@ impl GpuCodec {
         w: Window,
         field: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), SolverError> {
+        self.decompress_window(records, offsets, w, field, false)
+    }
+
+    /// [`GpuCodec::launch_decompress_window`] for a loop of launches: damage accumulates in a
+    /// word that only [`GpuCodec::take_damage`] reads, so no launch waits for the host.
+    ///
+    /// # Errors
+    /// Buffers too small, CUDA errors.
+    pub fn launch_decompress_window_deferred(
+        &mut self,
+        records: &CudaView<'_, u32>,
+        offsets: &CudaView<'_, u64>,
+        w: Window,
+        field: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), SolverError> {
+        self.decompress_window(records, offsets, w, field, true)
+    }
+
+    /// Wait for the deferred decompressions; whether any record was missing or damaged since
+    /// the last call (the word is cleared).
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn take_damage(&mut self) -> Result<bool, SolverError> {
+        let bad = self.stream.clone_dtoh(&self.flags.slice(1..2)).map_err(derr("reading the codec flags"))?[0] != 0;
+        if bad {
+            self.stream.memset_zeros(&mut self.flags.slice_mut(1..2)).map_err(derr("clearing the codec flags"))?;
+        }
+        Ok(bad)
+    }
+
+    fn decompress_window(
+        &mut self,
+        records: &CudaView<'_, u32>,
+        offsets: &CudaView<'_, u64>,
+        w: Window,
+        field: &mut CudaViewMut<'_, f32>,
+        deferred: bool,
+    ) -> Result<(), SolverError> {
         let n = w.n;
         if w.span() == 0 || field.len() < w.span() || offsets.len() < self.blocks(n) * w.fields {
             return Err(SolverError::Backend("decompress: field or offset buffer too small".into()));
         }
-        self.stream.memset_zeros(&mut self.flags).map_err(derr("clearing the codec flags"))?;
+        if !deferred {
+            self.stream.memset_zeros(&mut self.flags.slice_mut(0..1)).map_err(derr("clearing the codec flags"))?;
+        }
         let (nx, ny, nz) = (n[0] as u32, n[1] as u32, n[2] as u32);
         let grid = self.grid(n, w.fields);
         let mut b = self.stream.launch_builder(&self.decompress);
+        let mut bad = self.flags.slice_mut(if deferred { 1..2 } else { 0..1 });
         b.arg(records).arg(offsets).arg(field).arg(&nx).arg(&ny).arg(&nz).arg(&w.pitch[0]).arg(&w.pitch[1]).arg(&w.plane);
-        b.arg(&mut self.flags);
+        b.arg(&mut bad);
         // SAFETY: arguments match decompress_blocks; the view holds the window (checked above);
         // offsets come from compress_blocks on the same records (the kernel checks headers and
         // indices).
@@ -279,9 +331,9 @@ impl GpuCodec {
     /// # Errors
     /// A damaged or missing record, CUDA errors.
     pub fn check_decompress(&self) -> Result<(), SolverError> {
-        let flags = self.stream.clone_dtoh(&self.flags).map_err(derr("reading the codec flags"))?;
+        let flags = self.stream.clone_dtoh(&self.flags.slice(0..1)).map_err(derr("reading the codec flags"))?;
         if flags[0] != 0 {
-            return Err(SolverError::Backend("decompress: a record was missing or damaged".into()));
+            return Err(SolverError::Backend(DAMAGED.into()));
         }
         Ok(())
     }

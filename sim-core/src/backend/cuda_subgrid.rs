@@ -161,6 +161,8 @@ struct Dev {
     /// Field planes of one box (statistics), made when first needed.
     planes: Option<CudaSlice<f32>>,
     spilled_warned: bool,
+    /// Timing events, seven per subgrid (made when a timed step first needs them).
+    events: Vec<CudaEvent>,
 }
 
 /// The compressed-subgrid solver on one GPU.
@@ -339,8 +341,17 @@ impl Dev {
         }
         let (base, w) = self.core_window(id);
         let mut field = self.boxbuf.slice_mut(base..base + w.span());
-        self.codec.launch_decompress_window(&self.scratch.slice(0..words), &self.subs[id].offsets.as_view(), w, &mut field)?;
-        self.codec.check_decompress()
+        // Damage is checked once per step (Dev::check_damage), not per subgrid: a host round
+        // trip here would leave the GPU idle between every pair of subgrids.
+        self.codec.launch_decompress_window_deferred(&self.scratch.slice(0..words), &self.subs[id].offsets.as_view(), w, &mut field)
+    }
+
+    /// Whether a record decompressed since the last call was missing or damaged: an error.
+    fn check_damage(&mut self) -> Result<(), SolverError> {
+        if self.codec.take_damage()? {
+            return Err(SolverError::Backend(super::cuda_compress::DAMAGED.into()));
+        }
+        Ok(())
     }
 
     /// Take a subgrid's record out of the ring (its space is free again) after [`Dev::fetch`].
@@ -571,6 +582,7 @@ impl Dev {
                 first_bad = Some([0, 1, 2].map(|a| s.origin[a] + l[a] - 1));
             }
         }
+        self.check_damage()?;
         let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
         let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
         Ok((m, u, first_bad))
@@ -584,6 +596,7 @@ impl Dev {
         for id in 0..self.subs.len() {
             self.fetch(id)?;
             self.outer(id, 0)?;
+            self.check_damage()?;
             let s = &self.subs[id];
             let bn = s.box_size();
             let nb = vol(bn);
@@ -745,6 +758,7 @@ impl CudaSubgridSolver {
             forces: stream.alloc_zeros::<f64>(48).map_err(a)?,
             planes: None,
             spilled_warned: false,
+            events: Vec::new(),
             ctx,
             stream,
         };
@@ -925,21 +939,26 @@ impl CudaSubgridSolver {
             let taus = self.taus();
             let d = self.dev()?;
             d.stream.memset_zeros(&mut d.forces).map_err(derr("clearing forces"))?;
-            let ev = if timing {
+            // Seven events per subgrid, made once and read after the step, so that timing adds
+            // no host wait between subgrids.
+            let n = d.subs.len();
+            let mut ev = std::mem::take(&mut d.events);
+            if timing && ev.len() != 7 * n {
                 let f = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-                Some((0..7).map(|_| d.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?)
-            } else {
-                None
-            };
+                ev = (0..7 * n).map(|_| d.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+            }
             let mut parts = [0.0f64; 6];
-            for id in 0..d.subs.len() {
-                d.step_subgrid(id, t, &p, taus[id], ev.as_deref())?;
-                if let Some(e) = &ev {
+            let stepped = (0..n).try_for_each(|id| d.step_subgrid(id, t, &p, taus[id], timing.then(|| &ev[7 * id..7 * id + 7])));
+            if stepped.is_ok() && timing {
+                for e in ev.chunks(7) {
                     for k in 0..6 {
                         parts[k] += f64::from(e[k].elapsed_ms(&e[k + 1]).map_err(derr("reading an event"))?);
                     }
                 }
             }
+            d.events = ev;
+            stepped?;
+            d.check_damage()?;
             let fr = d.stream.clone_dtoh(&d.forces).map_err(derr("reading forces"))?;
             for (k, f) in self.last_forces.iter_mut().enumerate() {
                 *f = [fr[3 * k], fr[3 * k + 1], fr[3 * k + 2]];
