@@ -253,25 +253,12 @@ impl GpuCodec {
         fields: usize,
         field: &mut CudaSlice<f32>,
     ) -> Result<(), SolverError> {
-        self.launch_decompress_window(&records.as_view(), &offsets.as_view(), Window::packed(n, fields), &mut field.as_view_mut())
+        self.decompress_window(&records.as_view(), &offsets.as_view(), Window::packed(n, fields), &mut field.as_view_mut(), false)
     }
 
-    /// [`GpuCodec::launch_decompress`] into a window of a larger buffer.
-    ///
-    /// # Errors
-    /// Buffers too small, CUDA errors.
-    pub fn launch_decompress_window(
-        &mut self,
-        records: &CudaView<'_, u32>,
-        offsets: &CudaView<'_, u64>,
-        w: Window,
-        field: &mut CudaViewMut<'_, f32>,
-    ) -> Result<(), SolverError> {
-        self.decompress_window(records, offsets, w, field, false)
-    }
-
-    /// [`GpuCodec::launch_decompress_window`] for a loop of launches: damage accumulates in a
-    /// word that only [`GpuCodec::take_damage`] reads, so no launch waits for the host.
+    /// [`GpuCodec::launch_decompress`] into a window of a larger buffer, for a loop of launches:
+    /// damage accumulates in a word that only [`GpuCodec::take_damage`] reads, so no launch
+    /// waits for the host.
     ///
     /// # Errors
     /// Buffers too small, CUDA errors.
