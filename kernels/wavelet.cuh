@@ -17,11 +17,13 @@
 
 typedef unsigned int wl_u32;
 
-__device__ __forceinline__ int wl_levels_of(int a) { return a == 0 ? WL_LX : (a == 1 ? WL_LY : WL_LZ); }
-__device__ __forceinline__ int wl_stride_of(int a) { return a == 0 ? 1 : (a == 1 ? WL_NX : WL_NX * WL_NY); }
+// Per axis a: samples of a full block, wavelet levels, stride in the block buffer.
+__host__ __device__ constexpr int wl_n_of(int a) { return a == 0 ? WL_NX : (a == 1 ? WL_NY : WL_NZ); }
+__host__ __device__ constexpr int wl_levels_of(int a) { return a == 0 ? WL_LX : (a == 1 ? WL_LY : WL_LZ); }
+__host__ __device__ constexpr int wl_stride_of(int a) { return a == 0 ? 1 : (a == 1 ? WL_NX : WL_NX * WL_NY); }
 
 // Levels a line of n samples gets (it stops below 5 samples on its lattice): line_levels().
-__device__ __forceinline__ int wl_line_levels(int n, int levels) {
+__host__ __device__ constexpr int wl_line_levels(int n, int levels) {
     int l = 0;
     while (l < levels && ((n - 1) >> l) >= 4) l++;
     return l;
@@ -29,7 +31,7 @@ __device__ __forceinline__ int wl_line_levels(int n, int levels) {
 
 // The level that made coordinate p a detail on a line of n samples, or -1 (approximation to the
 // end, including dangling last samples): axis_class().
-__device__ __forceinline__ int wl_axis_detail(int p, int n, int levels) {
+__host__ __device__ constexpr int wl_axis_detail(int p, int n, int levels) {
     const int ll = wl_line_levels(n, levels);
     for (int l = 0; l < ll; l++) {
         if ((p >> l) & 1) return p + (1 << l) < n ? l : -1;
@@ -68,12 +70,15 @@ __device__ __forceinline__ int wl_detail_level_t(const WlAxisLevels* t, int x, i
 
 __device__ __forceinline__ float wl_weight(int k, int m) { return (k == 0 || k + 1 == m) ? 0.5f : 0.25f; }
 
-__device__ __forceinline__ int wl_details_on_line(int c) {
+__host__ __device__ constexpr int wl_details_on_line(int c) {
     const int odd = (c & 1) ? c : c - 1;
     return odd > 1 ? (odd - 1) / 2 : 0;
 }
 
-// One level of lifting on the line s[base + i * stride], i < c: lift_line().
+// One level of lifting on the line s[base + i * stride], i < c: lift_line(). Partial blocks
+// use these run-time loops; full blocks use wl_line_rt, the same operations with the length as
+// a template argument (a template per length for partial blocks too was 15-20 % slower on the
+// H100: code size, 2026-11-23).
 __device__ __forceinline__ void wl_lift_line(float* s, int base, int stride, int c) {
     const int m = wl_details_on_line(c);
     for (int k = 0; k < m; k++) {
@@ -148,25 +153,16 @@ __device__ __forceinline__ void wl_line_rt(float* s, int base, int stride) {
     }
 }
 
-// Details on a line of c samples (compile time): details_on_line().
-__host__ __device__ constexpr int wl_details_c(int c) { return c > 2 ? ((c & 1) ? c : c - 1) / 2 : 0; }
 
 // ---- Full blocks: every line length is known at compile time ----
 // A block with the full extents WL_N* (all but the far-edge blocks of a field) has lines of
 // 2^k + 1 samples on every level, so the lines' strides are constants too, and only the lines
 // still on the approximation lattice are enumerated (no per-line table test).
 
-__host__ __device__ constexpr int wl_n_c(int a) { return a == 0 ? WL_NX : (a == 1 ? WL_NY : WL_NZ); }
-__host__ __device__ constexpr int wl_stride_c(int a) { return a == 0 ? 1 : (a == 1 ? WL_NX : WL_NX * WL_NY); }
-__host__ __device__ constexpr int wl_line_levels_c(int n, int levels) {
-    int l = 0;
-    while (l < levels && ((n - 1) >> l) >= 4) l++;
-    return l;
-}
 // Levels along axis a of a full block.
-__host__ __device__ constexpr int wl_full_levels(int a) { return wl_line_levels_c(wl_n_c(a), a == 0 ? WL_LX : (a == 1 ? WL_LY : WL_LZ)); }
+__host__ __device__ constexpr int wl_full_levels(int a) { return wl_line_levels(wl_n_of(a), wl_levels_of(a)); }
 // Whether full blocks have odd lines without a dangling sample on every level (2^k + 1 sizes).
-__host__ __device__ constexpr bool wl_axis_regular(int a) { return ((wl_n_c(a) - 1) % (1 << wl_full_levels(a))) == 0; }
+__host__ __device__ constexpr bool wl_axis_regular(int a) { return ((wl_n_of(a) - 1) % (1 << wl_full_levels(a))) == 0; }
 #define WL_FULL_FAST (wl_axis_regular(0) && wl_axis_regular(1) && wl_axis_regular(2))
 
 // Every line of level L along axis A of a full block: the lines whose other two coordinates
@@ -176,11 +172,11 @@ __device__ __forceinline__ void wl_full_pass(float* s) {
     constexpr int B = (A + 1) % 3, K = (A + 2) % 3;
     constexpr int LB = L < wl_full_levels(B) ? L : wl_full_levels(B);
     constexpr int LK = L < wl_full_levels(K) ? L : wl_full_levels(K);
-    constexpr int NB = ((wl_n_c(B) - 1) >> LB) + 1, NK = ((wl_n_c(K) - 1) >> LK) + 1;
-    constexpr int COUNT = ((wl_n_c(A) - 1) >> L) + 1;
+    constexpr int NB = ((wl_n_of(B) - 1) >> LB) + 1, NK = ((wl_n_of(K) - 1) >> LK) + 1;
+    constexpr int COUNT = ((wl_n_of(A) - 1) >> L) + 1;
     for (int t = threadIdx.x; t < NB * NK; t += WL_THREADS) {
         const int qb = (t % NB) << LB, qk = (t / NB) << LK;
-        wl_line_rt<wl_details_c(COUNT), INV>(s, qb * wl_stride_c(B) + qk * wl_stride_c(K), wl_stride_c(A) << L);
+        wl_line_rt<wl_details_on_line(COUNT), INV>(s, qb * wl_stride_of(B) + qk * wl_stride_of(K), wl_stride_of(A) << L);
     }
 }
 
@@ -217,21 +213,14 @@ __device__ __forceinline__ void wl_inverse_full(float* s) {
 struct WlLevelTable {
     unsigned char v[WL_N];
 };
-__host__ __device__ constexpr unsigned wl_axis_detail_c(int p, int n, int levels) {
-    const int ll = wl_line_levels_c(n, levels);
-    for (int l = 0; l < ll; l++) {
-        if ((p >> l) & 1) return p + (1 << l) < n ? (unsigned)l : 0xffffffffu;
-    }
-    return 0xffffffffu;
-}
 __host__ __device__ constexpr WlLevelTable wl_make_level_table() {
     WlLevelTable t{};
     for (int z = 0; z < WL_NZ; z++) {
-        const unsigned c = wl_axis_detail_c(z, WL_NZ, WL_LZ);
+        const unsigned c = (unsigned)wl_axis_detail(z, WL_NZ, WL_LZ);
         for (int y = 0; y < WL_NY; y++) {
-            const unsigned b = wl_axis_detail_c(y, WL_NY, WL_LY);
+            const unsigned b = (unsigned)wl_axis_detail(y, WL_NY, WL_LY);
             for (int x = 0; x < WL_NX; x++) {
-                const unsigned a = wl_axis_detail_c(x, WL_NX, WL_LX);
+                const unsigned a = (unsigned)wl_axis_detail(x, WL_NX, WL_LX);
                 unsigned m = a < b ? a : b;
                 m = m < c ? m : c;
                 t.v[x + WL_NX * (y + WL_NY * z)] = (unsigned char)(m == 0xffffffffu ? WL_MAX_LEVELS : m);
