@@ -60,10 +60,21 @@ __device__ __forceinline__ wl_u64 block_offset(unsigned x, unsigned y, unsigned 
     return (wl_u64)x + px * ((wl_u64)y + py * (wl_u64)z);
 }
 
+// Offsets within one block's span: 32-bit when NARROW.
+template <bool NARROW>
+struct WlOffset {
+    typedef wl_u64 type;
+};
+template <>
+struct WlOffset<true> {
+    typedef unsigned type;
+};
+
 // Samples a thread moves per batch: its loads are all issued before the first use, so a
 // block keeps several global loads in flight per thread (the loops are latency-bound).
 #define IO_BATCH 8u
 
+// A partial block (at a field's far edges) into shared memory, zero outside its extents.
 template <bool NARROW>
 __device__ __forceinline__ void load_block(float* s, const float* __restrict__ f, wl_u64 px, wl_u64 py, const int ext[3]) {
     for (unsigned i0 = threadIdx.x; i0 < WL_N; i0 += IO_BATCH * WL_THREADS) {
@@ -92,9 +103,55 @@ __device__ __forceinline__ void store_block(const float* s, float* __restrict__ 
     }
 }
 
+// Loads of a full block, row by row: warp w reads the x-rows w, w + WARPS, ... (lane = x) in
+// batches of IO_BATCH rows, all issued before the first is stored; the last column (x = 32)
+// is read by one thread per row. Per sample this is a row offset, a load and a shared store,
+// against a division into coordinates per sample for load_block.
+template <bool NARROW>
+__device__ __forceinline__ void load_rows_full(float* s, const float* __restrict__ f, wl_u64 px, wl_u64 py) {
+    typedef typename WlOffset<NARROW>::type off_t;
+    constexpr unsigned ROWS = WL_NY * WL_NZ, WARPS = WL_THREADS / 32u, LAST = WL_NX - 1u;
+    constexpr unsigned PER_WARP = (ROWS + WARPS - 1) / WARPS, BATCHES = (PER_WARP + IO_BATCH - 1) / IO_BATCH;
+    static_assert(WL_NX == 33u && WARPS < WL_NY, "load_rows_full: 32 lanes plus one column; one y-step per row step");
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    __builtin_assume(warp < WARPS);
+    // The block's first sample as an opaque pointer: each load is then one wide multiply-add
+    // from a 32-bit offset (the compiler otherwise re-adds the block's base per load).
+    const float* g = f;
+    asm("" : "+l"(g));
+    float* srow = s + warp * WL_NX + lane;
+    // Row r = y + NY * z starts at y * px + z * px * py; the next row of this warp is WARPS
+    // further in y, wrapping into the next z.
+    const off_t step = (off_t)WARPS * (off_t)px, wrap = (off_t)px * (off_t)py - (off_t)WL_NY * (off_t)px;
+    unsigned y = warp;
+    off_t at = (off_t)warp * (off_t)px + lane;
+#pragma unroll
+    for (unsigned b = 0; b < BATCHES; b++) {
+        float v[IO_BATCH];
+#pragma unroll
+        for (unsigned j = 0; j < IO_BATCH; j++) {
+            const unsigned k = b * IO_BATCH + j;
+            v[j] = warp + k * WARPS < ROWS ? __ldg(g + at) : 0.0f;
+            y += WARPS;
+            at += step;
+            if (y >= WL_NY) {
+                y -= WL_NY;
+                at += wrap;
+            }
+        }
+#pragma unroll
+        for (unsigned j = 0; j < IO_BATCH; j++) {
+            const unsigned k = b * IO_BATCH + j;
+            if (warp + k * WARPS < ROWS) srow[k * WARPS * WL_NX] = v[j];
+        }
+    }
+    for (unsigned r = threadIdx.x; r < ROWS; r += WL_THREADS) s[r * WL_NX + LAST] = __ldg(g + block_offset<NARROW>(LAST, r % WL_NY, r / WL_NY, px, py));
+}
+
 // Stores of a full block, row by row: a warp writes whole x-rows (lane = x, in chunks of 32),
-// so the per-sample work is one shared load and one global store. (Loads the same way were
-// slower than load_block's batches: measured on the H100.)
+// so the per-sample work is one shared load and one global store. (The stores as
+// load_rows_full, from an opaque pointer, made decompression 30 % slower on the H100: generic
+// stores.)
 template <bool NARROW>
 __device__ __forceinline__ void store_rows_full(const float* s, float* __restrict__ f, wl_u64 px, wl_u64 py) {
     constexpr unsigned ROWS = WL_NY * WL_NZ, WARPS = WL_THREADS / 32u, CHUNKS = (WL_NX + 31u) / 32u;
@@ -143,15 +200,24 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
     __shared__ unsigned total;
     __shared__ wl_u64 pos;
     __shared__ WlAxisLevels lv;
-    __shared__ float thr[WL_MAX_LEVELS + 1];
+    __shared__ unsigned thr[WL_MAX_LEVELS + 1];
     int origin[3], ext[3];
     block_box(nx, ny, nz, origin, ext);
     wl_levels_fill(&lv, ext);
-    // Thresholds per level, and 0 for the approximations (kept when not zero): wl_keeps().
-    if (threadIdx.x <= WL_MAX_LEVELS) thr[threadIdx.x] = threadIdx.x < WL_MAX_LEVELS ? tau * (float)(2u << threadIdx.x) : 0.0f;
+    // The keep test of Thresholds::keeps() (sim-core/src/compress/wavelet.rs): v != 0 and
+    // !(|v| < tau_l), tau_l = tau * 2^(l+1), 0 for the approximations. As one integer compare:
+    // the bits of |v| against those of tau_l, at least 1 (zero is dropped, NaN kept).
+    if (threadIdx.x <= WL_MAX_LEVELS) {
+        const float t = threadIdx.x < WL_MAX_LEVELS ? tau * (float)(2u << threadIdx.x) : 0.0f;
+        thr[threadIdx.x] = t > 0.0f ? max(__float_as_uint(t), 1u) : 1u;
+    }
     bool narrow;
     const float* f = field + block_base(origin, px, py, plane, &narrow);
-    if (narrow) load_block<true>(s, f, px, py, ext);
+    const bool full = wl_is_full(ext);
+    if (full) {
+        if (narrow) load_rows_full<true>(s, f, px, py);
+        else load_rows_full<false>(s, f, px, py);
+    } else if (narrow) load_block<true>(s, f, px, py, ext);
     else load_block<false>(s, f, px, py, ext);
     if (threadIdx.x == 0) total = 0;
     __syncthreads();
@@ -159,26 +225,38 @@ extern "C" __global__ void __launch_bounds__(WL_THREADS) compress_blocks(
 
     // Keep flags: one ballot per warp is one mask word (WL_THREADS is a multiple of 32).
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const bool full = wl_is_full(ext);
+    __builtin_assume(warp < WL_THREADS / 32u);
     unsigned warp_kept = 0;
-#pragma unroll 8
-    for (int base = 0; base < WL_N; base += WL_THREADS) {
-        const int i = base + threadIdx.x;
-        bool keep = false;
-        if (i < WL_N) {
-            if (full) {
-                const float v = s[i];
-                keep = v != 0.0f && !(fabsf(v) < thr[wl_level_table.v[i]]);
-            } else {
-                unsigned x, y, z;
-                block_xyz((unsigned)i, x, y, z);
-                keep = wl_keeps(s[i], wl_detail_level_t(&lv, x, y, z), tau);
-            }
-        }
+    // Mask word `word` from this warp's flags.
+    auto vote = [&](bool keep, unsigned word) {
         const unsigned bal = __ballot_sync(0xffffffffu, keep);
-        const unsigned word = (unsigned)base / 32u + warp;
         if (lane == 0 && word < WL_MASK_WORDS) mask[word] = bal;
         warp_kept += __popc(bal);
+    };
+    auto keeps = [&](unsigned i, unsigned level) { return (__float_as_uint(s[i]) & 0x7fffffffu) >= thr[level]; };
+    if (full) {
+        // Levels from the compile-time table; every iteration but the tail is whole mask words.
+        constexpr unsigned ITER = WL_N / WL_THREADS, TAIL = WL_N % WL_THREADS, WORDS = WL_THREADS / 32u;
+        const unsigned t = threadIdx.x;
+#pragma unroll
+        for (unsigned k = 0; k < ITER; k++) vote(keeps(t + k * WL_THREADS, wl_level_table.v[t + k * WL_THREADS]), k * WORDS + warp);
+        if (TAIL) {
+            const unsigned i = ITER * WL_THREADS + t;
+            vote(t < TAIL && keeps(i, wl_level_table.v[i]), ITER * WORDS + warp);
+        }
+    } else {
+#pragma unroll 8
+        for (unsigned base = 0; base < WL_N; base += WL_THREADS) {
+            const unsigned i = base + threadIdx.x;
+            bool keep = false;
+            if (i < WL_N) {
+                unsigned x, y, z;
+                block_xyz(i, x, y, z);
+                const int l = wl_detail_level_t(&lv, x, y, z);
+                keep = keeps(i, l < 0 ? WL_MAX_LEVELS : l);
+            }
+            vote(keep, base / 32u + warp);
+        }
     }
     if (lane == 0) atomicAdd(&total, warp_kept);
     __syncthreads();

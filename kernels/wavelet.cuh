@@ -267,8 +267,3 @@ __device__ void wl_inverse(float* s, const int ext[3], const WlAxisLevels* lv) {
         }
     }
 }
-
-// Whether a coefficient is kept: Thresholds::keeps() with tau_l = tau * 2^(l+1).
-__device__ __forceinline__ bool wl_keeps(float v, int level, float tau) {
-    return v != 0.0f && (level < 0 || !(fabsf(v) < tau * (float)(2u << level)));
-}
