@@ -1,5 +1,6 @@
-//! Static-refinement LBM on a block forest (CPU reference): cell-centred overlapping levels
-//! coupled as in seed 004 (after Schornbaum), with recursive time stepping.
+//! LBM on a block forest (CPU reference): cell-centred overlapping levels coupled as in seed
+//! 004 (after Schornbaum), with recursive time stepping; the forest may be adapted between
+//! coarse steps ([`AmrLbm::adapt_to`]).
 //!
 //! # Scheme
 //! Level `l` has spacing `dx_0 / 2^l` and time step `dt_0 / 2^l` (acoustic scaling: lattice
@@ -46,16 +47,23 @@
 //! order like the uniform coarse grid (2.11e-2, 5.17e-3), with a relative mass drift of 1e-7.
 //! The lid-driven cavity at Re = 100 (32 coarse cells, the two block rows under the lid
 //! refined) is within 0.58 % of the lid velocity of Ghia et al. at all 30 centreline points
-//! (uniform coarse 0.91 %, uniform fine 0.59 %). `coupling_accuracy_diagnostics` prints these
-//! numbers.
+//! (uniform coarse 0.91 %, uniform fine 0.59 %); adapted every 100 coarse steps to the
+//! block-max vorticity ([`AmrLbm::adapt_to`], [`AmrLbm::block_vorticity`]) it is within
+//! 0.57-0.85 % with 73-145 leaves instead of 256 (thresholds 0.04-0.005).
+//!
+//! Mass is not conserved exactly across level jumps (the coupling exchanges interpolated and
+//! averaged populations, not fluxes): the relative drift is below 1e-5 for the channel in 6,000
+//! steps and 2e-7 for the Taylor-Green vortex, but 9.2e-4 in 4,000 steps for the cavity with
+//! refined lid rows (the interface meets the side walls under a fast vortex) and 7.6e-5 to
+//! 8.2e-3 for the adaptive cavity. `coupling_accuracy_diagnostics` prints these numbers.
 
-use super::forest::{block_mask, cell_coords, cell_mask, dir_index, BlockForest, Link, BLOCK};
+use super::forest::{block_mask, cell_coords, cell_mask, dir_index, state, AdaptReport, AmrError, BlockForest, Link, BLOCK};
 use crate::collision::{collide, equilibrium, moments, CollideParams, Collision};
 use crate::lattice::{opposite, Lat, MAX_Q};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
-/// A block-structured LBM on a static forest.
+/// A block-structured LBM on a forest.
 pub struct AmrLbm<L: Lat> {
     forest: BlockForest,
     tau0: f32,
@@ -190,6 +198,160 @@ impl<L: Lat> AmrLbm<L> {
         self.t += 1;
     }
 
+    /// Adapt the mesh towards per-leaf target levels ([`BlockForest::mark_to_targets`], then
+    /// [`BlockForest::adapt`]) and move the data with it: a coarsened block gets the average of
+    /// its children (non-equilibrium rescaled) in every cell, and new children are interpolated
+    /// from their parent as ghost cells are (quadratic, non-equilibrium rescaled), then shifted
+    /// by `w_i` times the difference between the parent cell's density and the mean of its
+    /// children's: both keep the mass of the leaves. Call it between coarse steps.
+    ///
+    /// # Errors
+    /// The forest's capacity refusal ([`AmrError::Capacity`]); nothing changes then.
+    pub fn adapt_to(&mut self, target: &[u8]) -> Result<AdaptReport, AmrError> {
+        let b = self.forest.cells_per_block();
+        let q = L::Q;
+        let dims = L::D;
+        let k = 1usize << dims;
+        self.forest.mark_to_targets(target);
+        // Children's averages for the covered cells of every block marked for coarsening,
+        // taken while the children exist.
+        let marked: Vec<u32> = self.forest.active_ids().iter().copied().filter(|&id| self.forest.state(id) == state::COARSEN).collect();
+        let this = &*self;
+        let restricted: Vec<(u32, usize, [f32; MAX_Q])> = marked
+            .par_iter()
+            .flat_map_iter(|&id| {
+                let l = this.forest.level(id);
+                let r = 2.0 * this.tau(l) / this.tau(l + 1);
+                let (force_f, force_c) = (this.force(l + 1), this.force(l));
+                let c0 = this.forest.first_child(id);
+                (0..b).map(move |cell| {
+                    let c = cell_coords(cell, dims);
+                    let mut j = 0u32;
+                    for a in 0..dims {
+                        j |= ((c[a] / 2) as u32) << a;
+                    }
+                    let mut acc = [0.0f32; MAX_Q];
+                    for sub in 0..k {
+                        let mut fc = 0usize;
+                        let mut m = 1usize;
+                        for a in 0..dims {
+                            fc += (2 * (c[a] as usize % 2) + ((sub >> a) & 1)) * m;
+                            m *= BLOCK;
+                        }
+                        let mut g = this.ddfs(CellRef { block: c0 + j, cell: fc });
+                        Self::rescale(&mut g, force_f, force_c, r);
+                        for i in 0..q {
+                            acc[i] += g[i] / k as f32;
+                        }
+                    }
+                    (id, cell, acc)
+                })
+            })
+            .collect();
+        let report = self.forest.adapt()?;
+        let coarsened: std::collections::HashSet<u32> = report.coarsened.iter().copied().collect();
+        for (id, cell, g) in restricted {
+            if coarsened.contains(&id) {
+                let base = id as usize * q * b;
+                (0..q).for_each(|i| self.f[base + i * b + cell] = g[i]);
+            }
+        }
+        // New children from their parents, which were leaves a moment ago (all their cells
+        // hold data, though their masks now say otherwise).
+        let fresh: std::collections::HashSet<u32> = report.refined.iter().copied().collect();
+        let this = &*self;
+        let vals: Vec<(u32, usize, [f32; MAX_Q])> = report
+            .refined
+            .par_iter()
+            .flat_map_iter(|&p| {
+                let c0 = this.forest.first_child(p);
+                let fresh = &fresh;
+                (c0..c0 + k as u32).flat_map(move |child| {
+                    (0..b).map(move |cell| {
+                        let g = this.prolong(child, cell, |pp, kk| match this.locate(pp, kk) {
+                            Some((n, c)) if fresh.contains(&n) => Some(this.ddfs(CellRef { block: n, cell: c })),
+                            _ => this.coarse_cell(pp, kk),
+                        });
+                        (child, cell, g)
+                    })
+                })
+            })
+            .collect();
+        for (id, cell, g) in vals {
+            let base = id as usize * q * b;
+            (0..q).for_each(|i| self.f[base + i * b + cell] = g[i]);
+        }
+        // Mass: each parent cell's density is the mean of its children cells' (the DDFs are
+        // stored less the weights, so a cell's density less 1 is their sum).
+        for &p in &report.refined {
+            let c0 = self.forest.first_child(p);
+            for cell in 0..b {
+                let c = cell_coords(cell, dims);
+                let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
+                let mut j = 0u32;
+                for a in 0..dims {
+                    j |= ((c[a] / 2) as u32) << a;
+                }
+                let fine: Vec<usize> = (0..k)
+                    .map(|sub| {
+                        let (mut fc, mut m) = (0usize, 1usize);
+                        for a in 0..dims {
+                            fc += (2 * (c[a] as usize % 2) + ((sub >> a) & 1)) * m;
+                            m *= BLOCK;
+                        }
+                        fc
+                    })
+                    .collect();
+                let child = c0 + j;
+                let mean = fine.iter().map(|&fc| sum(&self.f, child, fc)).sum::<f32>() / k as f32;
+                let d = sum(&self.f, p, cell) - mean;
+                for &fc in &fine {
+                    (0..q).for_each(|i| self.f[(child as usize * q + i) * b + fc] += d * L::W[i]);
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Block maximum of the vorticity magnitude (per unit time of level 0) of every leaf,
+    /// indexed by ID (0 elsewhere): velocity differences inside the block (central, one-sided
+    /// at its faces), for the refinement criterion.
+    #[must_use]
+    pub fn block_vorticity(&self) -> Vec<f32> {
+        let dims = L::D;
+        let b = self.forest.cells_per_block();
+        let forest = &self.forest;
+        (0..forest.capacity() as u32)
+            .into_par_iter()
+            .map(|id| {
+                if !forest.is_active(id) || !forest.is_leaf(id) {
+                    return 0.0;
+                }
+                let u: Vec<[f32; 3]> = (0..b).map(|cell| self.moments(CellRef { block: id, cell }).1).collect();
+                let scale = f32::from(1u16 << forest.level(id));
+                let mut best = 0.0f32;
+                for cell in 0..b {
+                    let c = cell_coords(cell, dims);
+                    // g[a][m] = d u_m / d x_a
+                    let mut g = [[0.0f32; 3]; 3];
+                    for a in 0..dims {
+                        let (mut lo, mut hi) = (c, c);
+                        lo[a] = (c[a] - 1).max(0);
+                        hi[a] = (c[a] + 1).min(BLOCK as i32 - 1);
+                        let at = |x: [i32; 3]| (x[0] + BLOCK as i32 * (x[1] + BLOCK as i32 * x[2])) as usize;
+                        let d = (hi[a] - lo[a]) as f32;
+                        for m in 0..3 {
+                            g[a][m] = (u[at(hi)][m] - u[at(lo)][m]) / d * scale;
+                        }
+                    }
+                    let w = [g[1][2] - g[2][1], g[2][0] - g[0][2], g[0][1] - g[1][0]];
+                    best = best.max((w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt());
+                }
+                best
+            })
+            .collect()
+    }
+
     fn step_level(&mut self, l: u8) {
         let finer = l < self.forest.finest_level();
         if finer {
@@ -319,6 +481,19 @@ impl<L: Lat> AmrLbm<L> {
     /// cells of leaves (their ghost cells only with `ghosts`) and the stepped or averaged cells
     /// of non-leaves.
     fn cell_at(&self, p: u32, k: [i32; 3], ghosts: bool) -> Option<[f32; MAX_Q]> {
+        let (n, cell) = self.locate(p, k)?;
+        let m = self.forest.cell_masks(n)[cell];
+        let ok = if self.forest.is_leaf(n) {
+            ghosts || m != cell_mask::GHOST
+        } else {
+            m == cell_mask::PARENT_OF_GHOST || m == cell_mask::PARENT_OF_INTERFACE
+        };
+        ok.then(|| self.ddfs(CellRef { block: n, cell }))
+    }
+
+    /// The block (`p` or a same-level neighbour) and cell at local coordinates `k` of block
+    /// `p`, at most one block outside it.
+    fn locate(&self, p: u32, k: [i32; 3]) -> Option<(u32, usize)> {
         let dims = L::D;
         let mut e = [0i32; 3];
         let mut s = [0i32; 3];
@@ -328,15 +503,7 @@ impl<L: Lat> AmrLbm<L> {
         }
         let cell = (s[0] + BLOCK as i32 * (s[1] + BLOCK as i32 * s[2])) as usize;
         match self.forest.neighbour(p, dir_index(e, dims)) {
-            Link::Same(n) => {
-                let m = self.forest.cell_masks(n)[cell];
-                let ok = if self.forest.is_leaf(n) {
-                    ghosts || m != cell_mask::GHOST
-                } else {
-                    m == cell_mask::PARENT_OF_GHOST || m == cell_mask::PARENT_OF_INTERFACE
-                };
-                ok.then(|| self.ddfs(CellRef { block: n, cell }))
-            }
+            Link::Same(n) => Some((n, cell)),
             _ => None,
         }
     }
@@ -364,74 +531,18 @@ impl<L: Lat> AmrLbm<L> {
 
     /// Fill the ghost cells of level `l` (>= 1) from level `l - 1`.
     fn interpolate(&mut self, l: u8) {
-        let dims = L::D;
         let b = self.forest.cells_per_block();
         let q = L::Q;
-        let (tc, tf) = (self.tau(l - 1), self.tau(l));
-        let r = tf / (2.0 * tc);
-        let (fc, ff) = (self.force(l - 1), self.force(l));
         let this = &*self;
         let ids: Vec<u32> =
             this.forest.level_ids(l).iter().copied().filter(|&id| this.forest.block_mask(id) & block_mask::NEAR_COARSER != 0).collect();
         let vals: Vec<(u32, usize, [f32; MAX_Q])> = ids
             .par_iter()
             .flat_map_iter(|&id| {
-                let p = this.forest.parent(id);
-                let cp = this.forest.pos(id);
                 let masks = this.forest.cell_masks(id);
-                (0..b).filter(move |&cell| masks[cell] == cell_mask::GHOST).map(move |cell| {
-                    let c = cell_coords(cell, dims);
-                    // Containing parent cell and the side of the fine centre.
-                    let mut k = [0i32; 3];
-                    let mut side = [0i32; 3];
-                    for a in 0..dims {
-                        k[a] = 2 * (cp[a] & 1) + c[a] / 2;
-                        side[a] = if c[a] % 2 == 0 { -1 } else { 1 };
-                    }
-                    let base = this.coarse_cell(p, k).expect("the parent cell over a ghost cell holds data");
-                    // Per axis: quadratic through k-1, k, k+1 where both neighbours hold data
-                    // (exact for the parabolic profiles linear interpolation gets wrong by
-                    // 3/32 h^2 u'', an error that the ghost reset turns into a momentum sink),
-                    // else linear towards the fine centre, else constant.
-                    let mut taps = [[(0i32, 0.0f32); 3]; 3];
-                    let mut ntaps = [1usize; 3];
-                    for a in 0..3 {
-                        taps[a][0] = (0, 1.0);
-                    }
-                    for a in 0..dims {
-                        let has = |o: i32| {
-                            let mut kk = k;
-                            kk[a] += o;
-                            this.coarse_cell(p, kk).is_some()
-                        };
-                        let s = 0.25 * side[a] as f32;
-                        if has(-1) && has(1) {
-                            taps[a] = [(-1, s * (s - 1.0) / 2.0), (0, 1.0 - s * s), (1, s * (s + 1.0) / 2.0)];
-                            ntaps[a] = 3;
-                        } else if has(side[a]) {
-                            taps[a] = [(0, 0.75), (side[a], 0.25), (0, 0.0)];
-                            ntaps[a] = 2;
-                        }
-                    }
-                    let mut acc = [0.0f32; MAX_Q];
-                    for tz in 0..ntaps[2] {
-                        for ty in 0..ntaps[1] {
-                            for tx in 0..ntaps[0] {
-                                let (ox, wx) = taps[0][tx];
-                                let (oy, wy) = taps[1][ty];
-                                let (oz, wz) = taps[2][tz];
-                                let kk = [k[0] + ox, k[1] + oy, k[2] + oz];
-                                let mut g = this.coarse_cell(p, kk).unwrap_or(base);
-                                Self::rescale(&mut g, fc, ff, r);
-                                let w = wx * wy * wz;
-                                for i in 0..q {
-                                    acc[i] += w * g[i];
-                                }
-                            }
-                        }
-                    }
-                    (id, cell, acc)
-                })
+                (0..b)
+                    .filter(move |&cell| masks[cell] == cell_mask::GHOST)
+                    .map(move |cell| (id, cell, this.prolong(id, cell, |p, k| this.coarse_cell(p, k))))
             })
             .collect();
         for (id, cell, g) in vals {
@@ -440,6 +551,68 @@ impl<L: Lat> AmrLbm<L> {
                 self.f[base + i * b + cell] = g[i];
             }
         }
+    }
+
+    /// The pre-collision DDFs of cell `cell` of block `id` (level `l` >= 1) from its parent's
+    /// level, non-equilibrium rescaled by `tau_f / (2 tau_c)`. `coarse(p, k)` gives the parent
+    /// level's cell at local coordinates `k` of the parent `p` (or one cell outside it) where it
+    /// holds data. Per axis: quadratic through k-1, k, k+1 where both neighbours hold data
+    /// (exact for the parabolic profiles linear interpolation gets wrong by 3/32 h^2 u'', an
+    /// error that the ghost reset turns into a momentum sink), else linear towards the fine
+    /// centre, else constant.
+    fn prolong(&self, id: u32, cell: usize, coarse: impl Fn(u32, [i32; 3]) -> Option<[f32; MAX_Q]>) -> [f32; MAX_Q] {
+        let dims = L::D;
+        let l = self.forest.level(id);
+        let r = self.tau(l) / (2.0 * self.tau(l - 1));
+        let (fc, ff) = (self.force(l - 1), self.force(l));
+        let p = self.forest.parent(id);
+        let cp = self.forest.pos(id);
+        let c = cell_coords(cell, dims);
+        // Containing parent cell and the side of the fine centre.
+        let mut k = [0i32; 3];
+        let mut side = [0i32; 3];
+        for a in 0..dims {
+            k[a] = 2 * (cp[a] & 1) + c[a] / 2;
+            side[a] = if c[a] % 2 == 0 { -1 } else { 1 };
+        }
+        let base = coarse(p, k).expect("the parent cell over a fine cell holds data");
+        let mut taps = [[(0i32, 0.0f32); 3]; 3];
+        let mut ntaps = [1usize; 3];
+        for a in 0..3 {
+            taps[a][0] = (0, 1.0);
+        }
+        for a in 0..dims {
+            let has = |o: i32| {
+                let mut kk = k;
+                kk[a] += o;
+                coarse(p, kk).is_some()
+            };
+            let s = 0.25 * side[a] as f32;
+            if has(-1) && has(1) {
+                taps[a] = [(-1, s * (s - 1.0) / 2.0), (0, 1.0 - s * s), (1, s * (s + 1.0) / 2.0)];
+                ntaps[a] = 3;
+            } else if has(side[a]) {
+                taps[a] = [(0, 0.75), (side[a], 0.25), (0, 0.0)];
+                ntaps[a] = 2;
+            }
+        }
+        let mut acc = [0.0f32; MAX_Q];
+        for tz in 0..ntaps[2] {
+            for ty in 0..ntaps[1] {
+                for tx in 0..ntaps[0] {
+                    let (ox, wx) = taps[0][tx];
+                    let (oy, wy) = taps[1][ty];
+                    let (oz, wz) = taps[2][tz];
+                    let mut g = coarse(p, [k[0] + ox, k[1] + oy, k[2] + oz]).unwrap_or(base);
+                    Self::rescale(&mut g, fc, ff, r);
+                    let w = wx * wy * wz;
+                    for i in 0..L::Q {
+                        acc[i] += w * g[i];
+                    }
+                }
+            }
+        }
+        acc
     }
 
     /// Restrict the interface cells of level `l` (>= 1) into their parents'
@@ -558,6 +731,7 @@ pub fn cell_centre(forest: &BlockForest, id: u32, cell: usize) -> [f64; 3] {
 
 #[cfg(test)]
 mod tests {
+    use super::super::criterion::{Criterion, Field};
     use super::super::forest::{ForestConfig, Mark};
     use super::*;
     use crate::lattice::D2Q9;
@@ -771,6 +945,13 @@ mod tests {
     /// refined once: the largest deviation from Ghia's 30 centreline points, in units of the
     /// lid velocity, after `steps` coarse steps.
     fn cavity(n: usize, refine: &[usize], steps: usize) -> f64 {
+        cavity_run(n, refine, steps, None).0
+    }
+
+    /// [`cavity`], adapting every `adapt.1` coarse steps to the block-max vorticity with
+    /// threshold `adapt.0` (level 1 at most) if given: (largest deviation from Ghia, leaf
+    /// blocks at the end, relative mass drift).
+    fn cavity_run(n: usize, refine: &[usize], steps: usize, adapt: Option<(f32, usize)>) -> (f64, usize, f64) {
         let mut f =
             BlockForest::new(ForestConfig { dims: 2, root: [n, n, 1], periodic: [false; 3], max_level: 1, capacity: 1 << 14 }).unwrap();
         for &y in refine {
@@ -784,19 +965,29 @@ mod tests {
         let nu = f64::from(ulid) * side / 100.0;
         let mut s = AmrLbm::<D2Q9>::new(f, (3.0 * nu + 0.5) as f32, [0.0; 3], |_| (1.0, [0.0; 3]));
         s.set_wall_velocity(1, true, [ulid, 0.0, 0.0]);
-        for _ in 0..steps {
+        let m0 = s.mass();
+        for t in 1..=steps {
             s.step();
+            if let Some((threshold, every)) = adapt {
+                if t % every == 0 {
+                    let crit = Criterion { field: Field::Vorticity, threshold, max_level: 1, every: every as u64 };
+                    let w = s.block_vorticity();
+                    let target = s.forest().targets(|b| w[b as usize], &crit, None);
+                    s.adapt_to(&target).unwrap();
+                }
+            }
         }
         let cells = s.leaf_cells();
         let u = f64::from(ulid);
-        GHIA_RE100
+        let worst = GHIA_RE100
             .iter()
             .map(|&((y, ug), (x, vg))| {
                 let um = centreline(&cells, side, 0, 0, y) / u;
                 let vm = centreline(&cells, side, 1, 1, x) / u;
                 (um - ug).abs().max((vm - vg).abs())
             })
-            .fold(0.0, f64::max)
+            .fold(0.0, f64::max);
+        (worst, s.forest().leaves().len(), (s.mass() - m0).abs() / m0)
     }
 
     /// Accuracy diagnostics of the level coupling (slow; run with `--ignored --nocapture`):
@@ -820,6 +1011,18 @@ mod tests {
             shear_wave(&[], 100),
             shear_wave(&[1, 2], 100)
         );
+        for refine in [&[][..], &[6, 7][..]] {
+            let (d, _, dm) = cavity_run(8, refine, 4000, None);
+            eprintln!("static cavity, rows {refine:?} refined: worst {d:.4}, mass drift {dm:.1e}");
+        }
+        for threshold in [0.005f32, 0.01, 0.02, 0.04] {
+            let t = std::time::Instant::now();
+            let (d, leaves, dm) = cavity_run(8, &[], 4000, Some((threshold, 100)));
+            eprintln!(
+                "adaptive cavity, vorticity threshold {threshold}: worst {d:.4}, {leaves} leaves at the end, mass drift {dm:.1e} ({:.1}s)",
+                t.elapsed().as_secs_f64()
+            );
+        }
         let t = std::time::Instant::now();
         let (c, r, a) = (cavity(8, &[], 4000), cavity(8, &[6, 7], 4000), cavity(8, &[0, 1, 2, 3, 4, 5, 6, 7], 4000));
         eprintln!(
@@ -878,6 +1081,19 @@ mod tests {
         let lid = cavity(8, &[6, 7], 4000);
         assert!(lid < 0.01, "largest deviation {lid} of the lid velocity");
         assert!(lid < coarse, "refined lid {lid} vs uniform coarse {coarse}");
+    }
+
+    /// The same cavity adapted every 100 coarse steps to the block-max vorticity (threshold
+    /// 0.01 per coarse time step, level 1 at most), from the uniform coarse grid: within 1 % of
+    /// Ghia (measured 0.70 %, uniform coarse 0.91 %) with fewer leaves than the uniform fine
+    /// grid (measured 118 of 256), and the relative mass drift below 1e-3 (measured 7.6e-5).
+    #[test]
+    fn adaptive_lid_driven_cavity_matches_ghia() {
+        let (coarse, _, _) = cavity_run(8, &[], 4000, None);
+        let (worst, leaves, dm) = cavity_run(8, &[], 4000, Some((0.01, 100)));
+        assert!(worst < 0.01 && worst < coarse, "largest deviation {worst} (uniform coarse {coarse})");
+        assert!(leaves > 64 && leaves < 256, "{leaves} leaves");
+        assert!(dm < 1e-3, "mass drift {dm}");
     }
 
     /// The fully refined channel (every root refined, level-0 parents not stepped) is the

@@ -44,9 +44,10 @@
 //! A frozen level keeps its ID set: no block of it is created or removed.
 //!
 //! # Solver
-//! [`lbm::AmrLbm`] is the static-refinement LBM on a forest (recursive time stepping, ghost
-//! interpolation and interface averaging with non-equilibrium rescaling); see its module
-//! documentation for the scheme and its known accuracy limit.
+//! [`lbm::AmrLbm`] is the LBM on a forest (recursive time stepping, ghost interpolation and
+//! interface restriction with non-equilibrium rescaling), on a static forest or adapted between
+//! coarse steps ([`lbm::AmrLbm::adapt_to`] moves the data; [`lbm::AmrLbm::block_vorticity`]
+//! feeds the criterion); see its module documentation for the scheme and its measured accuracy.
 //!
 //! # Deviations from the seed
 //! - Links are rebuilt for every block of every level after an adaptation instead of only for
