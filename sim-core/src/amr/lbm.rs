@@ -63,6 +63,37 @@ use crate::lattice::{opposite, Lat, MAX_Q};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
+/// Per-axis interpolation taps, (offset, weight), and how many of the four are used.
+type Taps = ([[(i32, f32); 4]; 3], [usize; 3]);
+
+/// Taps of the plain average of the two fine cells at offsets 0 and 1 on the first `dims`
+/// axes.
+fn plain_taps(dims: usize) -> Taps {
+    let mut t: Taps = ([[(0, 1.0), (0, 0.0), (0, 0.0), (0, 0.0)]; 3], [1; 3]);
+    for a in 0..dims {
+        t.0[a] = [(0, 0.5), (1, 0.5), (0, 0.0), (0, 0.0)];
+        t.1[a] = 2;
+    }
+    t
+}
+
+/// Index of the cell at block coordinates `k` (each in `0..BLOCK`).
+fn cell_index(k: [i32; 3]) -> usize {
+    (k[0] + BLOCK as i32 * (k[1] + BLOCK as i32 * k[2])) as usize
+}
+
+/// The child (0..2^D) of a block that lies under its cell at coordinates `c`, and the
+/// coordinates in that child of the lowest of the 2^D fine cells under the cell.
+fn children_of(c: [i32; 3], dims: usize) -> (u32, [i32; 3]) {
+    let mut j = 0u32;
+    let mut f0 = [0i32; 3];
+    for a in 0..dims {
+        j |= ((c[a] / 2) as u32) << a;
+        f0[a] = 2 * (c[a] % 2);
+    }
+    (j, f0)
+}
+
 /// A block-structured LBM on a forest.
 pub struct AmrLbm<L: Lat> {
     forest: BlockForest,
@@ -225,25 +256,9 @@ impl<L: Lat> AmrLbm<L> {
                 let (force_f, force_c) = (this.force(l + 1), this.force(l));
                 let c0 = this.forest.first_child(id);
                 (0..b).map(move |cell| {
-                    let c = cell_coords(cell, dims);
-                    let mut j = 0u32;
-                    for a in 0..dims {
-                        j |= ((c[a] / 2) as u32) << a;
-                    }
-                    let mut acc = [0.0f32; MAX_Q];
-                    for sub in 0..k {
-                        let mut fc = 0usize;
-                        let mut m = 1usize;
-                        for a in 0..dims {
-                            fc += (2 * (c[a] as usize % 2) + ((sub >> a) & 1)) * m;
-                            m *= BLOCK;
-                        }
-                        let mut g = this.ddfs(CellRef { block: c0 + j, cell: fc });
-                        Self::rescale(&mut g, force_f, force_c, r);
-                        for i in 0..q {
-                            acc[i] += g[i] / k as f32;
-                        }
-                    }
+                    let (j, f0) = children_of(cell_coords(cell, dims), dims);
+                    let get = |kk: [i32; 3]| Some(this.ddfs(CellRef { block: c0 + j, cell: cell_index(kk) }));
+                    let acc = Self::tensor_sum(&plain_taps(dims), f0, get, force_f, force_c, r).expect("children cells hold data");
                     (id, cell, acc)
                 })
             })
@@ -283,26 +298,19 @@ impl<L: Lat> AmrLbm<L> {
         }
         // Mass: each parent cell's density is the mean of its children cells' (the DDFs are
         // stored less the weights, so a cell's density less 1 is their sum).
+        let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
         for &p in &report.refined {
             let c0 = self.forest.first_child(p);
             for cell in 0..b {
-                let c = cell_coords(cell, dims);
-                let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
-                let mut j = 0u32;
-                for a in 0..dims {
-                    j |= ((c[a] / 2) as u32) << a;
-                }
+                let (j, f0) = children_of(cell_coords(cell, dims), dims);
+                let child = c0 + j;
                 let fine: Vec<usize> = (0..k)
                     .map(|sub| {
-                        let (mut fc, mut m) = (0usize, 1usize);
-                        for a in 0..dims {
-                            fc += (2 * (c[a] as usize % 2) + ((sub >> a) & 1)) * m;
-                            m *= BLOCK;
-                        }
-                        fc
+                        let mut kk = f0;
+                        (0..dims).for_each(|a| kk[a] += ((sub >> a) & 1) as i32);
+                        cell_index(kk)
                     })
                     .collect();
-                let child = c0 + j;
                 let mean = fine.iter().map(|&fc| sum(&self.f, child, fc)).sum::<f32>() / k as f32;
                 let d = sum(&self.f, p, cell) - mean;
                 for &fc in &fine {
@@ -338,10 +346,9 @@ impl<L: Lat> AmrLbm<L> {
                         let (mut lo, mut hi) = (c, c);
                         lo[a] = (c[a] - 1).max(0);
                         hi[a] = (c[a] + 1).min(BLOCK as i32 - 1);
-                        let at = |x: [i32; 3]| (x[0] + BLOCK as i32 * (x[1] + BLOCK as i32 * x[2])) as usize;
                         let d = (hi[a] - lo[a]) as f32;
                         for m in 0..3 {
-                            g[a][m] = (u[at(hi)][m] - u[at(lo)][m]) / d * scale;
+                            g[a][m] = (u[cell_index(hi)][m] - u[cell_index(lo)][m]) / d * scale;
                         }
                     }
                     let w = [g[1][2] - g[2][1], g[2][0] - g[0][2], g[0][1] - g[1][0]];
@@ -501,11 +508,41 @@ impl<L: Lat> AmrLbm<L> {
             e[a] = k[a].div_euclid(BLOCK as i32);
             s[a] = k[a].rem_euclid(BLOCK as i32);
         }
-        let cell = (s[0] + BLOCK as i32 * (s[1] + BLOCK as i32 * s[2])) as usize;
         match self.forest.neighbour(p, dir_index(e, dims)) {
-            Link::Same(n) => Some((n, cell)),
+            Link::Same(n) => Some((n, cell_index(s))),
             _ => None,
         }
+    }
+
+    /// The weighted sum over the tensor product of `taps` around `origin`, each cell's DDFs
+    /// from `get` moved from force `f_src` to `f_dst` with non-equilibrium factor `r`
+    /// ([`Self::rescale`]); `None` if `get` has no data for one of them.
+    fn tensor_sum(
+        taps: &Taps,
+        origin: [i32; 3],
+        get: impl Fn([i32; 3]) -> Option<[f32; MAX_Q]>,
+        f_src: [f32; 3],
+        f_dst: [f32; 3],
+        r: f32,
+    ) -> Option<[f32; MAX_Q]> {
+        let (t, n) = taps;
+        let mut acc = [0.0f32; MAX_Q];
+        for tz in 0..n[2] {
+            for ty in 0..n[1] {
+                for tx in 0..n[0] {
+                    let (ox, wx) = t[0][tx];
+                    let (oy, wy) = t[1][ty];
+                    let (oz, wz) = t[2][tz];
+                    let mut g = get([origin[0] + ox, origin[1] + oy, origin[2] + oz])?;
+                    Self::rescale(&mut g, f_src, f_dst, r);
+                    let w = wx * wy * wz;
+                    for i in 0..L::Q {
+                        acc[i] += w * g[i];
+                    }
+                }
+            }
+        }
+        Some(acc)
     }
 
     /// Move pre-collision DDFs from a level with body force `f_src` to one with `f_dst`:
@@ -576,11 +613,7 @@ impl<L: Lat> AmrLbm<L> {
             side[a] = if c[a] % 2 == 0 { -1 } else { 1 };
         }
         let base = coarse(p, k).expect("the parent cell over a fine cell holds data");
-        let mut taps = [[(0i32, 0.0f32); 3]; 3];
-        let mut ntaps = [1usize; 3];
-        for a in 0..3 {
-            taps[a][0] = (0, 1.0);
-        }
+        let mut taps: Taps = ([[(0, 1.0), (0, 0.0), (0, 0.0), (0, 0.0)]; 3], [1; 3]);
         for a in 0..dims {
             let has = |o: i32| {
                 let mut kk = k;
@@ -589,30 +622,14 @@ impl<L: Lat> AmrLbm<L> {
             };
             let s = 0.25 * side[a] as f32;
             if has(-1) && has(1) {
-                taps[a] = [(-1, s * (s - 1.0) / 2.0), (0, 1.0 - s * s), (1, s * (s + 1.0) / 2.0)];
-                ntaps[a] = 3;
+                taps.0[a] = [(-1, s * (s - 1.0) / 2.0), (0, 1.0 - s * s), (1, s * (s + 1.0) / 2.0), (0, 0.0)];
+                taps.1[a] = 3;
             } else if has(side[a]) {
-                taps[a] = [(0, 0.75), (side[a], 0.25), (0, 0.0)];
-                ntaps[a] = 2;
+                taps.0[a] = [(0, 0.75), (side[a], 0.25), (0, 0.0), (0, 0.0)];
+                taps.1[a] = 2;
             }
         }
-        let mut acc = [0.0f32; MAX_Q];
-        for tz in 0..ntaps[2] {
-            for ty in 0..ntaps[1] {
-                for tx in 0..ntaps[0] {
-                    let (ox, wx) = taps[0][tx];
-                    let (oy, wy) = taps[1][ty];
-                    let (oz, wz) = taps[2][tz];
-                    let mut g = coarse(p, [k[0] + ox, k[1] + oy, k[2] + oz]).unwrap_or(base);
-                    Self::rescale(&mut g, fc, ff, r);
-                    let w = wx * wy * wz;
-                    for i in 0..L::Q {
-                        acc[i] += w * g[i];
-                    }
-                }
-            }
-        }
-        acc
+        Self::tensor_sum(&taps, k, |kk| Some(coarse(p, kk).unwrap_or(base)), fc, ff, r).expect("every tap has data")
     }
 
     /// Restrict the interface cells of level `l` (>= 1) into their parents'
@@ -638,20 +655,9 @@ impl<L: Lat> AmrLbm<L> {
                 let masks = this.forest.cell_masks(id);
                 let c0 = this.forest.first_child(id);
                 (0..b).filter(move |&cell| masks[cell] == cell_mask::PARENT_OF_INTERFACE).map(move |cell| {
-                    let c = cell_coords(cell, dims);
-                    let mut j = 0u32;
-                    // Fine coordinates (in the child) of the lower of the two fine cells.
-                    let mut f0 = [0i32; 3];
-                    for a in 0..dims {
-                        j |= ((c[a] / 2) as u32) << a;
-                        f0[a] = 2 * (c[a] % 2);
-                    }
+                    let (j, f0) = children_of(cell_coords(cell, dims), dims);
                     let child = c0 + j;
-                    let mut taps = [[(0i32, 0.0f32); 4]; 3];
-                    let mut ntaps = [1usize; 3];
-                    for a in 0..3 {
-                        taps[a][0] = (0, 1.0);
-                    }
+                    let mut taps: Taps = ([[(0, 1.0), (0, 0.0), (0, 0.0), (0, 0.0)]; 3], [1; 3]);
                     for a in 0..dims {
                         let has = |o: i32| {
                             let mut kk = f0;
@@ -659,49 +665,22 @@ impl<L: Lat> AmrLbm<L> {
                             this.fine_cell(child, kk).is_some()
                         };
                         let (lo, hi) = (has(-1), has(2));
-                        if lo && hi {
-                            taps[a] = [(-1, -1.0 / 16.0), (0, 9.0 / 16.0), (1, 9.0 / 16.0), (2, -1.0 / 16.0)];
-                            ntaps[a] = 4;
+                        (taps.0[a], taps.1[a]) = if lo && hi {
+                            ([(-1, -1.0 / 16.0), (0, 9.0 / 16.0), (1, 9.0 / 16.0), (2, -1.0 / 16.0)], 4)
                         } else if hi {
-                            taps[a] = [(0, 0.375), (1, 0.75), (2, -0.125), (0, 0.0)];
-                            ntaps[a] = 3;
+                            ([(0, 0.375), (1, 0.75), (2, -0.125), (0, 0.0)], 3)
                         } else if lo {
-                            taps[a] = [(-1, -0.125), (0, 0.75), (1, 0.375), (0, 0.0)];
-                            ntaps[a] = 3;
+                            ([(-1, -0.125), (0, 0.75), (1, 0.375), (0, 0.0)], 3)
                         } else {
-                            taps[a] = [(0, 0.5), (1, 0.5), (0, 0.0), (0, 0.0)];
-                            ntaps[a] = 2;
-                        }
+                            ([(0, 0.5), (1, 0.5), (0, 0.0), (0, 0.0)], 2)
+                        };
                     }
-                    // The tensor product of the axes' taps; where a corner of it holds no
-                    // data (a ghost cell), the plain average of the 2^D children.
-                    let restrict = |taps: &[[(i32, f32); 4]; 3], ntaps: &[usize; 3]| -> Option<[f32; MAX_Q]> {
-                        let mut acc = [0.0f32; MAX_Q];
-                        for tz in 0..ntaps[2] {
-                            for ty in 0..ntaps[1] {
-                                for tx in 0..ntaps[0] {
-                                    let (ox, wx) = taps[0][tx];
-                                    let (oy, wy) = taps[1][ty];
-                                    let (oz, wz) = taps[2][tz];
-                                    let mut g = this.fine_cell(child, [f0[0] + ox, f0[1] + oy, f0[2] + oz])?;
-                                    Self::rescale(&mut g, force_f, force_c, r);
-                                    let w = wx * wy * wz;
-                                    for i in 0..q {
-                                        acc[i] += w * g[i];
-                                    }
-                                }
-                            }
-                        }
-                        Some(acc)
-                    };
-                    let acc = restrict(&taps, &ntaps).unwrap_or_else(|| {
-                        let mut plain = [[(0i32, 1.0f32), (0, 0.0), (0, 0.0), (0, 0.0)]; 3];
-                        let mut n = [1usize; 3];
-                        for a in 0..dims {
-                            plain[a] = [(0, 0.5), (1, 0.5), (0, 0.0), (0, 0.0)];
-                            n[a] = 2;
-                        }
-                        restrict(&plain, &n).expect("the children of a parent-of-interface cell are interface cells")
+                    // Where a corner of the tensor product holds no data (a ghost cell), the
+                    // plain average of the 2^D children.
+                    let get = |kk: [i32; 3]| this.fine_cell(child, kk);
+                    let acc = Self::tensor_sum(&taps, f0, get, force_f, force_c, r).unwrap_or_else(|| {
+                        Self::tensor_sum(&plain_taps(dims), f0, get, force_f, force_c, r)
+                            .expect("the children of a parent-of-interface cell are interface cells")
                     });
                     (id, cell, acc)
                 })
