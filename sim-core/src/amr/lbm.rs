@@ -265,12 +265,7 @@ impl<L: Lat> AmrLbm<L> {
             .collect();
         let report = self.forest.adapt()?;
         let coarsened: std::collections::HashSet<u32> = report.coarsened.iter().copied().collect();
-        for (id, cell, g) in restricted {
-            if coarsened.contains(&id) {
-                let base = id as usize * q * b;
-                (0..q).for_each(|i| self.f[base + i * b + cell] = g[i]);
-            }
-        }
+        self.write_cells(restricted.into_iter().filter(|(id, _, _)| coarsened.contains(id)));
         // New children from their parents, which were leaves a moment ago (all their cells
         // hold data, though their masks now say otherwise).
         let fresh: std::collections::HashSet<u32> = report.refined.iter().copied().collect();
@@ -292,10 +287,7 @@ impl<L: Lat> AmrLbm<L> {
                 })
             })
             .collect();
-        for (id, cell, g) in vals {
-            let base = id as usize * q * b;
-            (0..q).for_each(|i| self.f[base + i * b + cell] = g[i]);
-        }
+        self.write_cells(vals);
         // Mass: each parent cell's density is the mean of its children cells' (the DDFs are
         // stored less the weights, so a cell's density less 1 is their sum).
         let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
@@ -319,6 +311,15 @@ impl<L: Lat> AmrLbm<L> {
             }
         }
         Ok(report)
+    }
+
+    /// Store pre-collision DDFs, (block, cell, DDFs), into `f`.
+    fn write_cells(&mut self, vals: impl IntoIterator<Item = (u32, usize, [f32; MAX_Q])>) {
+        let b = self.forest.cells_per_block();
+        for (id, cell, g) in vals {
+            let base = id as usize * L::Q * b;
+            (0..L::Q).for_each(|i| self.f[base + i * b + cell] = g[i]);
+        }
     }
 
     /// Block maximum of the vorticity magnitude (per unit time of level 0) of every leaf,
@@ -434,7 +435,7 @@ impl<L: Lat> AmrLbm<L> {
                         e[a] = t.div_euclid(BLOCK as i32);
                         s[a] = t.rem_euclid(BLOCK as i32);
                     }
-                    let scell = (s[0] + BLOCK as i32 * (s[1] + BLOCK as i32 * s[2])) as usize;
+                    let scell = cell_index(s);
                     match forest.neighbour(id32, dir_index(e, dims)) {
                         Link::Same(n) => {
                             debug_assert!(
@@ -569,7 +570,6 @@ impl<L: Lat> AmrLbm<L> {
     /// Fill the ghost cells of level `l` (>= 1) from level `l - 1`.
     fn interpolate(&mut self, l: u8) {
         let b = self.forest.cells_per_block();
-        let q = L::Q;
         let this = &*self;
         let ids: Vec<u32> =
             this.forest.level_ids(l).iter().copied().filter(|&id| this.forest.block_mask(id) & block_mask::NEAR_COARSER != 0).collect();
@@ -582,12 +582,7 @@ impl<L: Lat> AmrLbm<L> {
                     .map(move |cell| (id, cell, this.prolong(id, cell, |p, k| this.coarse_cell(p, k))))
             })
             .collect();
-        for (id, cell, g) in vals {
-            let base = id as usize * q * b;
-            for i in 0..q {
-                self.f[base + i * b + cell] = g[i];
-            }
-        }
+        self.write_cells(vals);
     }
 
     /// The pre-collision DDFs of cell `cell` of block `id` (level `l` >= 1) from its parent's
@@ -642,7 +637,6 @@ impl<L: Lat> AmrLbm<L> {
     fn average(&mut self, l: u8) {
         let dims = L::D;
         let b = self.forest.cells_per_block();
-        let q = L::Q;
         let (tc, tf) = (self.tau(l - 1), self.tau(l));
         let r = 2.0 * tc / tf;
         let (force_c, force_f) = (self.force(l - 1), self.force(l));
@@ -686,12 +680,7 @@ impl<L: Lat> AmrLbm<L> {
                 })
             })
             .collect();
-        for (id, cell, g) in vals {
-            let base = id as usize * q * b;
-            for i in 0..q {
-                self.f[base + i * b + cell] = g[i];
-            }
-        }
+        self.write_cells(vals);
     }
 }
 
