@@ -90,9 +90,21 @@ __device__ __forceinline__ void stf(fpxx* p, fpxx v) { *p = v; }
 #ifndef DEF_BOX
 #define DEF_BOX 0
 #endif
+// A multi-GPU slab (DEF_HALO = 1 + the cut axis, backend/cuda_multi.rs): the first and last
+// layer along the cut axis are copies of the neighbouring GPUs' cells, read and written by this
+// slab's cells but not updated.
+#ifndef DEF_HALO
+#define DEF_HALO 0
+#endif
 __device__ __forceinline__ bool in_box(u32 x, u32 y, u32 z) {
 #if DEF_BOX
     return x >= 1u && x + 1u < DEF_NX && y >= 1u && y + 1u < DEF_NY && z >= 1u && z + 1u < DEF_NZ;
+#elif DEF_HALO == 2
+    (void)x; (void)z;
+    return y >= 1u && y + 1u < DEF_NY;
+#elif DEF_HALO == 3
+    (void)x; (void)y;
+    return z >= 1u && z + 1u < DEF_NZ;
 #else
     (void)x; (void)y; (void)z;
     return true;

@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// Thresholds to sweep with --compress / --subgrids (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
     #[arg(long, value_delimiter = ',')]
     pub tau: Vec<f32>,
+    /// Multi-GPU bench (CUDA, Esoteric Pull): each case on one GPU and split over this many;
+    /// reports MLUPS, MLUPS per GPU, speedup and scaling efficiency.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus: u32,
 }
 
 /// Measured copy bandwidth in GB/s, counting bytes read plus bytes written.
@@ -133,6 +137,12 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
         BackendChoice::Auto => sim_core::backend::cuda::probe().is_ok(),
     };
+    if a.gpus > 1 {
+        if !cuda {
+            bail!("--gpus {} measures the CUDA backend; add --backend cuda", a.gpus);
+        }
+        return bench_multi(a);
+    }
     let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
     let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
     let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;
@@ -155,46 +165,18 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     );
     let mut rows = Vec::new();
     for &l in &lattices {
-        let size = if l.dims() == 2 {
-            let e = ((a.size * a.size * a.size) as f64).sqrt() as usize;
-            [e, e, 1]
-        } else {
-            [a.size, a.size, a.size]
-        };
+        let size = box_size(l, a.size);
         for &s in &schemes {
             for &p in &precisions {
-                let dom = Domain::periodic(l, size);
-                let params = Params {
-                    collide: CollideParams { kind: Collision::Bgk, tau: 0.6, cs: 0.1, force: [0.0; 3] },
-                    walls: vec![[0.0; 3]],
-                    inlets: vec![],
-                    outlets: vec![],
-                };
-                let (nx, ny) = (size[0] as f32, size[1] as f32);
-                let init = |q: [usize; 3]| {
-                    let (x, y) = (q[0] as f32 / nx, q[1] as f32 / ny);
-                    let k = 2.0 * std::f32::consts::PI;
-                    (1.0, [0.05 * (k * x).sin() * (k * y).cos(), -0.05 * (k * x).cos() * (k * y).sin(), 0.0])
-                };
+                let (dom, params) = (Domain::periodic(l, size), box_params());
+                let init = box_init(size);
                 let mut solver: Box<dyn sim_core::Solver> = if cuda {
                     Box::new(sim_core::backend::cuda::CudaSolver::new(dom, s, p, params, init)?)
                 } else {
                     cpu::build(dom, s, p, params, 16, init)
                 };
-                solver.step(if cuda { 20 } else { 2 })?; // warm up (page faults, caches, module load)
-                solver.synchronize()?;
-                let batch = if cuda { 50 } else { 1 };
-                let t = Instant::now();
-                let mut steps = 0u64;
-                while steps < 3 || t.elapsed().as_secs_f64() < a.seconds {
-                    solver.step(batch)?;
-                    solver.synchronize()?;
-                    steps += batch;
-                }
-                let secs = t.elapsed().as_secs_f64();
-                let cells = (size[0] * size[1] * size[2]) as f64;
+                let (steps, mlups) = time_steps(solver.as_mut(), cuda, a.seconds)?;
                 let info = solver.info();
-                let mlups = cells * steps as f64 / secs / 1e6;
                 let gbs = mlups * info.bytes_moved_per_cell / 1e3;
                 println!(
                     "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}%",
@@ -254,6 +236,146 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 100.0 * gbs / copy,
                 copy
             )?;
+        }
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The bench box of a lattice: `edge`^3 cells in 3D, the same count in 2D.
+fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
+    if l.dims() == 2 {
+        let e = ((edge * edge * edge) as f64).sqrt() as usize;
+        [e, e, 1]
+    } else {
+        [edge, edge, edge]
+    }
+}
+
+/// BGK at tau 0.6, no walls, inlets or outlets.
+fn box_params() -> Params {
+    Params {
+        collide: CollideParams { kind: Collision::Bgk, tau: 0.6, cs: 0.1, force: [0.0; 3] },
+        walls: vec![[0.0; 3]],
+        inlets: vec![],
+        outlets: vec![],
+    }
+}
+
+/// A Taylor-Green shear over the box (so the collision does real work).
+fn box_init(size: [usize; 3]) -> impl Fn([usize; 3]) -> (f32, [f32; 3]) + Copy {
+    let (nx, ny) = (size[0] as f32, size[1] as f32);
+    move |q: [usize; 3]| {
+        let (x, y) = (q[0] as f32 / nx, q[1] as f32 / ny);
+        let k = 2.0 * std::f32::consts::PI;
+        (1.0, [0.05 * (k * x).sin() * (k * y).cos(), -0.05 * (k * x).cos() * (k * y).sin(), 0.0])
+    }
+}
+
+/// Warm up, then step for at least `seconds` (and 3 steps): (steps timed, MLUPS).
+fn time_steps(solver: &mut dyn Solver, device: bool, seconds: f64) -> anyhow::Result<(u64, f64)> {
+    solver.step(if device { 20 } else { 2 })?; // warm up (page faults, caches, module load)
+    solver.synchronize()?;
+    let batch = if device { 50 } else { 1 };
+    let t = Instant::now();
+    let mut steps = 0u64;
+    while steps < 3 || t.elapsed().as_secs_f64() < seconds {
+        solver.step(batch)?;
+        solver.synchronize()?;
+        steps += batch;
+    }
+    let n = solver.info().size;
+    Ok((steps, (n[0] * n[1] * n[2]) as f64 * steps as f64 / t.elapsed().as_secs_f64() / 1e6))
+}
+
+/// `--gpus N`: every chosen lattice and precision with Esoteric Pull, on one GPU and split over
+/// N; MLUPS, per GPU, speedup and efficiency (MLUPS_N / (N MLUPS_1)).
+fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    use sim_core::backend::{cuda, cuda_multi};
+    let n = a.gpus as usize;
+    let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
+    let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;
+    if let Some(s) = a.scheme.iter().find(|s| s.as_str() != Scheme::EsotericPull.name()) {
+        bail!("--gpus {n} measures esoteric_pull only (the scheme multi-GPU runs use); drop --scheme {s}");
+    }
+    let devices = cuda_multi::devices_for(n)?;
+    let d = cuda::probe().map_err(anyhow::Error::msg)?;
+    let device = format!("{} (sm_{}{})", d.name, d.cc.0, d.cc.1);
+    eprintln!("measuring device-to-device copy bandwidth ...");
+    let copy = cuda::copy_bandwidth_gbs().map_err(anyhow::Error::msg)?;
+    println!("device: {n} x {device}, devices {devices:?}");
+    println!("copy bandwidth (one GPU): {copy:.2} GB/s (read + write)");
+    println!("box: empty, periodic, BGK, Esoteric Pull; {}^3 cells in 3D, the same count in 2D; slabs along the last axis", a.size);
+    println!();
+    println!(
+        "{:<6} {:<6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>8}  transport",
+        "lattice",
+        "prec",
+        "1 GPU",
+        format!("{n} GPUs"),
+        "per GPU",
+        "speedup",
+        "eff.",
+        "% copy1"
+    );
+    let mut lines = Vec::new();
+    for &l in &lattices {
+        let size = box_size(l, a.size);
+        for &p in &precisions {
+            let (one_mlups, moved) = {
+                let mut s = cuda::CudaSolver::new(Domain::periodic(l, size), Scheme::EsotericPull, p, box_params(), box_init(size))?;
+                let (_, m) = time_steps(&mut s, true, a.seconds)?;
+                (m, s.info().bytes_moved_per_cell)
+            };
+            let mut s = cuda_multi::MultiCudaSolver::new(
+                Domain::periodic(l, size),
+                Scheme::EsotericPull,
+                p,
+                box_params(),
+                &devices,
+                box_init(size),
+            )?;
+            let (steps, multi) = time_steps(&mut s, true, a.seconds)?;
+            let speedup = multi / one_mlups;
+            let eff = speedup / n as f64;
+            let pct = 100.0 * one_mlups * moved / 1e3 / copy;
+            println!(
+                "{:<6} {:<6} {:>10.1} {:>10.1} {:>10.1} {:>7.3}x {:>6.1}% {:>7.1}%  {}",
+                l.name(),
+                p.name(),
+                one_mlups,
+                multi,
+                multi / n as f64,
+                speedup,
+                100.0 * eff,
+                pct,
+                s.transport()
+            );
+            lines.push(format!(
+                "\"{device}\",{n},{},{},{},{},{},{steps},{one_mlups:.3},{multi:.3},{:.3},{speedup:.4},{eff:.4},{},{copy:.3}",
+                l.name(),
+                p.name(),
+                size[0],
+                size[1],
+                size[2],
+                multi / n as f64,
+                s.transport()
+            ));
+        }
+    }
+    if let Some(path) = &a.csv {
+        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+        let cmd: Vec<String> = std::env::args().collect();
+        writeln!(f, "# device: {n} x {device}")?;
+        writeln!(f, "# date: {}", date_utc())?;
+        writeln!(f, "# command: {}", cmd.join(" "))?;
+        writeln!(f, "# copy_gbs (one GPU, read + write): {copy:.3}")?;
+        writeln!(
+            f,
+            "device,gpus,lattice,precision,nx,ny,nz,steps,mlups_1gpu,mlups_ngpu,mlups_per_gpu,speedup,efficiency,transport,copy_gbs"
+        )?;
+        for l in &lines {
+            writeln!(f, "{l}")?;
         }
         eprintln!("wrote {}", path.display());
     }

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             let a = viewer::ViewArgs {
                 scene: None,
                 backend: BackendChoice::Auto,
+                gpus: 1,
                 set: Vec::new(),
                 paused: false,
                 frames: None,

@@ -23,6 +23,10 @@ pub struct RunArgs {
     /// Solver backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
+    /// Split the grid over this many GPUs of this machine (CUDA; slabs along z, y in 2D, halos
+    /// exchanged through NCCL).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus: u32,
     /// Steps to run (default: the scene's solver.steps).
     #[arg(long)]
     pub steps: Option<u64>,
@@ -75,9 +79,36 @@ pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<Loaded
     Ok(ls)
 }
 
-/// Build a solver on the chosen backend.
+/// GPUs a run splits its grid over (`--gpus`), for every solver this process builds.
+static GPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// Set the GPU count of `--gpus` (1: one GPU).
+pub fn set_gpus(n: u32) {
+    GPUS.store(n.max(1) as usize, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Build a solver on the chosen backend (on several GPUs after [`set_gpus`]).
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
-    use sim_core::backend::{cuda, cuda_subgrid};
+    use sim_core::backend::{cuda, cuda_multi, cuda_subgrid};
+    let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed);
+    if gpus > 1 {
+        if backend == BackendChoice::Cpu {
+            bail!("--gpus {gpus} runs on the CUDA backend; drop --backend cpu (or use --gpus 1)");
+        }
+        if ls.scene.compression.enabled {
+            bail!("--gpus {gpus}: compressed subgrids run on one GPU; set compression.enabled = false or use --gpus 1");
+        }
+        if backend == BackendChoice::Auto {
+            if let Err(why) = cuda::probe() {
+                eprintln!("note: {why}; running on the CPU backend (one grid, --gpus {gpus} ignored)");
+                return Ok(cpu::from_scene(ls)?);
+            }
+        }
+        return match cuda_multi::MultiCudaSolver::from_scene(ls, gpus) {
+            Ok(s) => Ok(Box::new(s)),
+            Err(e) => bail!("--gpus {gpus}: {e}"),
+        };
+    }
     // The CUDA solver the scene asks for: compressed subgrids or the dense grid.
     let on_gpu = || -> Result<Box<dyn Solver>, sim_core::SolverError> {
         if ls.scene.compression.enabled {
@@ -123,6 +154,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
+    set_gpus(a.gpus);
     let mut solver = build_solver(&ls, a.backend)?;
     if let Some(r) = &a.resume {
         let c = Checkpoint::load(r).map_err(anyhow::Error::msg)?;

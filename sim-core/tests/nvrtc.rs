@@ -27,6 +27,7 @@ fn configs() -> Vec<KernelConfig> {
                     rows: true,
                     ghost_block: 16,
                     boxed: false,
+                    halo: 0,
                 });
             }
         }
@@ -43,6 +44,7 @@ fn configs() -> Vec<KernelConfig> {
                     rows: false,
                     ghost_block: 16,
                     boxed: false,
+                    halo: 0,
                 });
             }
         }
@@ -61,8 +63,26 @@ fn configs() -> Vec<KernelConfig> {
                     rows: false,
                     ghost_block: 16,
                     boxed: true,
+                    halo: 0,
                 });
             }
+        }
+        // A multi-GPU slab (backend/cuda_multi.rs): halo layers on the last axis, with the
+        // whole-row kernel, FP32 and FP16 storage.
+        for precision in [Precision::Fp32, Precision::Fp16s] {
+            v.push(KernelConfig {
+                lattice,
+                scheme: Scheme::EsotericPull,
+                precision,
+                collision: Collision::Bgk,
+                force: false,
+                n,
+                brick,
+                rows: true,
+                ghost_block: 16,
+                boxed: false,
+                halo: lattice.dims(),
+            });
         }
         // The other brick shape compiles too (the loop above also builds the whole-row kernel).
         let other = pick(&BRICK_SHAPES[1]);
@@ -77,6 +97,7 @@ fn configs() -> Vec<KernelConfig> {
             rows: false,
             ghost_block: 16,
             boxed: false,
+            halo: 0,
         });
     }
     v

@@ -466,13 +466,37 @@ pub struct CpuSolver<L: Lat, S: Store> {
     t: u64,
     params: Params,
     last_forces: Forces,
+    /// Where this grid lies in the scene's (a multi-GPU slab's halo layer 0 included; added,
+    /// wrapping, to cell coordinates for inlet profiles) and its halo axis + 1 (0: none).
+    place: Slab,
     _l: PhantomData<L>,
+}
+
+/// A grid's place as one slab of a multi-GPU run ([`super::cuda_multi`]): coordinate offset
+/// (wrapping) and `1 + axis` of the two halo layers that are not updated (0: a whole grid).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Slab {
+    pub off: [usize; 3],
+    pub halo: usize,
 }
 
 impl<L: Lat, S: Store> CpuSolver<L, S> {
     /// Build a solver on a domain; every non-solid cell starts at equilibrium with the
     /// density and velocity `init` gives for its coordinates.
     pub fn new(dom: Domain, scheme: Scheme, params: Params, ghost_block: usize, init: impl Fn([usize; 3]) -> (f32, [f32; 3])) -> Self {
+        CpuSolver::new_at(dom, scheme, params, ghost_block, Slab::default(), init)
+    }
+
+    /// [`CpuSolver::new`] as a slab of a larger grid: `init` and inlet profiles see the cells'
+    /// coordinates in that grid, and the halo layers are not updated.
+    pub(crate) fn new_at(
+        dom: Domain,
+        scheme: Scheme,
+        params: Params,
+        ghost_block: usize,
+        place: Slab,
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+    ) -> Self {
         let nn = dom.cells();
         let q = L::Q;
         let ghost = (scheme == Scheme::Ghost).then(|| GhostLayout::new::<L>(&dom, ghost_block));
@@ -487,6 +511,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             t: 0,
             params,
             last_forces: [[0.0; 3]; 16],
+            place,
             _l: PhantomData,
         };
         let ctx_inlets = s.dom.inlets.clone();
@@ -495,8 +520,9 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             if is_solid(flag) {
                 continue;
             }
-            let p = s.dom.coords(n);
-            let (rho, mut u) = init(p);
+            let l = s.dom.coords(n);
+            let p = [0, 1, 2].map(|a| l[a].wrapping_add(place.off[a]));
+            let (rho, mut u) = init(l);
             if kind_of(flag) == kind::INLET {
                 u = ctx_inlets[id_of(flag)].velocity_at(p, L::D);
             }
@@ -525,6 +551,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             t,
             params,
             last_forces,
+            place: Slab::default(),
             _l: PhantomData,
         }
     }
@@ -648,12 +675,21 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         let flags = &self.dom.flags;
         let rows = n3[1] * n3[2];
         let simd = simd_available();
+        // A slab's halo layers (axis 1 or 2, so whole rows) are not updated.
+        let halo = self.place.halo;
+        let off = self.place.off;
+        let own = |r: &usize| match halo {
+            2 => r % n3[1] != 0 && r % n3[1] != n3[1] - 1,
+            3 => r / n3[1] != 0 && r / n3[1] != n3[2] - 1,
+            _ => true,
+        };
         let forces = (0..rows)
             .into_par_iter()
+            .filter(own)
             .fold(
                 || [[0.0f64; 3]; 16],
                 |mut acc, row| {
-                    let job = RowJob { row, x0: 0, x1: n3[0], off: [0; 3], n3, nn, odd, rd, wr, flags, ctx: &ctx };
+                    let job = RowJob { row, x0: 0, x1: n3[0], off, n3, nn, odd, rd, wr, flags, ctx: &ctx };
                     // SAFETY: the scheme maps concurrent cells to disjoint slots inside the
                     // buffers; the AVX2 path is only taken where the CPU has AVX2 and FMA.
                     unsafe {
@@ -1026,6 +1062,8 @@ pub(crate) trait Mirror: Solver {
     /// Apply a cell edit to the domain and to a state after `t` steps held elsewhere (in this
     /// layout), read and written through `io`. Host buffers are not touched.
     fn edit_via_io(&mut self, e: &CellEdit, t: u64, io: &mut dyn SlotIo) -> Result<EditReport, SolverError>;
+    /// Replace the domain (same size; a multi-GPU slab after an edit of the whole grid).
+    fn set_domain(&mut self, d: Domain);
 }
 
 impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
@@ -1052,6 +1090,12 @@ impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
     fn edit_via_io(&mut self, e: &CellEdit, t: u64, io: &mut dyn SlotIo) -> Result<EditReport, SolverError> {
         self.edit_via(e, t, io)
     }
+    fn set_domain(&mut self, d: Domain) {
+        if let Some(g) = &self.ghost {
+            self.ghost = Some(g.rebuilt::<L>(&d));
+        }
+        self.dom = d;
+    }
 }
 
 /// Build a CPU solver as a [`Mirror`].
@@ -1063,12 +1107,25 @@ pub(crate) fn build_mirror(
     ghost_block: usize,
     init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
 ) -> Box<dyn Mirror> {
+    build_mirror_at(dom, scheme, precision, params, ghost_block, Slab::default(), init)
+}
+
+/// [`build_mirror`] as a slab of a larger grid (see [`CpuSolver::new_at`]).
+pub(crate) fn build_mirror_at(
+    dom: Domain,
+    scheme: Scheme,
+    precision: Precision,
+    params: Params,
+    ghost_block: usize,
+    place: Slab,
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+) -> Box<dyn Mirror> {
     macro_rules! mk {
         ($l:ty) => {
             match precision {
-                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new(dom, scheme, params, ghost_block, init)) as Box<dyn Mirror>,
-                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new(dom, scheme, params, ghost_block, init)),
-                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new(dom, scheme, params, ghost_block, init)),
+                Precision::Fp32 => Box::new(CpuSolver::<$l, f32>::new_at(dom, scheme, params, ghost_block, place, init)) as Box<dyn Mirror>,
+                Precision::Fp16s => Box::new(CpuSolver::<$l, Fp16s>::new_at(dom, scheme, params, ghost_block, place, init)),
+                Precision::Fp16c => Box::new(CpuSolver::<$l, Fp16c>::new_at(dom, scheme, params, ghost_block, place, init)),
             }
         };
     }

@@ -257,6 +257,7 @@ fn box_config(dom: &Domain, params: &Params, bn: [usize; 3]) -> KernelConfig {
         rows: false,
         ghost_block: 16,
         boxed: true,
+        halo: 0,
     }
 }
 

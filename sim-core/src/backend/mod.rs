@@ -3,6 +3,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod cuda_compress;
+pub mod cuda_multi;
 pub mod cuda_subgrid;
 pub mod cuda_sync;
 mod ghost;
