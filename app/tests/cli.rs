@@ -223,7 +223,8 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(e.contains("--gpus 2 runs on the CUDA backend"), "{e}");
-    let o = esoflow(&["run", "scenes/sphere_3d.toml", "--backend", "cuda", "--gpus", "2", "--steps", "1", "--set", "compression.enabled=true"]);
+    let o =
+        esoflow(&["run", "scenes/sphere_3d.toml", "--backend", "cuda", "--gpus", "2", "--steps", "1", "--set", "compression.enabled=true"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(e.contains("compressed subgrids run on one GPU"), "{e}");

@@ -97,9 +97,10 @@ struct Plane {
 pub struct MultiCudaSolver {
     /// The whole domain (no DDFs on the host): plans edits, answers `domain()`.
     mirror: Box<dyn Mirror>,
+    /// Before `parts`: the communicators go before their devices' contexts.
+    nccl: Option<Nccl>,
     parts: Vec<Part>,
     axis: usize,
-    nccl: Option<Nccl>,
     t: u64,
     fuse_fields: bool,
     /// Odd directions pointing up and down the cut axis.
@@ -211,7 +212,10 @@ fn split(n: usize, k: usize) -> Vec<(usize, usize)> {
 pub fn devices_for(gpus: usize) -> Result<Vec<usize>, SolverError> {
     if let Ok(v) = std::env::var("ESOFLOW_GPUS") {
         let list: Result<Vec<usize>, _> = v.split(',').map(|s| s.trim().parse::<usize>()).collect();
-        return list.map_err(|_| SolverError::Backend(format!("ESOFLOW_GPUS={v}: expected device ordinals, e.g. 0,1")));
+        return match list {
+            Ok(l) if l.len() == gpus => Ok(l),
+            _ => Err(SolverError::Backend(format!("ESOFLOW_GPUS={v}: expected {gpus} device ordinals (as --gpus {gpus}), e.g. 0,1"))),
+        };
     }
     probe().map_err(SolverError::Backend)?;
     let count = cudarc::driver::CudaContext::device_count().map_err(derr("counting devices"))? as usize;
