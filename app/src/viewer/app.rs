@@ -1394,13 +1394,16 @@ impl ViewerApp {
         ));
         let g = self.scene.scene.compression.subgrid_size();
         ui.label(format!("{} subgrids of up to {} x {} x {} cells (compression.subgrid)", c.subgrids, g[0], g[1], g[2]));
+        // Text fields carry fixed ids: an automatic id follows the widgets above it, which change
+        // as snapshots arrive (plots, messages), and a changed id drops the keyboard focus while
+        // the user types.
         ui.horizontal(|ui| {
             let label = ui.label("memory budget");
             if !self.budget_focused {
                 self.budget_text = c.budget.map(sim_core::scene::human_bytes).unwrap_or_default();
             }
             let r = ui
-                .add(egui::TextEdit::singleline(&mut self.budget_text).hint_text("none, or e.g. 64 MB").desired_width(110.0))
+                .add(egui::TextEdit::singleline(&mut self.budget_text).id(egui::Id::new("esoflow.memory_budget")).hint_text("none, or e.g. 64 MB").desired_width(110.0))
                 .labelled_by(label.id)
                 .on_hover_text("most bytes the compressed state may take; over it, the largest subgrids get tau doubled (never halts). Empty: no limit. Press Enter");
             self.budget_focused = r.has_focus();
@@ -1588,7 +1591,7 @@ impl ViewerApp {
                     self.iso_text = format!("{}", self.view.iso_threshold());
                 }
                 let r = ui
-                    .add(egui::TextEdit::singleline(&mut self.iso_text).desired_width(110.0))
+                    .add(egui::TextEdit::singleline(&mut self.iso_text).id(egui::Id::new("esoflow.iso_threshold")).desired_width(110.0))
                     .labelled_by(label.id)
                     .on_hover_text("type a value (e.g. 0.02 or 1e-5) and press Enter");
                 self.iso_text_focused = r.has_focus();
@@ -1760,7 +1763,12 @@ impl ViewerApp {
             self.file_dialog(Dialog::OpenScene);
         }
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.scene_path_edit).hint_text("path/to/scene.toml").desired_width(180.0));
+            ui.add(
+                egui::TextEdit::singleline(&mut self.scene_path_edit)
+                    .id(egui::Id::new("esoflow.scene_path"))
+                    .hint_text("path/to/scene.toml")
+                    .desired_width(180.0),
+            );
             if ui.button("Load").clicked() {
                 let p = PathBuf::from(self.scene_path_edit.trim());
                 self.open_scene(Some(&p));
@@ -1826,7 +1834,12 @@ impl ViewerApp {
             self.file_dialog(Dialog::LoadStl);
         }
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.edit.stl_path).hint_text("path/to/mesh.stl").desired_width(180.0));
+            ui.add(
+                egui::TextEdit::singleline(&mut self.edit.stl_path)
+                    .id(egui::Id::new("esoflow.stl_path"))
+                    .hint_text("path/to/mesh.stl")
+                    .desired_width(180.0),
+            );
             if ui.button("Load STL").clicked() {
                 let p = PathBuf::from(self.edit.stl_path.trim());
                 self.load_stl(&p);
@@ -2088,7 +2101,7 @@ impl ViewerApp {
             }
         });
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.vtk_path).desired_width(160.0));
+            ui.add(egui::TextEdit::singleline(&mut self.vtk_path).id(egui::Id::new("esoflow.vtk_path")).desired_width(160.0));
             if ui.button("Export VTK").clicked() {
                 self.worker.send(Command::ExportVtk(PathBuf::from(self.vtk_path.trim())));
             }
@@ -2097,7 +2110,7 @@ impl ViewerApp {
             }
         });
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).desired_width(120.0));
+            ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).id(egui::Id::new("esoflow.checkpoint_path")).desired_width(120.0));
             if ui.button("Save checkpoint").clicked() {
                 self.worker.send(Command::SaveCheckpoint(PathBuf::from(self.ckpt_path.trim())));
             }

@@ -1102,6 +1102,11 @@ fn small_3d_app() -> ViewerApp {
 fn type_into(h: &mut Harness, label: &str, text: &str) {
     h.get_by_label(label).focus();
     h.step();
+    // Keystrokes go to whatever has the focus: a field that lost it would swallow them silently.
+    for _ in 0..3 {
+        h.step();
+        assert!(h.get_by_label(label).is_focused(), "{label} lost the keyboard focus");
+    }
     h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
     h.get_by_label(label).type_text(text);
     h.step();
