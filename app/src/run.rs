@@ -91,6 +91,19 @@ pub fn set_gpus(n: u32) {
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
     use sim_core::backend::{cuda, cuda_multi, cuda_subgrid};
     let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed);
+    if ls.scene.amr.enabled {
+        // Adaptive blocks run on the CPU for now (the CUDA port is issue 7's next slice).
+        let why = "adaptive blocks (amr.enabled = true) run on the CPU backend for now";
+        if gpus > 1 {
+            bail!("--gpus {gpus}: {why}; use --gpus 1 or set amr.enabled = false");
+        }
+        match backend {
+            BackendChoice::Cuda => bail!("--backend cuda: {why}; use --backend cpu (or auto) or set amr.enabled = false"),
+            BackendChoice::Auto => eprintln!("note: {why}"),
+            BackendChoice::Cpu => {}
+        }
+        return Ok(cpu::from_scene(ls)?);
+    }
     if gpus > 1 {
         if backend == BackendChoice::Cpu {
             bail!("--gpus {gpus} runs on the CUDA backend; drop --backend cpu (or use --gpus 1)");
@@ -210,11 +223,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         let chunk_t = Instant::now();
         solver.step(next - now)?;
         let dt = chunk_t.elapsed().as_secs_f64();
-        mlups = cells * (next - now) as f64 / dt.max(1e-9) / 1e6;
+        // Adaptive runs count cell updates as seed 004 does (a level-l cell 2^l times a step).
+        let amr = solver.amr();
+        let updates = amr.as_ref().map_or(cells, |i| i.updates_per_step as f64);
+        mlups = updates * (next - now) as f64 / dt.max(1e-9) / 1e6;
         bar.set_position(next - start_step);
-        bar.set_message(match solver.compression() {
-            Some(c) => format!("{mlups:.1} MLUPS, compressed {:.1}x ({})", c.ratio, human_bytes(c.bytes)),
-            None => format!("{mlups:.1} MLUPS"),
+        bar.set_message(match (solver.compression(), amr) {
+            (Some(c), _) => format!("{mlups:.1} MLUPS, compressed {:.1}x ({})", c.ratio, human_bytes(c.bytes)),
+            (None, Some(i)) => format!("{mlups:.1} MLUPS, leaves per level {:?}, {:.1} % in refinement", i.leaves, 100.0 * i.adapt_share()),
+            (None, None) => format!("{mlups:.1} MLUPS"),
         });
         let st = solver.stats();
         if st.blown_up() {
@@ -256,7 +273,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     let st = solver.stats();
-    let avg = cells * steps as f64 / secs.max(1e-9) / 1e6;
+    let amr = solver.amr();
+    let avg = amr.as_ref().map_or(cells, |i| i.updates_per_step as f64) * steps as f64 / secs.max(1e-9) / 1e6;
     eprintln!(
         "done: step {}, {:.2} s, {:.1} MLUPS (last chunk {:.1}), mass {:.6e}, max |u| {:.4e}",
         st.step, secs, avg, mlups, st.mass, st.max_u
@@ -270,6 +288,21 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             human_bytes(c.bytes),
             human_bytes(c.dense_bytes),
             c.subgrids
+        );
+    }
+    if let Some(i) = amr {
+        eprintln!(
+            "adaptive blocks: leaves per level {:?} ({} of {} blocks in use), {} cell updates a step against {} cells at the finest level \
+             ({:.1} % of them), {} adaptations, {:.2} % of the time in refinement; last: {}",
+            i.leaves,
+            i.blocks.0,
+            i.blocks.1,
+            i.updates_per_step,
+            i.effective_cells,
+            100.0 * i.updates_per_step as f64 / ((i.effective_cells as f64) * f64::from(1u32 << i.max_level)).max(1.0),
+            i.adaptations,
+            100.0 * i.adapt_share(),
+            i.last
         );
     }
     for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {

@@ -235,3 +235,23 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--gpus 2 measures the CUDA backend"), "{}", stderr(&o));
 }
+
+#[test]
+fn adaptive_blocks_run_from_a_scene_and_refuse_the_gpu() {
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--backend", "cpu", "--steps", "200"]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // The finest level's grid, the forest's numbers and the time in refinement.
+    assert!(e.contains("D2Q9 256x256x1"), "{e}");
+    assert!(e.contains("adaptive blocks: leaves per level"), "{e}");
+    assert!(e.contains("% of the time in refinement"), "{e}");
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--backend", "cuda", "--steps", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("adaptive blocks (amr.enabled = true) run on the CPU backend for now"), "{}", stderr(&o));
+    let o = esoflow(&["view", "scenes/lid_driven_cavity_amr_2d.toml"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("the viewer does not show adaptive blocks yet"), "{}", stderr(&o));
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--steps", "1", "--set", "domain.size=[66,64]"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("adaptive blocks are 4 cells wide"), "{}", stderr(&o));
+}

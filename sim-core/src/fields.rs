@@ -85,22 +85,24 @@ pub fn vorticity(f: &Fields) -> Vec<[f32; 3]> {
 /// Q criterion at every cell.
 #[must_use]
 pub fn q_criterion(f: &Fields) -> Vec<f32> {
-    gradients(f)
-        .into_iter()
-        .map(|g| {
-            let mut s2 = 0.0;
-            let mut o2 = 0.0;
-            for a in 0..3 {
-                for b in 0..3 {
-                    let s = 0.5 * (g[a][b] + g[b][a]);
-                    let o = 0.5 * (g[a][b] - g[b][a]);
-                    s2 += s * s;
-                    o2 += o * o;
-                }
-            }
-            0.5 * (o2 - s2)
-        })
-        .collect()
+    gradients(f).iter().map(q_of_gradient).collect()
+}
+
+/// The Q criterion `(|Omega|^2 - |S|^2) / 2` of one velocity gradient tensor (either index
+/// order: Q does not change under transposition).
+#[must_use]
+pub fn q_of_gradient(g: &[[f32; 3]; 3]) -> f32 {
+    let mut s2 = 0.0;
+    let mut o2 = 0.0;
+    for a in 0..3 {
+        for b in 0..3 {
+            let s = 0.5 * (g[a][b] + g[b][a]);
+            let o = 0.5 * (g[a][b] - g[b][a]);
+            s2 += s * s;
+            o2 += o * o;
+        }
+    }
+    0.5 * (o2 - s2)
 }
 
 /// One scalar field for display.

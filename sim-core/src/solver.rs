@@ -251,6 +251,11 @@ pub trait Solver: Send {
     fn compression(&self) -> Option<CompressionInfo> {
         None
     }
+    /// The forest of an adaptive run (leaves per level, their boxes, time in refinement);
+    /// `None` (the default) for the uniform-grid backends.
+    fn amr(&self) -> Option<crate::amr::AmrInfo> {
+        None
+    }
     /// Set the compression threshold tau of every subgrid (it takes effect at the next
     /// compression). The dense backends refuse.
     ///

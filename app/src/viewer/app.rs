@@ -744,6 +744,7 @@ impl ViewerApp {
         let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
         let spawned = std::thread::Builder::new().name("scene-loader".into()).spawn(move || {
             let r = load_scene(path.as_deref(), &[]).map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
+                super::check_viewable(&ls).map_err(|e| format!("{e:#}"))?;
                 let s = build_solver(&ls, backend).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
                 Ok((ls, s))
             });
@@ -787,14 +788,17 @@ impl ViewerApp {
         let backend = self.backend;
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("solver-rebuild".into()).spawn(move || {
-            let r = build_solver(&ls, backend).map_err(|e| format!("cannot rebuild the solver: {e:#}")).map(|mut s| {
-                if let Some(mut p) = params {
-                    // The new collision kind comes from the scene; tau and velocities stay.
-                    p.collide.kind = s.params().collide.kind;
-                    let _ = s.set_params(p);
-                }
-                (ls, s)
-            });
+            let r = super::check_viewable(&ls)
+                .and_then(|()| build_solver(&ls, backend))
+                .map_err(|e| format!("cannot rebuild the solver: {e:#}"))
+                .map(|mut s| {
+                    if let Some(mut p) = params {
+                        // The new collision kind comes from the scene; tau and velocities stay.
+                        p.collide.kind = s.params().collide.kind;
+                        let _ = s.set_params(p);
+                    }
+                    (ls, s)
+                });
             let _ = tx.send(r);
         });
         match spawned {
@@ -1403,7 +1407,7 @@ impl ViewerApp {
                 self.budget_text = c.budget.map(sim_core::scene::human_bytes).unwrap_or_default();
             }
             let r = ui
-                .add(egui::TextEdit::singleline(&mut self.budget_text).id(egui::Id::new("esoflow.memory_budget")).hint_text("none, or e.g. 64 MB").desired_width(110.0))
+                .add(egui::TextEdit::singleline(&mut self.budget_text).id(egui::Id::unique("esoflow.memory_budget")).hint_text("none, or e.g. 64 MB").desired_width(110.0))
                 .labelled_by(label.id)
                 .on_hover_text("most bytes the compressed state may take; over it, the largest subgrids get tau doubled (never halts). Empty: no limit. Press Enter");
             self.budget_focused = r.has_focus();
@@ -1591,7 +1595,7 @@ impl ViewerApp {
                     self.iso_text = format!("{}", self.view.iso_threshold());
                 }
                 let r = ui
-                    .add(egui::TextEdit::singleline(&mut self.iso_text).id(egui::Id::new("esoflow.iso_threshold")).desired_width(110.0))
+                    .add(egui::TextEdit::singleline(&mut self.iso_text).id(egui::Id::unique("esoflow.iso_threshold")).desired_width(110.0))
                     .labelled_by(label.id)
                     .on_hover_text("type a value (e.g. 0.02 or 1e-5) and press Enter");
                 self.iso_text_focused = r.has_focus();
@@ -1765,7 +1769,7 @@ impl ViewerApp {
         ui.horizontal(|ui| {
             ui.add(
                 egui::TextEdit::singleline(&mut self.scene_path_edit)
-                    .id(egui::Id::new("esoflow.scene_path"))
+                    .id(egui::Id::unique("esoflow.scene_path"))
                     .hint_text("path/to/scene.toml")
                     .desired_width(180.0),
             );
@@ -1836,7 +1840,7 @@ impl ViewerApp {
         ui.horizontal(|ui| {
             ui.add(
                 egui::TextEdit::singleline(&mut self.edit.stl_path)
-                    .id(egui::Id::new("esoflow.stl_path"))
+                    .id(egui::Id::unique("esoflow.stl_path"))
                     .hint_text("path/to/mesh.stl")
                     .desired_width(180.0),
             );
@@ -2101,7 +2105,7 @@ impl ViewerApp {
             }
         });
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.vtk_path).id(egui::Id::new("esoflow.vtk_path")).desired_width(160.0));
+            ui.add(egui::TextEdit::singleline(&mut self.vtk_path).id(egui::Id::unique("esoflow.vtk_path")).desired_width(160.0));
             if ui.button("Export VTK").clicked() {
                 self.worker.send(Command::ExportVtk(PathBuf::from(self.vtk_path.trim())));
             }
@@ -2110,7 +2114,7 @@ impl ViewerApp {
             }
         });
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).id(egui::Id::new("esoflow.checkpoint_path")).desired_width(120.0));
+            ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).id(egui::Id::unique("esoflow.checkpoint_path")).desired_width(120.0));
             if ui.button("Save checkpoint").clicked() {
                 self.worker.send(Command::SaveCheckpoint(PathBuf::from(self.ckpt_path.trim())));
             }

@@ -24,6 +24,22 @@ pub mod worker;
 #[cfg(test)]
 mod tests;
 
+/// Refuse scenes the viewer cannot show yet, with what to do instead: adaptive blocks (their
+/// grid is the finest level's, which the view's sizes do not follow yet).
+///
+/// # Errors
+/// A scene with `amr.enabled = true`.
+pub fn check_viewable(ls: &sim_core::scene::LoadedScene) -> anyhow::Result<()> {
+    if ls.scene.amr.enabled {
+        anyhow::bail!(
+            "{}: the viewer does not show adaptive blocks yet (amr.enabled = true): run it with `esoflow run {}` (its summary gives the forest and the time in refinement), or view it with --set amr.enabled=false",
+            ls.origin,
+            ls.origin
+        );
+    }
+    Ok(())
+}
+
 use colormap::ColorMap;
 use egui::{Color32, Rect, Ui};
 use sim_core::bricks::{BrickClass, BrickMap};

@@ -3,7 +3,7 @@
 //! towards the targets.
 
 use super::forest::{BlockForest, Mark, BLOCK, NONE};
-use crate::domain::{is_solid, Domain};
+use crate::domain::{id_of, is_solid, kind, kind_of, Domain};
 use rayon::prelude::*;
 
 /// Which field the per-block values come from (the values themselves are the caller's).
@@ -73,6 +73,20 @@ pub fn target_level(value: f32, threshold: f32, max_level: u8) -> u8 {
 /// has `BLOCK * root * 2^domain_level` cells per axis): whether any solid cell lies in the box
 /// `[lo, hi)` given in cells of level 0 (clamped to the domain).
 pub fn domain_solid_query(dom: &Domain, domain_level: u8) -> impl Fn([f64; 3], [f64; 3]) -> bool + Sync + '_ {
+    solid_query_where(dom, domain_level, is_solid)
+}
+
+/// [`domain_solid_query`] counting only obstacle cells (not the boundary layers of wall faces,
+/// which an adaptive run does not have: its walls are the faces of the domain box).
+pub fn domain_solid_query_obstacles(dom: &Domain, domain_level: u8) -> impl Fn([f64; 3], [f64; 3]) -> bool + Sync + '_ {
+    solid_query_where(dom, domain_level, |f| kind_of(f) == kind::SOLID && id_of(f) > 0)
+}
+
+fn solid_query_where<'a>(
+    dom: &'a Domain,
+    domain_level: u8,
+    solid: impl Fn(u8) -> bool + Sync + 'a,
+) -> impl Fn([f64; 3], [f64; 3]) -> bool + Sync + 'a {
     let s = f64::from(1u32 << domain_level);
     let dims = dom.lattice.dims();
     move |lo: [f64; 3], hi: [f64; 3]| {
@@ -89,7 +103,7 @@ pub fn domain_solid_query(dom: &Domain, domain_level: u8) -> impl Fn([f64; 3], [
         for z in a0[2]..a1[2] {
             for y in a0[1]..a1[1] {
                 for x in a0[0]..a1[0] {
-                    if is_solid(dom.flags[dom.index(x, y, z)]) {
+                    if solid(dom.flags[dom.index(x, y, z)]) {
                         return true;
                     }
                 }
@@ -113,8 +127,10 @@ impl BlockForest {
                 }
                 let mut t = target_level(value(b), crit.threshold, max);
                 if let Some((nw, solid)) = wall {
+                    // Leaves on the near-wall level too: a fine block near a wall must keep
+                    // its level, or its siblings coarsen and it comes back an interval later.
                     let l = self.level(b);
-                    if l < nw.level {
+                    if l <= nw.level {
                         let (lo, size) = self.block_box(b);
                         let m = nw.margin * size / BLOCK as f64;
                         let mut a = lo;

@@ -441,12 +441,18 @@ fn criterion_and_near_wall_refinement() {
         }
     }
     // Values drop: everything coarsens back to the root grid, one level per adaptation,
-    // except near the wall.
+    // except near the wall, where the leaves stay on level 2 throughout.
     for _ in 0..4 {
         let t = f.targets(|_| 0.0, &crit, Some((NearWall { level: 2, margin: 1.0 }, &solid)));
         f.mark_to_targets(&t);
         f.adapt().unwrap();
         check_invariants(&f);
+        for b in f.leaves() {
+            let (lo, s) = f.block_box(b);
+            if solid(lo, [lo[0] + s, lo[1] + s, 1.0]) {
+                assert!(f.level(b) >= 2, "leaf {b} at {lo:?} touches the disc on level {}", f.level(b));
+            }
+        }
     }
     assert!(f.level_ids(3).is_empty());
     assert!(!f.level_ids(2).is_empty());

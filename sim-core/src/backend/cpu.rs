@@ -1161,8 +1161,9 @@ pub fn build(
     build_mirror(dom, scheme, precision, params, ghost_block, init)
 }
 
-/// Build the CPU solver a loaded scene describes: the dense one, or with `compression.enabled`
-/// the compressed-subgrid solver ([`super::subgrid::from_scene`]).
+/// Build the CPU solver a loaded scene describes: the dense one, with `compression.enabled`
+/// the compressed-subgrid solver ([`super::subgrid::from_scene`]), with `amr.enabled` the
+/// adaptive blocks ([`crate::amr::solver::from_scene`]).
 ///
 /// # Errors
 /// Voxelisation errors (e.g. an unreadable STL file); with compression, a memory budget the
@@ -1170,6 +1171,9 @@ pub fn build(
 pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, crate::scene::SceneError> {
     if ls.scene.compression.enabled {
         return super::subgrid::from_scene(ls);
+    }
+    if ls.scene.amr.enabled {
+        return crate::amr::solver::from_scene(ls);
     }
     let dom = Domain::from_scene(ls)?;
     let params = params_of(ls, &dom);

@@ -163,6 +163,37 @@ const COMPRESSION: [KeyDoc; 5] = [
     ),
 ];
 
+const AMR: [KeyDoc; 10] = [
+    k!("amr", "table", "", "", "adaptive octree blocks (seed 004; CPU, fp32, bgk)"),
+    k!(
+        "amr.enabled",
+        "true | false",
+        "false",
+        "",
+        "run on a forest of 4^D-cell blocks refined by 2 where the criterion asks (domain.size: multiples of 4)"
+    ),
+    k!("amr.max_level", "integer 0..=6", "2", "", "finest level; level l has cells 2^-l of domain.size's, the view shows the finest"),
+    k!("amr.criterion", "\"vorticity\" | \"q\"", "\"vorticity\"", "", "block-max field that picks each block's level"),
+    k!(
+        "amr.threshold",
+        "number > 0",
+        "0.01",
+        "1/step of level 0",
+        "value that asks for level 1; each doubling asks for one level more (log2)"
+    ),
+    k!("amr.interval", "integer >= 0", "50", "steps of level 0", "adapt every this many coarse steps (0: the initial mesh stays)"),
+    k!("amr.near_wall", "integer 0..=max_level", "max_level", "", "level every block near an obstacle keeps"),
+    k!("amr.wall_margin", "number >= 0", "2", "cells of the block's level", "how near an obstacle counts as near"),
+    k!("amr.freeze", "list of levels", "[]", "", "levels whose blocks are neither created nor removed"),
+    k!(
+        "amr.capacity",
+        "integer > 0",
+        "every block up to max_level, at most 1 GiB of DDFs",
+        "blocks",
+        "most blocks at once (parents included); a refinement beyond it is skipped with a notice"
+    ),
+];
+
 const FACES: [KeyDoc; 30] = {
     let a = cat::<5, 5, 10>(face!("boundaries.x_min"), face!("boundaries.x_max"));
     let b = cat::<5, 5, 10>(face!("boundaries.y_min"), face!("boundaries.y_max"));
@@ -171,4 +202,5 @@ const FACES: [KeyDoc; 30] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 71] = cat::<41, 30, 71>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), FACES);
+pub static KEYS: [KeyDoc; 81] =
+    cat::<51, 30, 81>(cat::<41, 10, 51>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);

@@ -58,6 +58,9 @@ pub struct Scene {
     /// Compressed subgrids (off by default).
     #[serde(default)]
     pub compression: Compression,
+    /// Adaptive octree blocks (off by default).
+    #[serde(default)]
+    pub amr: Amr,
 }
 
 /// `[domain]`.
@@ -321,6 +324,106 @@ impl Compression {
     pub fn subgrid_size(&self) -> [usize; 3] {
         let g = |a: usize| self.subgrid.get(a).copied().unwrap_or(64);
         [g(0), g(1), g(2)]
+    }
+}
+
+/// The field of the refinement criterion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AmrCriterion {
+    /// Block maximum of |vorticity|.
+    #[default]
+    Vorticity,
+    /// Block maximum of the Q criterion.
+    Q,
+}
+
+/// `[amr]`: adaptive octree blocks (seed 004): a forest of blocks of 4^D cells over the grid
+/// of `domain.size`, each refinable by 2 up to `max_level`, the level of each block picked by
+/// the criterion every `interval` coarse steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amr {
+    /// Whether the run uses adaptive blocks.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Finest level.
+    #[serde(default = "default_amr_max_level")]
+    pub max_level: u8,
+    /// Criterion field.
+    #[serde(default)]
+    pub criterion: AmrCriterion,
+    /// Value asking for level 1 (each doubling one level more).
+    #[serde(default = "default_amr_threshold")]
+    pub threshold: f32,
+    /// Adapt every this many coarse steps (0: never).
+    #[serde(default = "default_amr_interval")]
+    pub interval: u64,
+    /// Level of blocks near obstacles (default: `max_level`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_wall: Option<u8>,
+    /// Distance that counts as near, in cells of the block's level.
+    #[serde(default = "default_amr_margin")]
+    pub wall_margin: f64,
+    /// Frozen levels.
+    #[serde(default)]
+    pub freeze: Vec<u8>,
+    /// Most blocks at once (default: see [`Amr::capacity_for`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<usize>,
+}
+
+fn default_amr_max_level() -> u8 {
+    2
+}
+fn default_amr_threshold() -> f32 {
+    0.01
+}
+fn default_amr_interval() -> u64 {
+    50
+}
+fn default_amr_margin() -> f64 {
+    2.0
+}
+
+impl Default for Amr {
+    fn default() -> Self {
+        Amr {
+            enabled: false,
+            max_level: default_amr_max_level(),
+            criterion: AmrCriterion::default(),
+            threshold: default_amr_threshold(),
+            interval: default_amr_interval(),
+            near_wall: None,
+            wall_margin: default_amr_margin(),
+            freeze: Vec::new(),
+            capacity: None,
+        }
+    }
+}
+
+/// Largest `amr.max_level` a scene may ask for (the finest grid is `domain.size * 2^max_level`).
+pub const AMR_MAX_LEVEL: u8 = 6;
+
+impl Amr {
+    /// The block capacity: the scene's, else every block of every level up to `max_level`
+    /// (parents included) where its DDFs (two FP32 copies of `q` per cell) fit in 1 GiB, else
+    /// as many as fit.
+    #[must_use]
+    pub fn capacity_for(&self, size: [usize; 3], dims: usize, q: usize) -> usize {
+        if let Some(c) = self.capacity {
+            return c;
+        }
+        let roots: usize = (0..dims).map(|a| size[a] / 4).product();
+        let k = 1usize << dims;
+        let mut full = 0usize;
+        let mut level = roots;
+        for _ in 0..=self.max_level {
+            full = full.saturating_add(level);
+            level = level.saturating_mul(k);
+        }
+        let per_block = 2 * q * 4 * (1 << (2 * dims));
+        full.min(((1usize << 30) / per_block).max(roots + k))
     }
 }
 
@@ -1121,7 +1224,83 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         return e("fluid.force", "must be finite numbers".into());
     }
     validate_compression(s, lattice).map_err(|(k, m)| (k.to_string(), m))?;
+    validate_amr(s, lattice, dims).map_err(|(k, m)| (k.to_string(), m))?;
     Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
+}
+
+/// Check `[amr]`: the settings, and what adaptive blocks run (a grid of whole blocks, FP32,
+/// BGK; walls, moving walls, uniform inlets and outlets on the faces).
+fn validate_amr(s: &Scene, lattice: Lattice, size: [usize; 3]) -> Result<(), (&'static str, String)> {
+    let a = &s.amr;
+    if a.max_level > AMR_MAX_LEVEL {
+        return Err(("amr.max_level", format!("must be 0 to {AMR_MAX_LEVEL}, got {}", a.max_level)));
+    }
+    if !(a.threshold > 0.0) || !a.threshold.is_finite() {
+        return Err(("amr.threshold", format!("must be a finite number > 0, got {}", a.threshold)));
+    }
+    if !(a.wall_margin >= 0.0) || !a.wall_margin.is_finite() {
+        return Err(("amr.wall_margin", format!("must be a finite number >= 0, got {}", a.wall_margin)));
+    }
+    if let Some(l) = a.near_wall.filter(|&l| l > a.max_level) {
+        return Err(("amr.near_wall", format!("level {l} is above amr.max_level = {}", a.max_level)));
+    }
+    if let Some(l) = a.freeze.iter().find(|&&l| l > a.max_level) {
+        return Err(("amr.freeze", format!("level {l} is above amr.max_level = {}", a.max_level)));
+    }
+    if !a.enabled {
+        return Ok(());
+    }
+    let dims = lattice.dims();
+    if s.compression.enabled {
+        return Err((
+            "amr.enabled",
+            "adaptive blocks and compressed subgrids do not run together yet: set one of amr.enabled, compression.enabled to false".into(),
+        ));
+    }
+    if let Some(ax) = (0..dims).find(|&ax| size[ax] % 4 != 0) {
+        let fix: Vec<String> = (0..dims).map(|ax| (size[ax].div_ceil(4) * 4).to_string()).collect();
+        return Err((
+            "domain.size",
+            format!(
+                "adaptive blocks are 4 cells wide: axis {ax} has {} cells; make every axis a multiple of 4 (e.g. [{}]) or set amr.enabled = false",
+                size[ax],
+                fix.join(", ")
+            ),
+        ));
+    }
+    if s.solver.precision != Precision::Fp32 {
+        return Err(("solver.precision", format!("adaptive blocks store \"fp32\" on the CPU for now, but solver.precision is \"{}\": set solver.precision = \"fp32\" or amr.enabled = false", s.solver.precision)));
+    }
+    if s.solver.collision != Collision::Bgk {
+        return Err(("solver.collision", format!("adaptive blocks collide with \"bgk\" (tau per level), but solver.collision is \"{}\": set solver.collision = \"bgk\" or amr.enabled = false", s.solver.collision.name())));
+    }
+    if s.solver.scheme != Scheme::EsotericPull {
+        return Err((
+            "solver.scheme",
+            format!(
+                "adaptive blocks stream inside their blocks; solver.scheme must stay \"esoteric_pull\" (the default), not \"{}\"",
+                s.solver.scheme.name()
+            ),
+        ));
+    }
+    for (fi, f) in s.boundaries.faces().iter().enumerate() {
+        if f.kind == FaceKind::Inlet && f.profile == Profile::Parabolic && fi / 2 < dims {
+            const KEYS: [&str; 6] = [
+                "boundaries.x_min.profile",
+                "boundaries.x_max.profile",
+                "boundaries.y_min.profile",
+                "boundaries.y_max.profile",
+                "boundaries.z_min.profile",
+                "boundaries.z_max.profile",
+            ];
+            return Err((KEYS[fi], "adaptive blocks impose uniform inlets only: set profile = \"uniform\" or amr.enabled = false".into()));
+        }
+    }
+    let roots: usize = (0..dims).map(|ax| size[ax] / 4).product();
+    if let Some(c) = a.capacity.filter(|&c| c < roots) {
+        return Err(("amr.capacity", format!("{c} blocks cannot hold the {roots} root blocks of domain.size; give at least {roots}")));
+    }
+    Ok(())
 }
 
 /// Check `[compression]`; compressed subgrids run only 3D lattices, Esoteric Pull and FP32.

@@ -1,0 +1,855 @@
+//! Adaptive blocks behind the [`Solver`] seam (CPU): a scene with `[amr] enabled = true` runs
+//! [`AmrLbm`] on a forest over `domain.size`, adapted every `amr.interval` coarse steps to the
+//! criterion, and shows the world the grid of its finest level.
+//!
+//! # How a scene maps onto the forest
+//! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
+//! - Faces: `periodic` axes wrap; `wall`, `moving_wall` and `inlet` (uniform) are bounce-back at
+//!   the face of the domain box (with the wall or inlet velocity, as seed 004 imposes its inlet
+//!   and far field); `outlet` is anti-bounce-back at the given density. The face itself is the
+//!   wall: the dense solvers' boundary layer of cells is fluid here, so an adaptive run has the
+//!   wall half a coarse cell further out.
+//! - Obstacles are voxelised at the finest level; a cell of a coarser level is solid where at
+//!   least half of the finest cells it covers are.
+//! - [`Solver::domain`] and [`Solver::fields`] are the finest level's grid
+//!   (`domain.size * 2^max_level`): each leaf cell fills the finest cells it covers.
+//! - [`Solver::time_step`] counts coarse steps (level 0); `fluid.tau` is level 0's, finer
+//!   levels get `2^l (tau - 1/2) + 1/2`.
+//! - Checkpoints keep the forest (refined blocks by level and position) and every active
+//!   block's DDFs in FP32: a restore rebuilds the same forest and continues bit for bit.
+
+use super::criterion::{Criterion, Field, NearWall};
+use super::forest::{AmrError, BlockForest, ForestConfig, BLOCK, NONE};
+use super::lbm::{AmrLbm, CellRef};
+use crate::checkpoint::Checkpoint;
+use crate::domain::{id_of, kind, kind_of, Domain};
+use crate::lattice::{Lat, Lattice, D2Q9, D3Q19, D3Q27};
+use crate::precision::Precision;
+use crate::scene::{AmrCriterion, FaceKind, LoadedScene, Obstacle, SceneError, Vec3};
+use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// What an adaptive run looks like now (for the CLI and the viewer).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AmrInfo {
+    /// Leaves per level.
+    pub leaves: Vec<usize>,
+    /// Active blocks (parents included) and the capacity.
+    pub blocks: (usize, usize),
+    /// Every leaf: lower corner and edge in cells of the finest level, and its level.
+    pub boxes: Vec<([usize; 3], usize, u8)>,
+    /// Finest level allowed.
+    pub max_level: u8,
+    /// Cells updated per coarse step counted as seed 004 does (a level-`l` cell `2^l` times).
+    pub updates_per_step: u64,
+    /// Cells of the uniform grid at the finest level (the effective resolution).
+    pub effective_cells: u64,
+    /// Seconds spent in adaptation (criterion, mesh, data) and in steps, since the start.
+    pub adapt_secs: f64,
+    /// Seconds spent stepping.
+    pub step_secs: f64,
+    /// Adaptations done.
+    pub adaptations: u64,
+    /// What the last adaptation did, or why it was skipped.
+    pub last: String,
+}
+
+impl AmrInfo {
+    /// Share of the time spent in adaptation.
+    #[must_use]
+    pub fn adapt_share(&self) -> f64 {
+        let t = self.adapt_secs + self.step_secs;
+        if t > 0.0 {
+            self.adapt_secs / t
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The scene with its geometry scaled `s` times (cell centres map as `(x + 1/2) s - 1/2`), to
+/// voxelise it at the finest level.
+fn scaled(ls: &LoadedScene, s: usize) -> LoadedScene {
+    let mut out = ls.clone();
+    let sf = s as f32;
+    let dims = ls.derived.lattice.dims();
+    let point = |v: Vec3| {
+        let mut p = v.0;
+        (0..dims).for_each(|a| p[a] = (p[a] + 0.5) * sf - 0.5);
+        Vec3(p)
+    };
+    for a in 0..dims {
+        out.derived.size[a] *= s;
+    }
+    out.scene.domain.size = out.derived.size[..dims].to_vec();
+    for o in &mut out.scene.obstacles {
+        match o {
+            Obstacle::Box { min, max, .. } => {
+                for a in 0..dims {
+                    min.0[a] *= sf;
+                    max.0[a] = (max.0[a] + 1.0) * sf - 1.0;
+                }
+            }
+            Obstacle::Sphere { center, radius, .. } => {
+                *center = point(*center);
+                *radius *= sf;
+            }
+            Obstacle::Cylinder { center, radius, length, .. } => {
+                *center = point(*center);
+                *radius *= sf;
+                if let Some(l) = length.as_mut() {
+                    *l *= sf;
+                }
+            }
+            Obstacle::Stl { center, size, .. } => {
+                *center = point(*center);
+                *size *= sf;
+            }
+        }
+    }
+    out
+}
+
+/// Build the adaptive solver a loaded scene with `[amr] enabled = true` describes.
+///
+/// # Errors
+/// Voxelisation errors; a forest the capacity cannot hold.
+pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
+    match ls.derived.lattice {
+        Lattice::D2Q9 => Ok(Box::new(AmrSolver::<D2Q9>::new(ls)?)),
+        Lattice::D3Q19 => Ok(Box::new(AmrSolver::<D3Q19>::new(ls)?)),
+        Lattice::D3Q27 => Ok(Box::new(AmrSolver::<D3Q27>::new(ls)?)),
+    }
+}
+
+/// Which solver setting each domain face carries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum FaceRole {
+    None,
+    Wall(usize),
+    Inlet(usize),
+    Outlet(usize),
+}
+
+/// Adaptive blocks on the CPU.
+pub struct AmrSolver<L: Lat> {
+    lbm: AmrLbm<L>,
+    /// The finest level's grid (flags of the scaled scene).
+    dom: Domain,
+    /// Finest level allowed.
+    max_level: u8,
+    crit: Criterion,
+    near_wall: Option<NearWall>,
+    params: Params,
+    faces: [FaceRole; 6],
+    cfg: ForestConfig,
+    info: AmrInfo,
+}
+
+impl<L: Lat> AmrSolver<L> {
+    fn new(ls: &LoadedScene) -> Result<Self, SceneError> {
+        let a = &ls.scene.amr;
+        let dims = L::D;
+        let scale = 1usize << a.max_level;
+        let dom = Domain::from_scene(&scaled(ls, scale))?;
+        let params = crate::backend::cpu::params_of(ls, &dom);
+        let faces_spec = ls.scene.boundaries.faces();
+        let mut root = [1usize; 3];
+        let mut periodic = [true; 3];
+        for ax in 0..dims {
+            root[ax] = ls.derived.size[ax] / BLOCK;
+            periodic[ax] = faces_spec[2 * ax].kind == FaceKind::Periodic;
+        }
+        // Face roles, with the ids Domain::from_scene gives (inlets and outlets in face order,
+        // moving walls from 1 in face order).
+        let mut faces = [FaceRole::None; 6];
+        let (mut inl, mut outl, mut wall) = (0, 0, 1);
+        for (fi, f) in faces_spec.iter().enumerate() {
+            if fi / 2 >= dims {
+                continue;
+            }
+            faces[fi] = match f.kind {
+                FaceKind::Inlet => {
+                    inl += 1;
+                    FaceRole::Inlet(inl - 1)
+                }
+                FaceKind::Outlet => {
+                    outl += 1;
+                    FaceRole::Outlet(outl - 1)
+                }
+                _ => FaceRole::None,
+            };
+        }
+        for (fi, f) in faces_spec.iter().enumerate() {
+            if fi / 2 < dims && f.kind == FaceKind::MovingWall {
+                faces[fi] = FaceRole::Wall(wall);
+                wall += 1;
+            }
+        }
+        let cfg = ForestConfig { dims, root, periodic, max_level: a.max_level, capacity: a.capacity_for(ls.derived.size, dims, L::Q) };
+        let err = |m: String| SceneError { file: ls.origin.clone(), line: None, key: "amr".into(), message: m };
+        let mut forest = BlockForest::new(cfg).map_err(|e| err(e.to_string()))?;
+        for &l in &a.freeze {
+            forest.freeze_level(l, true).map_err(|e| err(e.to_string()))?;
+        }
+        let init = |c: [f64; 3]| {
+            // Level-0 cell centres are at x + 1/2 for the scene's cell x.
+            let p = c.map(|v| (v - 0.5).round().max(0.0) as usize);
+            let p = [p[0].min(ls.derived.size[0] - 1), p[1].min(ls.derived.size[1] - 1), p[2].min(ls.derived.size[2] - 1)];
+            crate::domain::initial_state(ls, p)
+        };
+        let lbm = AmrLbm::<L>::new(forest, ls.derived.tau, ls.scene.fluid.force.0, init);
+        let crit = Criterion {
+            field: match a.criterion {
+                AmrCriterion::Vorticity => Field::Vorticity,
+                AmrCriterion::Q => Field::Q,
+            },
+            threshold: a.threshold,
+            max_level: a.max_level,
+            every: a.interval,
+        };
+        let near_wall =
+            (!ls.scene.obstacles.is_empty()).then_some(NearWall { level: a.near_wall.unwrap_or(a.max_level), margin: a.wall_margin });
+        let mut s = AmrSolver { lbm, dom, max_level: a.max_level, crit, near_wall, params, faces, cfg, info: AmrInfo::default() };
+        s.apply_boundaries();
+        s.install_solids();
+        // The initial mesh: refine towards the criterion and the obstacles, level by level.
+        for _ in 0..a.max_level {
+            s.adapt();
+        }
+        s.info.adaptations = 0;
+        s.info.adapt_secs = 0.0;
+        Ok(s)
+    }
+
+    /// Wall, inlet and outlet settings of the faces from the parameters.
+    fn apply_boundaries(&mut self) {
+        for (fi, role) in self.faces.iter().enumerate() {
+            let (axis, high) = (fi / 2, fi % 2 == 1);
+            match *role {
+                FaceRole::Wall(id) => self.lbm.set_wall_velocity(axis, high, self.params.walls[id]),
+                FaceRole::Inlet(id) => self.lbm.set_wall_velocity(axis, high, self.params.inlets[id]),
+                FaceRole::Outlet(id) => self.lbm.set_outflow(axis, high, self.params.outlets[id]),
+                FaceRole::None => {}
+            }
+        }
+    }
+
+    /// Solid cells of every level from the obstacles voxelised at the finest level.
+    fn install_solids(&mut self) {
+        let dom = self.dom.clone();
+        let max = self.max_level;
+        let dims = L::D;
+        self.lbm.set_solid(move |c: [f64; 3], l: u8| {
+            obstacle_share(&dom, max, dims, c, l) * 2 >= 1u64 << ((u32::from(max) - u32::from(l.min(max))) * dims as u32)
+        });
+    }
+
+    /// Adapt the mesh to the criterion now (timed); a capacity refusal is reported, not fatal.
+    fn adapt(&mut self) {
+        let t = Instant::now();
+        let f = self.lbm.forest();
+        let values = match self.crit.field {
+            Field::Vorticity => self.lbm.block_vorticity(),
+            Field::Q => self.lbm.block_q(),
+        };
+        let solid = super::criterion::domain_solid_query_obstacles(&self.dom, self.max_level);
+        let targets =
+            f.targets(|b| values[b as usize], &self.crit, self.near_wall.map(|nw| (nw, &solid as super::criterion::SolidQuery<'_>)));
+        self.info.last = match self.lbm.adapt_to(&targets) {
+            Ok(r) => format!(
+                "{} refined, {} coarsened{}",
+                r.refined.len(),
+                r.coarsened.len(),
+                if r.cancelled > 0 { format!(", {} refinements cancelled by frozen levels", r.cancelled) } else { String::new() }
+            ),
+            Err(AmrError::Capacity { needed, capacity, active }) => {
+                let m = format!("refinement skipped: it needs {needed} blocks, the capacity is {capacity} ({active} active); raise amr.capacity or amr.threshold");
+                tracing::warn!("{m}");
+                m
+            }
+            Err(e) => {
+                tracing::warn!("adaptation skipped: {e}");
+                format!("adaptation skipped: {e}")
+            }
+        };
+        self.info.adaptations += 1;
+        self.info.adapt_secs += t.elapsed().as_secs_f64();
+    }
+
+    /// The current forest's numbers for [`AmrInfo`].
+    fn refresh_info(&self) -> AmrInfo {
+        let f = self.lbm.forest();
+        let mut info = self.info.clone();
+        let dims = L::D;
+        info.leaves = vec![0; usize::from(self.max_level) + 1];
+        info.boxes.clear();
+        let mut updates = 0u64;
+        for id in f.leaves() {
+            let l = f.level(id);
+            info.leaves[usize::from(l)] += 1;
+            let s = 1usize << (self.max_level - l);
+            let p = f.pos(id);
+            let mut lo = [0usize; 3];
+            (0..dims).for_each(|a| lo[a] = p[a] as usize * BLOCK * s);
+            info.boxes.push((lo, BLOCK * s, l));
+            updates += (f.cells_per_block() as u64) << l;
+        }
+        info.blocks = (f.active(), f.capacity());
+        info.max_level = self.max_level;
+        info.updates_per_step = updates;
+        info.effective_cells = self.dom.cells() as u64;
+        info
+    }
+
+    fn fill_fields(&self) -> Fields {
+        let n = self.dom.n;
+        let dims = L::D;
+        let cells = self.dom.cells();
+        let mut rho = vec![1.0f32; cells];
+        let mut u = vec![[0.0f32; 3]; cells];
+        let f = self.lbm.forest();
+        let b = f.cells_per_block();
+        let leaves = f.leaves();
+        let max = self.max_level;
+        // Each leaf cell's value into the finest cells it covers.
+        let vals: Vec<(usize, usize, f32, [f32; 3])> = leaves
+            .par_iter()
+            .flat_map_iter(|&id| {
+                let l = f.level(id);
+                let s = 1usize << (max - l);
+                let p = f.pos(id);
+                (0..b).map(move |cell| {
+                    let c = super::forest::cell_coords(cell, dims);
+                    let mut lo = [0usize; 3];
+                    (0..dims).for_each(|a| lo[a] = (p[a] as usize * BLOCK + c[a] as usize) * s);
+                    let (r, v) = self.lbm.moments(CellRef { block: id, cell });
+                    (lo[0] + n[0] * (lo[1] + n[1] * lo[2]), s, r, v)
+                })
+            })
+            .collect();
+        for (i0, s, r, v) in vals {
+            let sz = if dims == 3 { s } else { 1 };
+            for z in 0..sz {
+                for y in 0..s {
+                    let row = i0 + n[0] * (y + n[1] * z);
+                    rho[row..row + s].fill(r);
+                    u[row..row + s].fill(v);
+                }
+            }
+        }
+        let solid: Vec<bool> = self.dom.flags.iter().map(|&fl| is_obstacle(fl)).collect();
+        for (i, &sd) in solid.iter().enumerate() {
+            if sd {
+                rho[i] = 1.0;
+                u[i] = [0.0; 3];
+            }
+        }
+        Fields { size: n, rho, u, solid }
+    }
+
+    /// The forest's refined blocks, level by level, as (level, position).
+    fn refined_blocks(&self) -> Vec<(u8, [i32; 3])> {
+        let f = self.lbm.forest();
+        let mut out = Vec::new();
+        for l in 0..=f.finest_level() {
+            for &id in f.level_ids(l) {
+                if f.first_child(id) != NONE {
+                    out.push((l, f.pos(id)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether a flag marks an obstacle cell (not a boundary layer).
+fn is_obstacle(flag: u8) -> bool {
+    kind_of(flag) == kind::SOLID && id_of(flag) > 0
+}
+
+/// How many of the finest cells under the level-`l` cell centred at `c` (cells of level 0) are
+/// obstacle cells.
+fn obstacle_share(dom: &Domain, max: u8, dims: usize, c: [f64; 3], l: u8) -> u64 {
+    let s = 1usize << (max - l.min(max));
+    let fine = f64::from(1u32 << max);
+    let mut lo = [0usize; 3];
+    let mut hi = [1usize; 3];
+    for a in 0..dims {
+        let first = (c[a] * fine - s as f64 / 2.0).round().max(0.0) as usize;
+        lo[a] = first.min(dom.n[a]);
+        hi[a] = (first + s).min(dom.n[a]);
+    }
+    let mut count = 0;
+    for z in lo[2]..hi[2] {
+        for y in lo[1]..hi[1] {
+            for x in lo[0]..hi[0] {
+                if is_obstacle(dom.flags[dom.index(x, y, z)]) {
+                    count += 1;
+                }
+            }
+        }
+    }
+    count
+}
+
+const CKPT_MAGIC: &[u8; 8] = b"ESOAMR01";
+
+impl<L: Lat> Solver for AmrSolver<L> {
+    fn info(&self) -> SolverInfo {
+        let f = self.lbm.forest();
+        let memory = (f.capacity() * f.cells_per_block() * (2 * L::Q * 4 + 1)) as u64;
+        SolverInfo {
+            backend: "cpu",
+            device: format!("CPU, adaptive blocks: {} leaves on levels 0-{}", f.leaves().len(), self.max_level),
+            lattice: L::KIND,
+            scheme: crate::schemes::Scheme::EsotericPull,
+            precision: Precision::Fp32,
+            size: self.dom.n,
+            bytes_per_cell: memory as f64 / self.dom.cells() as f64,
+            bytes_moved_per_cell: (2 * L::Q * 4 * 2) as f64,
+            memory_bytes: memory,
+        }
+    }
+
+    fn domain(&self) -> &Domain {
+        &self.dom
+    }
+
+    fn time_step(&self) -> u64 {
+        self.lbm.time()
+    }
+
+    fn step(&mut self, steps: u64) -> Result<(), SolverError> {
+        for _ in 0..steps {
+            let t = Instant::now();
+            self.lbm.step();
+            self.info.step_secs += t.elapsed().as_secs_f64();
+            if self.crit.due(self.lbm.time()) {
+                self.adapt();
+            }
+        }
+        Ok(())
+    }
+
+    fn fields(&self) -> Fields {
+        self.fill_fields()
+    }
+
+    fn amr(&self) -> Option<AmrInfo> {
+        Some(self.refresh_info())
+    }
+
+    fn stats(&self) -> Stats {
+        let f = self.lbm.forest();
+        let b = f.cells_per_block();
+        let leaves = f.leaves();
+        let (mass, max_u, bad) = leaves
+            .par_iter()
+            .map(|&id| {
+                let vol = 1.0 / f64::from(1u32 << (u32::from(f.level(id)) * L::D as u32));
+                let mut m = 0.0f64;
+                let mut mu = 0.0f64;
+                let mut bad = None;
+                for cell in 0..b {
+                    let r = CellRef { block: id, cell };
+                    if self.lbm.is_solid(r) {
+                        continue;
+                    }
+                    let (rho, u) = self.lbm.moments(r);
+                    m += f64::from(rho) * vol;
+                    let s = f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
+                    if !(rho.is_finite() && s.is_finite()) && bad.is_none() {
+                        bad = Some((id, cell));
+                    }
+                    mu = mu.max(s);
+                }
+                (m, mu, bad)
+            })
+            .reduce(
+                || (0.0, 0.0, None),
+                |a, b| (a.0 + b.0, if a.1.is_nan() || b.1.is_nan() { f64::NAN } else { a.1.max(b.1) }, a.2.or(b.2)),
+            );
+        let first_bad_cell = bad.map(|(id, cell)| {
+            let l = f.level(id);
+            let s = 1usize << (self.max_level - l);
+            let p = f.pos(id);
+            let c = super::forest::cell_coords(cell, L::D);
+            let mut out = [0usize; 3];
+            (0..L::D).for_each(|a| out[a] = (p[a] as usize * BLOCK + c[a] as usize) * s);
+            out
+        });
+        let total = self.lbm.obstacle_force();
+        let mut forces = vec![[0.0; 3]; self.dom.obstacles.len()];
+        if let Some(first) = forces.first_mut() {
+            *first = total;
+        }
+        Stats { step: self.lbm.time(), mass: if first_bad_cell.is_some() { f64::NAN } else { mass }, max_u, forces, first_bad_cell }
+    }
+
+    fn params(&self) -> Params {
+        self.params.clone()
+    }
+
+    fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
+        p.validate().map_err(SolverError::Param)?;
+        if p.collide.kind != crate::collision::Collision::Bgk {
+            return Err(SolverError::Param(format!("adaptive blocks collide with BGK only, not {}", p.collide.kind.name())));
+        }
+        if p.walls.len() != self.params.walls.len()
+            || p.inlets.len() != self.params.inlets.len()
+            || p.outlets.len() != self.params.outlets.len()
+        {
+            return Err(SolverError::Param("the parameters are for another domain (wall, inlet or outlet counts differ)".into()));
+        }
+        self.lbm.set_tau0(p.collide.tau);
+        self.lbm.set_force0(p.collide.force);
+        self.params = p;
+        self.apply_boundaries();
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Checkpoint {
+        // Magic, refined blocks (level, position) level by level, then every active block's
+        // DDFs in level-then-ID order of the forest rebuilt from them (the same order a restore
+        // rebuilds).
+        let mut data = Vec::new();
+        data.extend_from_slice(CKPT_MAGIC);
+        let refined = self.refined_blocks();
+        data.extend_from_slice(&(refined.len() as u64).to_le_bytes());
+        for (l, p) in &refined {
+            data.push(*l);
+            for v in p {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let f = self.lbm.forest();
+        let b = f.cells_per_block();
+        for (_, id) in ordered_blocks(f) {
+            for cell in 0..b {
+                let g = self.lbm.ddfs(CellRef { block: id, cell });
+                for v in &g[..L::Q] {
+                    data.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Checkpoint {
+            lattice: L::KIND,
+            precision: Precision::Fp32,
+            size: self.dom.n,
+            flags_crc: crc32fast::hash(&self.dom.flags),
+            step: self.lbm.time(),
+            params: self.params.clone(),
+            data,
+        }
+    }
+
+    fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
+        let bad = |m: &str| SolverError::Checkpoint(m.to_string());
+        if c.lattice != L::KIND || c.size != self.dom.n || c.flags_crc != crc32fast::hash(&self.dom.flags) {
+            return Err(bad("the checkpoint is of another lattice, size or domain"));
+        }
+        if c.data.len() < 16 || &c.data[..8] != CKPT_MAGIC {
+            return Err(bad("not a checkpoint of an adaptive run (amr.enabled = true): dense checkpoints do not carry a forest"));
+        }
+        let mut at = 8usize;
+        let take = |at: &mut usize, n: usize| -> Result<&[u8], SolverError> {
+            let s = c.data.get(*at..*at + n).ok_or_else(|| bad("truncated adaptive checkpoint"))?;
+            *at += n;
+            Ok(s)
+        };
+        let count = u64::from_le_bytes(take(&mut at, 8)?.try_into().expect("8 bytes")) as usize;
+        let mut refined = Vec::with_capacity(count.min(1 << 24));
+        for _ in 0..count {
+            let l = take(&mut at, 1)?[0];
+            let mut p = [0i32; 3];
+            for v in &mut p {
+                *v = i32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes"));
+            }
+            refined.push((l, p));
+        }
+        // Rebuild the forest: refine the listed blocks, one level at a time.
+        let mut forest = BlockForest::new(self.cfg).map_err(|e| bad(&e.to_string()))?;
+        for l in 0..=self.max_level {
+            let at_level: Vec<[i32; 3]> = refined.iter().filter(|(ll, _)| *ll == l).map(|(_, p)| *p).collect();
+            if at_level.is_empty() {
+                continue;
+            }
+            let by_pos: HashMap<[i32; 3], u32> = forest.level_ids(l).iter().map(|&id| (forest.pos(id), id)).collect();
+            for p in at_level {
+                let id = *by_pos.get(&p).ok_or_else(|| bad("the checkpoint's forest does not fit this scene"))?;
+                forest.set_mark(id, super::forest::Mark::Refine).map_err(|e| bad(&e.to_string()))?;
+            }
+            forest.adapt().map_err(|e| bad(&e.to_string()))?;
+        }
+        for l in 0..=self.max_level {
+            if self.lbm.forest().level_frozen(l) {
+                forest.freeze_level(l, true).map_err(|e| bad(&e.to_string()))?;
+            }
+        }
+        let b = forest.cells_per_block();
+        let order = ordered_blocks(&forest);
+        if c.data.len() - at != order.len() * b * L::Q * 4 {
+            return Err(bad("the checkpoint's DDFs do not match its forest"));
+        }
+        let mut lbm = AmrLbm::<L>::new(forest, c.params.collide.tau, c.params.collide.force, |_| (1.0, [0.0; 3]));
+        for (_, id) in order {
+            for cell in 0..b {
+                let mut g = [0.0f32; crate::lattice::MAX_Q];
+                for v in &mut g[..L::Q] {
+                    *v = f32::from_le_bytes(take(&mut at, 4)?.try_into().expect("4 bytes"));
+                }
+                lbm.set_ddfs(CellRef { block: id, cell }, &g[..L::Q]);
+            }
+        }
+        lbm.set_time(c.step);
+        self.lbm = lbm;
+        self.params = c.params.clone();
+        self.apply_boundaries();
+        self.install_solids();
+        Ok(())
+    }
+
+    fn edit_cells(&mut self, _edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError> {
+        Err(SolverError::Edit(
+            "cells cannot be edited in an adaptive run yet (amr.enabled = true): change the scene's obstacles, or run without [amr]".into(),
+        ))
+    }
+}
+
+/// Active blocks by (level, position), the order checkpoints store them in.
+fn ordered_blocks(f: &BlockForest) -> Vec<((u8, [i32; 3]), u32)> {
+    let mut v: Vec<((u8, [i32; 3]), u32)> =
+        f.active_ids().iter().map(|&id| ((f.level(id), [f.pos(id)[2], f.pos(id)[1], f.pos(id)[0]]), id)).collect();
+    v.sort_unstable_by_key(|(k, _)| *k);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene;
+    use std::path::PathBuf;
+
+    const CAVITY: &str = r#"
+name = "amr cavity"
+[domain]
+size = [32, 32]
+[boundaries]
+x_min = "wall"
+x_max = "wall"
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.1, 0.0] }
+[fluid]
+reynolds = 100.0
+length = 32.0
+velocity = 0.1
+[amr]
+enabled = true
+max_level = 1
+threshold = 0.01
+interval = 50
+"#;
+
+    fn load(text: &str, sets: &[(&str, &str)]) -> Result<LoadedScene, SceneError> {
+        let sets: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        scene::from_str(text, "test.toml", PathBuf::from("."), &sets)
+    }
+
+    fn solver(text: &str, sets: &[(&str, &str)]) -> Box<dyn Solver> {
+        crate::backend::cpu::from_scene(&load(text, sets).unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_scene_runs_on_adaptive_blocks_and_shows_the_finest_grid() {
+        let mut s = solver(CAVITY, &[]);
+        assert_eq!(s.domain().n, [64, 64, 1]);
+        assert_eq!(s.info().size, [64, 64, 1]);
+        let m0 = s.stats().mass;
+        assert!((m0 - 32.0 * 32.0).abs() < 1e-3, "mass {m0}: one per level-0 cell");
+        s.step(300).unwrap();
+        let st = s.stats();
+        assert!(!st.blown_up() && st.max_u > 0.02 && st.max_u < 0.12, "{st:?}");
+        assert!((st.mass - m0).abs() / m0 < 1e-3, "mass {} vs {m0}", st.mass);
+        let info = s.amr().expect("an adaptive run says so");
+        assert_eq!(info.adaptations, 6);
+        // The lid's shear asked for level 1 somewhere, not everywhere.
+        assert!(info.leaves[1] > 0 && info.leaves[0] > 0, "{info:?}");
+        let leaves_area: usize = info.boxes.iter().map(|b| b.1 * b.1).sum();
+        assert_eq!(leaves_area, 64 * 64, "the leaves tile the domain");
+        assert!(info.updates_per_step < 64 * 64 * 2 && info.updates_per_step > 32 * 32);
+        // Fields: the finest grid, each leaf cell copied into the cells it covers.
+        let f = s.fields();
+        assert_eq!((f.size, f.rho.len()), ([64, 64, 1], 64 * 64));
+        for (lo, edge, level) in &info.boxes {
+            if *level == 0 {
+                // A level-0 cell covers 2 x 2 finest cells with one value.
+                let i = lo[0] + 64 * lo[1];
+                assert_eq!(f.u[i], f.u[i + 1]);
+                assert_eq!(f.u[i], f.u[i + 64]);
+                assert_eq!(*edge, 8);
+            }
+        }
+        // Under the lid the flow follows it.
+        let top = f.u[32 + 64 * 63][0];
+        assert!(top > 0.03, "u under the lid {top}");
+        assert!(s.edit_cells(&crate::edit::CellEdit { cells: vec![0], to: crate::edit::EditTo::Fluid }).is_err());
+    }
+
+    #[test]
+    fn a_restored_checkpoint_continues_bit_for_bit() {
+        let mut a = solver(CAVITY, &[]);
+        a.step(120).unwrap();
+        let c = a.checkpoint();
+        a.step(130).unwrap();
+        // Into the same solver (after it moved on and adapted) and into a fresh one.
+        let mut b = solver(CAVITY, &[]);
+        b.restore(&c).unwrap();
+        assert_eq!(b.time_step(), 120);
+        b.step(130).unwrap();
+        let mut a2 = solver(CAVITY, &[]);
+        a2.step(10).unwrap();
+        a2.restore(&c).unwrap();
+        a2.step(130).unwrap();
+        let (fa, fb, fc) = (a.fields(), b.fields(), a2.fields());
+        assert!(fa.rho.iter().zip(&fb.rho).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(fa.u.iter().zip(&fb.u).all(|(x, y)| x.map(f32::to_bits) == y.map(f32::to_bits)));
+        assert_eq!(fa, fc);
+        // The same leaves (their IDs, and so their order, may differ).
+        let leaves = |s: &dyn Solver| {
+            let mut v = s.amr().expect("amr").boxes;
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(leaves(a.as_ref()), leaves(b.as_ref()));
+        // Dense checkpoints and other domains are refused with the reason.
+        let dense = solver(CAVITY, &[("amr.enabled", "false")]).checkpoint();
+        assert!(b.restore(&dense).unwrap_err().to_string().contains("lattice, size or domain"));
+        let mut wrong = c.clone();
+        wrong.data.truncate(8);
+        assert!(b.restore(&wrong).is_err());
+    }
+
+    #[test]
+    fn parameters_change_tau_and_the_lid() {
+        let mut s = solver(CAVITY, &[]);
+        let mut p = s.params();
+        p.walls[1] = [0.05, 0.0, 0.0];
+        p.collide.tau = 0.8;
+        s.set_params(p.clone()).unwrap();
+        assert_eq!(s.params(), p);
+        s.step(400).unwrap();
+        let st = s.stats();
+        assert!(st.max_u < 0.06 && st.max_u > 0.01, "{st:?}");
+        p.collide.kind = crate::collision::Collision::Trt;
+        assert!(s.set_params(p).unwrap_err().to_string().contains("BGK"));
+    }
+
+    #[test]
+    fn an_obstacle_is_refined_around_and_feels_the_stream() {
+        let text = r#"
+name = "amr square"
+[domain]
+size = [64, 32]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.05, 0.0] }
+x_max = { type = "outlet", density = 1.0 }
+y_min = { type = "inlet", velocity = [0.05, 0.0] }
+y_max = { type = "inlet", velocity = [0.05, 0.0] }
+[fluid]
+tau = 0.56
+[initial]
+velocity = [0.05, 0.0]
+[amr]
+enabled = true
+max_level = 1
+threshold = 1.0
+interval = 0
+wall_margin = 2
+[[obstacles]]
+shape = "box"
+min = [16, 14]
+max = [19, 17]
+"#;
+        let mut s = solver(text, &[]);
+        let info = s.amr().expect("amr");
+        // Only the blocks near the square are fine (the criterion asks for nothing).
+        let fine: Vec<_> = info.boxes.iter().filter(|b| b.2 == 1).collect();
+        assert!(!fine.is_empty() && fine.len() < info.boxes.len() / 2, "{info:?}");
+        for b in &fine {
+            // Fine blocks (edge 4 finest cells) lie within a few cells of the square (finest
+            // cells 32..39 x 28..35).
+            assert!(b.0[0] + 4 >= 32 - 8 && b.0[0] <= 39 + 8 && b.0[1] + 4 >= 28 - 8 && b.0[1] <= 35 + 8, "{b:?}");
+        }
+        let f = s.fields();
+        let solid = f.solid.iter().filter(|&&x| x).count();
+        assert_eq!(solid, 8 * 8, "the square is 4 x 4 level-0 cells, 8 x 8 finest");
+        s.step(300).unwrap();
+        let st = s.stats();
+        assert!(!st.blown_up(), "{st:?}");
+        assert_eq!(st.forces.len(), 1);
+        assert!(st.forces[0][0] > 0.0, "drag {:?}", st.forces[0]);
+    }
+
+    /// With adaptation on, the blocks near a symmetric obstacle keep the finest level every
+    /// interval (none coarsens for lack of vorticity and comes back later) and the lift stays
+    /// near zero (it jumped by 50 times the drag while the square's top lay next to a coarse
+    /// block every other interval).
+    #[test]
+    fn near_wall_blocks_stay_fine_through_adaptations() {
+        let text = r#"
+[domain]
+size = [64, 32]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.05, 0.0] }
+x_max = { type = "outlet", density = 1.0 }
+y_min = { type = "inlet", velocity = [0.05, 0.0] }
+y_max = { type = "inlet", velocity = [0.05, 0.0] }
+[fluid]
+tau = 0.56
+[initial]
+velocity = [0.05, 0.0]
+[amr]
+enabled = true
+max_level = 1
+threshold = 1.0
+interval = 10
+wall_margin = 2
+[[obstacles]]
+shape = "box"
+min = [16, 12]
+max = [19, 19]
+"#;
+        let mut s = solver(text, &[]);
+        let fine0 = s.amr().expect("amr").leaves[1];
+        assert!(fine0 > 0);
+        for _ in 0..20 {
+            s.step(10).unwrap();
+            let info = s.amr().expect("amr");
+            assert_eq!(info.leaves[1], fine0, "after {} adaptations", info.adaptations);
+            let f = s.stats().forces[0];
+            assert!(f[1].abs() < 1e-4, "step {}: force {f:?}", s.stats().step);
+        }
+        assert!(s.stats().forces[0][0] > 0.0, "{:?}", s.stats());
+    }
+
+    #[test]
+    fn scenes_that_adaptive_blocks_cannot_run_are_refused_by_key() {
+        let err = |sets: &[(&str, &str)]| load(CAVITY, sets).unwrap_err();
+        let e = err(&[("domain.size", "[34, 32]")]);
+        assert_eq!(e.key, "domain.size");
+        assert!(e.message.contains("multiple of 4 (e.g. [36, 32])"), "{e}");
+        assert_eq!(err(&[("solver.precision", "\"fp16s\"")]).key, "solver.precision");
+        assert_eq!(err(&[("solver.collision", "\"trt\"")]).key, "solver.collision");
+        assert_eq!(err(&[("amr.max_level", "9")]).key, "amr.max_level");
+        assert_eq!(err(&[("amr.threshold", "0")]).key, "amr.threshold");
+        assert_eq!(err(&[("amr.near_wall", "3")]).key, "amr.near_wall");
+        assert_eq!(err(&[("amr.freeze", "[2]")]).key, "amr.freeze");
+        assert_eq!(err(&[("amr.capacity", "10")]).key, "amr.capacity");
+        let e = err(&[("boundaries.x_min", "{ type = \"inlet\", velocity = [0.05, 0], profile = \"parabolic\" }")]);
+        assert_eq!(e.key, "boundaries.x_min.profile", "{e}");
+        assert!(err(&[("amr.bogus", "1")]).message.contains("unknown key"));
+    }
+}
