@@ -747,9 +747,8 @@ interval = 50
         assert!(s.set_params(p).unwrap_err().to_string().contains("BGK"));
     }
 
-    #[test]
-    fn an_obstacle_is_refined_around_and_feels_the_stream() {
-        let text = r#"
+    /// A square in a uniform stream, symmetric about the channel's mid line.
+    const SQUARE: &str = r#"
 name = "amr square"
 [domain]
 size = [64, 32]
@@ -773,7 +772,10 @@ shape = "box"
 min = [16, 14]
 max = [19, 17]
 "#;
-        let mut s = solver(text, &[]);
+
+    #[test]
+    fn an_obstacle_is_refined_around_and_feels_the_stream() {
+        let mut s = solver(SQUARE, &[]);
         let info = s.amr().expect("amr");
         // Only the blocks near the square are fine (the criterion asks for nothing).
         let fine: Vec<_> = info.boxes.iter().filter(|b| b.2 == 1).collect();
@@ -799,30 +801,8 @@ max = [19, 17]
     /// block every other interval).
     #[test]
     fn near_wall_blocks_stay_fine_through_adaptations() {
-        let text = r#"
-[domain]
-size = [64, 32]
-[boundaries]
-x_min = { type = "inlet", velocity = [0.05, 0.0] }
-x_max = { type = "outlet", density = 1.0 }
-y_min = { type = "inlet", velocity = [0.05, 0.0] }
-y_max = { type = "inlet", velocity = [0.05, 0.0] }
-[fluid]
-tau = 0.56
-[initial]
-velocity = [0.05, 0.0]
-[amr]
-enabled = true
-max_level = 1
-threshold = 1.0
-interval = 10
-wall_margin = 2
-[[obstacles]]
-shape = "box"
-min = [16, 12]
-max = [19, 19]
-"#;
-        let mut s = solver(text, &[]);
+        // A taller square (two root blocks across) whose inside has no vorticity.
+        let mut s = solver(SQUARE, &[("amr.interval", "10"), ("obstacles.0.min", "[16, 12]"), ("obstacles.0.max", "[19, 19]")]);
         let fine0 = s.amr().expect("amr").leaves[1];
         assert!(fine0 > 0);
         for _ in 0..20 {
