@@ -451,6 +451,7 @@ impl<L: Lat> AmrLbm<L> {
                 })
             })
             .collect();
+        let mut valid = self.current_cells();
         let report = self.forest.adapt()?;
         let coarsened: std::collections::HashSet<u32> = report.coarsened.iter().copied().collect();
         self.write_cells(restricted.into_iter().filter(|(id, _, _)| coarsened.contains(id)));
@@ -514,7 +515,99 @@ impl<L: Lat> AmrLbm<L> {
                 }
             }
         }
+        // Blocks just coarsened or created hold current data now; then the cells that start
+        // being read.
+        for &id in report.coarsened.iter().chain(&children) {
+            valid[id as usize * b..(id as usize + 1) * b].fill(true);
+        }
+        self.refresh_exposed(valid);
         Ok(report)
+    }
+
+    /// Whether each cell (`id * B + cell`) holds current data: leaf cells except ghost cells,
+    /// and the stepped or averaged cells of non-leaves (the others went stale when their block
+    /// refined).
+    fn current_cells(&self) -> Vec<bool> {
+        let b = self.forest.cells_per_block();
+        let forest = &self.forest;
+        let mut valid = vec![false; forest.capacity() * b];
+        valid.par_chunks_mut(b).enumerate().for_each(|(id, out)| {
+            let id = id as u32;
+            if !forest.is_active(id) {
+                return;
+            }
+            let leaf = forest.is_leaf(id);
+            for (v, &m) in out.iter_mut().zip(forest.cell_masks(id)) {
+                *v = if leaf { m != cell_mask::GHOST } else { m == cell_mask::PARENT_OF_GHOST || m == cell_mask::PARENT_OF_INTERFACE };
+            }
+        });
+        valid
+    }
+
+    /// After an adaptation, give current data to the cells that start being read (`valid`:
+    /// which cells held current data before): leaf cells that were ghost cells (interpolated,
+    /// then streamed only in part) and are not any more get the interpolation from their
+    /// parent level again, and cells of non-leaves that were covered (stale since their block
+    /// refined) and are now stepped or averaged get the average of their children. Left
+    /// stale, both sent a pressure pulse through the flow at every adaptation.
+    fn refresh_exposed(&mut self, mut valid: Vec<bool>) {
+        let b = self.forest.cells_per_block();
+        let dims = L::D;
+        let this = &*self;
+        let cur = &valid;
+        let get = |p: u32, kk: [i32; 3]| -> Option<[f32; MAX_Q]> {
+            let (n, c) = this.locate(p, kk)?;
+            let at = n as usize * b + c;
+            (cur[at] && !this.solid[at]).then(|| this.ddfs(CellRef { block: n, cell: c }))
+        };
+        let ids: Vec<u32> = this.forest.active_ids().to_vec();
+        let stale = |id: u32, cell: usize| !cur[id as usize * b + cell] && !this.solid[id as usize * b + cell];
+        let leaf_vals: Vec<(u32, usize, [f32; MAX_Q])> = ids
+            .par_iter()
+            .filter(|&&id| this.forest.is_leaf(id) && this.forest.level(id) > 0)
+            .flat_map_iter(|&id| {
+                let masks = this.forest.cell_masks(id);
+                (0..b)
+                    .filter(move |&cell| masks[cell] != cell_mask::GHOST && stale(id, cell))
+                    .map(move |cell| (id, cell, this.prolong(id, cell, get)))
+            })
+            .collect();
+        for &(id, cell, _) in &leaf_vals {
+            valid[id as usize * b + cell] = true;
+        }
+        self.write_cells(leaf_vals);
+        let this = &*self;
+        let cur = &valid;
+        let parent_vals: Vec<(u32, usize, [f32; MAX_Q])> = ids
+            .par_iter()
+            .filter(|&&id| !this.forest.is_leaf(id))
+            .flat_map_iter(|&id| {
+                let masks = this.forest.cell_masks(id);
+                let l = this.forest.level(id);
+                let r = 2.0 * this.tau(l) / this.tau(l + 1);
+                let (force_f, force_c) = (this.force(l + 1), this.force(l));
+                let c0 = this.forest.first_child(id);
+                (0..b)
+                    .filter(move |&cell| {
+                        let m = masks[cell];
+                        (m == cell_mask::PARENT_OF_GHOST || m == cell_mask::PARENT_OF_INTERFACE)
+                            && !cur[id as usize * b + cell]
+                            && !this.solid[id as usize * b + cell]
+                    })
+                    .filter_map(move |cell| {
+                        let (j, f0) = children_of(cell_coords(cell, dims), dims);
+                        let child = c0 + j;
+                        let getc = |kk: [i32; 3]| {
+                            let at = child as usize * b + cell_index(kk);
+                            (cur[at] && !this.solid[at]).then(|| this.ddfs(CellRef { block: child, cell: cell_index(kk) }))
+                        };
+                        let acc = Self::tensor_sum(&plain_taps(dims), f0, getc, force_f, force_c, r)
+                            .or_else(|| Self::mean_of_available(children_offsets(dims, f0), getc, force_f, force_c, r))?;
+                        Some((id, cell, acc))
+                    })
+            })
+            .collect();
+        self.write_cells(parent_vals);
     }
 
     /// Store pre-collision DDFs, (block, cell, DDFs), into `f`.
