@@ -256,6 +256,16 @@ pub trait Solver: Send {
     fn amr(&self) -> Option<crate::amr::AmrInfo> {
         None
     }
+    /// Change an adaptive run's criterion, finest level asked for, interval and frozen levels;
+    /// the forest adapts to them at once. The uniform-grid backends refuse.
+    ///
+    /// # Errors
+    /// A run without adaptive blocks, or settings outside what the run allows (the message
+    /// says what is valid).
+    fn set_amr(&mut self, settings: &crate::amr::AmrSettings) -> Result<(), SolverError> {
+        let _ = settings;
+        Err(SolverError::Param("this run has no adaptive blocks; set [amr] enabled = true in the scene (or --set amr.enabled=true)".into()))
+    }
     /// Set the compression threshold tau of every subgrid (it takes effect at the next
     /// compression). The dense backends refuse.
     ///

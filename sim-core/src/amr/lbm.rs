@@ -332,6 +332,14 @@ impl<L: Lat> AmrLbm<L> {
         self.t = t;
     }
 
+    /// Freeze or thaw a level of the forest ([`BlockForest::freeze_level`]).
+    ///
+    /// # Errors
+    /// A level above the forest's maximum.
+    pub fn freeze_level(&mut self, l: u8, frozen: bool) -> Result<(), super::forest::AmrError> {
+        self.forest.freeze_level(l, frozen)
+    }
+
     /// The forest.
     #[must_use]
     pub fn forest(&self) -> &BlockForest {

@@ -73,7 +73,7 @@ pub use forest::{
     BLOCK, COARSER, MAX_LEVELS, NONE,
 };
 pub use lbm::{AmrLbm, CellRef};
-pub use solver::AmrInfo;
+pub use solver::{AmrInfo, AmrSettings};
 
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,30 @@ pub struct AmrInfo {
     pub adaptations: u64,
     /// What the last adaptation did, or why it was skipped.
     pub last: String,
+    /// The criterion and limits in force (what [`crate::Solver::set_amr`] changes).
+    pub settings: AmrSettings,
+}
+
+/// The live settings of an adaptive run: the criterion, the finest level it may ask for (at
+/// most the run's finest level, which fixes the grid), the interval and the frozen levels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AmrSettings {
+    /// The field the block values come from.
+    pub field: Field,
+    /// Block value that asks for level 1; each doubling asks for one level more.
+    pub threshold: f32,
+    /// Finest level the criterion and near-wall refinement may ask for.
+    pub max_level: u8,
+    /// Adapt every this many coarse steps; 0 = never.
+    pub interval: u64,
+    /// Levels whose ID sets do not change (no block of them created or removed).
+    pub frozen: Vec<u8>,
+}
+
+impl Default for AmrSettings {
+    fn default() -> Self {
+        AmrSettings { field: Field::Vorticity, threshold: 0.01, max_level: 0, interval: 0, frozen: Vec::new() }
+    }
 }
 
 impl AmrInfo {
@@ -146,6 +170,8 @@ pub struct AmrSolver<L: Lat> {
     faces: [FaceRole; 6],
     cfg: ForestConfig,
     info: AmrInfo,
+    /// The scene's near-wall level (the settings' max level caps it).
+    near_wall_level: u8,
 }
 
 impl<L: Lat> AmrSolver<L> {
@@ -212,7 +238,9 @@ impl<L: Lat> AmrSolver<L> {
         };
         let near_wall =
             (!ls.scene.obstacles.is_empty()).then_some(NearWall { level: a.near_wall.unwrap_or(a.max_level), margin: a.wall_margin });
-        let mut s = AmrSolver { lbm, dom, max_level: a.max_level, crit, near_wall, params, faces, cfg, info: AmrInfo::default() };
+        let near_wall_level = near_wall.map_or(a.max_level, |nw| nw.level);
+        let mut s =
+            AmrSolver { lbm, dom, max_level: a.max_level, crit, near_wall, params, faces, cfg, info: AmrInfo::default(), near_wall_level };
         s.apply_boundaries();
         s.install_solids();
         // The initial mesh: refine towards the criterion and the obstacles, level by level.
@@ -301,7 +329,19 @@ impl<L: Lat> AmrSolver<L> {
         info.max_level = self.max_level;
         info.updates_per_step = updates;
         info.effective_cells = self.dom.cells() as u64;
+        info.settings = self.settings();
         info
+    }
+
+    fn settings(&self) -> AmrSettings {
+        let f = self.lbm.forest();
+        AmrSettings {
+            field: self.crit.field,
+            threshold: self.crit.threshold,
+            max_level: self.crit.max_level,
+            interval: self.crit.every,
+            frozen: (0..=self.max_level).filter(|&l| f.level_frozen(l)).collect(),
+        }
     }
 
     fn fill_fields(&self) -> Fields {
@@ -440,6 +480,35 @@ impl<L: Lat> Solver for AmrSolver<L> {
 
     fn amr(&self) -> Option<AmrInfo> {
         Some(self.refresh_info())
+    }
+
+    fn set_amr(&mut self, s: &AmrSettings) -> Result<(), SolverError> {
+        let bad = |m: String| Err(SolverError::Param(m));
+        if !(s.threshold.is_finite() && s.threshold > 0.0) {
+            return bad(format!("amr threshold {}: must be a number above 0", s.threshold));
+        }
+        if s.max_level > self.max_level {
+            return bad(format!(
+                "amr max level {}: this run's grid is fixed at level {} (amr.max_level in the scene); choose 0 to {}",
+                s.max_level, self.max_level, self.max_level
+            ));
+        }
+        if let Some(&l) = s.frozen.iter().find(|&&l| l > self.max_level) {
+            return bad(format!("frozen level {l}: this run has levels 0 to {}", self.max_level));
+        }
+        for l in 0..=self.max_level {
+            self.lbm.freeze_level(l, s.frozen.contains(&l)).map_err(|e| SolverError::Param(e.to_string()))?;
+        }
+        self.crit.field = s.field;
+        self.crit.threshold = s.threshold;
+        self.crit.max_level = s.max_level;
+        self.crit.every = s.interval;
+        if let Some(nw) = self.near_wall.as_mut() {
+            nw.level = self.near_wall_level.min(s.max_level);
+        }
+        // At once, so that a paused run shows what the settings do (one level per adaptation).
+        self.adapt();
+        Ok(())
     }
 
     fn stats(&self) -> Stats {
@@ -660,6 +729,49 @@ interval = 50
 
     fn solver(text: &str, sets: &[(&str, &str)]) -> Box<dyn Solver> {
         crate::backend::cpu::from_scene(&load(text, sets).unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn live_settings_change_the_forest_and_are_checked() {
+        let mut s = solver(CAVITY, &[("amr.max_level", "2")]);
+        s.step(100).expect("steps");
+        let info = s.amr().expect("amr");
+        assert_eq!(info.settings, AmrSettings { field: Field::Vorticity, threshold: 0.01, max_level: 2, interval: 50, frozen: vec![] });
+        assert!(info.leaves[1] + info.leaves[2] > 0, "the lid refines: {:?}", info.leaves);
+        // Refinement capped at level 0: each adaptation coarsens one level.
+        let coarse = AmrSettings { max_level: 0, interval: 0, ..info.settings.clone() };
+        s.set_amr(&coarse).expect("settings");
+        assert_eq!(s.amr().expect("amr").leaves[2], 0, "one level down at once");
+        s.set_amr(&coarse).expect("settings");
+        let info = s.amr().expect("amr");
+        assert_eq!(info.leaves, vec![64, 0, 0], "all coarse");
+        assert_eq!(info.settings.interval, 0);
+        // Interval 0: no adaptation while stepping.
+        let n = info.adaptations;
+        s.step(120).expect("steps");
+        assert_eq!(s.amr().expect("amr").adaptations, n);
+        // A frozen level 1 keeps its (empty) ID set: nothing refines, whatever the threshold.
+        let frozen = AmrSettings { max_level: 2, threshold: 1e-6, frozen: vec![1], field: Field::Q, interval: 10 };
+        s.set_amr(&frozen).expect("settings");
+        let info = s.amr().expect("amr");
+        assert_eq!((info.leaves[0], info.settings.clone()), (64, frozen.clone()));
+        // Thawed: the low threshold refines.
+        s.set_amr(&AmrSettings { frozen: vec![], field: Field::Vorticity, ..frozen.clone() }).expect("settings");
+        assert!(s.amr().expect("amr").leaves[1] > 0);
+        // Refusals name the value and what is valid; nothing changes.
+        let before = s.amr().expect("amr").settings;
+        for (bad, want) in [
+            (AmrSettings { max_level: 3, ..before.clone() }, "choose 0 to 2"),
+            (AmrSettings { threshold: 0.0, ..before.clone() }, "must be a number above 0"),
+            (AmrSettings { frozen: vec![4], ..before.clone() }, "levels 0 to 2"),
+        ] {
+            let e = s.set_amr(&bad).expect_err("refused").to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        assert_eq!(s.amr().expect("amr").settings, before);
+        // A uniform-grid run has no adaptive blocks to set.
+        let mut dense = solver(CAVITY, &[("amr.enabled", "false")]);
+        assert!(dense.set_amr(&before).expect_err("refused").to_string().contains("no adaptive blocks"));
     }
 
     #[test]
