@@ -6,11 +6,12 @@ use super::colormap::ColorMap;
 use super::gpu_timer::{self, GpuTiming};
 use super::render::{self, IsoView, MeshStats, OutlineBox, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
-use super::{default_iso_threshold, fmt_value, legend_ui, BrickLegend, IsoLegend, LegendInfo, SubgridLegend, ISO_FIELDS};
+use super::{default_iso_threshold, fmt_value, legend_ui, BlockLegend, BrickLegend, IsoLegend, LegendInfo, SubgridLegend, ISO_FIELDS};
 use crate::run::{build_solver, load_scene};
 use crate::BackendChoice;
 use egui::{Color32, Key, RichText, Ui};
 use glam::Vec3;
+use sim_core::amr::{AmrInfo, AmrSettings};
 use sim_core::bricks::BrickClass;
 use sim_core::collision::Collision;
 use sim_core::fields::FieldKind;
@@ -61,6 +62,8 @@ pub struct ViewSettings {
     pub brick_outlines: bool,
     /// Outlines of a compressed run's subgrids, coloured by compression ratio (3D).
     pub subgrid_outlines: bool,
+    /// Outlines of an adaptive run's leaf blocks, coloured by level (2D and 3D).
+    pub block_outlines: bool,
     /// The slices show the density difference against the uncompressed reference run.
     pub diff: bool,
 }
@@ -84,6 +87,7 @@ impl ViewSettings {
             bricks: false,
             brick_outlines: false,
             subgrid_outlines: false,
+            block_outlines: true,
             diff: false,
         }
     }
@@ -342,6 +346,9 @@ pub struct ViewerApp {
     pub edit: EditTools,
     /// Where the field view was laid out in the last frame (points).
     pub view_rect: Option<egui::Rect>,
+    /// Cells per axis of the solver's grid (an adaptive run's is its finest level's, finer
+    /// than the scene's domain.size).
+    grid: [usize; 3],
 }
 
 impl ViewerApp {
@@ -398,6 +405,7 @@ impl ViewerApp {
             iso_text_focused: false,
             edit: EditTools::default(),
             view_rect: None,
+            grid: n,
             scene,
         };
         for w in app.scene.derived.warnings.clone() {
@@ -697,7 +705,36 @@ impl ViewerApp {
         if let Some((b, _)) = self.subgrid_outlines() {
             boxes.extend(b);
         }
+        if let Some(b) = self.block_outlines().filter(|_| !self.is_2d()) {
+            boxes.extend(b);
+        }
         boxes
+    }
+
+    /// The forest of an adaptive run, as of the last snapshot.
+    #[must_use]
+    pub fn amr_info(&self) -> Option<&AmrInfo> {
+        self.snap.as_ref()?.amr.as_ref()
+    }
+
+    /// An adaptive run's leaf blocks coloured by level (when their outlines are on): drawn by
+    /// the renderer in 3D, painted over the view in 2D.
+    #[must_use]
+    pub fn block_outlines(&self) -> Option<Vec<OutlineBox>> {
+        let a = self.amr_info().filter(|_| self.view.block_outlines)?;
+        Some(render::block_outlines(a, self.is_2d()))
+    }
+
+    /// Change an adaptive run's criterion, finest level asked for, interval or frozen levels:
+    /// the panel shows them at once, the forest adapts to them as soon as the solver thread
+    /// takes them (refusals come back as messages).
+    pub fn set_amr(&mut self, settings: AmrSettings) {
+        let Some(a) = self.snap.as_mut().and_then(|s| s.amr.as_mut()) else {
+            self.message("this run has no adaptive blocks: set [amr] enabled = true in the scene", true);
+            return;
+        };
+        a.settings = settings.clone();
+        self.worker.send(Command::SetAmr(settings));
     }
 
     /// What the outlines depend on: when it changes, the shell sets them again.
@@ -705,7 +742,9 @@ impl ViewerApp {
     pub fn outline_key(&self) -> (u64, u64, bool, bool) {
         let s = self.snap.as_ref();
         let sub = self.view.subgrid_outlines && s.is_some_and(|s| s.compression.is_some());
-        (s.map_or(0, |s| s.solver_serial), if sub { s.map_or(0, |s| s.serial) } else { 0 }, self.view.brick_outlines, sub)
+        // Subgrid ratios and adaptive blocks change with every snapshot.
+        let live = sub || (self.view.block_outlines && s.is_some_and(|s| s.amr.is_some()));
+        (s.map_or(0, |s| s.solver_serial), if live { s.map_or(0, |s| s.serial) } else { 0 }, self.view.brick_outlines, live)
     }
 
     /// Set tau (live); refuses tau <= 0.5 with a message.
@@ -744,7 +783,6 @@ impl ViewerApp {
         let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
         let spawned = std::thread::Builder::new().name("scene-loader".into()).spawn(move || {
             let r = load_scene(path.as_deref(), &[]).map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
-                super::check_viewable(&ls).map_err(|e| format!("{e:#}"))?;
                 let s = build_solver(&ls, backend).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
                 Ok((ls, s))
             });
@@ -788,17 +826,14 @@ impl ViewerApp {
         let backend = self.backend;
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("solver-rebuild".into()).spawn(move || {
-            let r = super::check_viewable(&ls)
-                .and_then(|()| build_solver(&ls, backend))
-                .map_err(|e| format!("cannot rebuild the solver: {e:#}"))
-                .map(|mut s| {
-                    if let Some(mut p) = params {
-                        // The new collision kind comes from the scene; tau and velocities stay.
-                        p.collide.kind = s.params().collide.kind;
-                        let _ = s.set_params(p);
-                    }
-                    (ls, s)
-                });
+            let r = build_solver(&ls, backend).map_err(|e| format!("cannot rebuild the solver: {e:#}")).map(|mut s| {
+                if let Some(mut p) = params {
+                    // The new collision kind comes from the scene; tau and velocities stay.
+                    p.collide.kind = s.params().collide.kind;
+                    let _ = s.set_params(p);
+                }
+                (ls, s)
+            });
             let _ = tx.send(r);
         });
         match spawned {
@@ -919,14 +954,16 @@ impl ViewerApp {
             bricks: old.bricks,
             brick_outlines: old.brick_outlines,
             subgrid_outlines: old.subgrid_outlines,
+            block_outlines: old.block_outlines,
             ..ViewSettings::new(n)
         };
-        if self.keep_state && n == self.scene.derived.size {
+        if self.keep_state && n == self.grid {
             // The same cells go on: keep the slices and the camera too.
             self.view.slices = old.slices;
             self.view.show = old.show;
             self.view.camera = old.camera;
         }
+        self.grid = n;
         self.worker.send(Command::Replace(solver, ls.origin.clone(), self.rebuilding, self.keep_state));
         self.pending_reference = None;
         self.comp_history.clear();
@@ -984,7 +1021,7 @@ impl ViewerApp {
             iso,
             solids: self.view.solids && three_d,
             bricks: self.view.bricks,
-            outlines: (self.view.brick_outlines || subgrids) && three_d,
+            outlines: (self.view.brick_outlines || subgrids || self.block_outlines().is_some()) && three_d,
         }
     }
 
@@ -1028,6 +1065,10 @@ impl ViewerApp {
         if let Some((boxes, range)) = self.subgrid_outlines() {
             let tau = self.snap.as_ref().and_then(|s| s.compression.as_ref()).map_or((0.0, 0.0), |c| c.tau);
             l.subgrids = Some(SubgridLegend { range, count: boxes.len(), tau });
+        }
+        if let (Some(a), true) = (self.amr_info(), self.view.block_outlines) {
+            let edge = (0..a.leaves.len()).map(|lv| sim_core::amr::BLOCK << (usize::from(a.max_level) - lv)).collect();
+            l.blocks = Some(BlockLegend { leaves: a.leaves.clone(), edge });
         }
         if let Some(iso) = self.view_params().iso {
             l.iso = Some(IsoLegend { kind: iso.kind, threshold: iso.threshold, color_range: iso.color_range, note: self.iso_note() });
@@ -1244,6 +1285,9 @@ impl ViewerApp {
                 ui.label(RichText::new(&self.scene.scene.name).strong());
                 egui::CollapsingHeader::new("Simulation").default_open(true).show(ui, |ui| self.simulation_ui(ui));
                 egui::CollapsingHeader::new("Compression").default_open(true).show(ui, |ui| self.compression_ui(ui));
+                if self.amr_info().is_some() {
+                    egui::CollapsingHeader::new("Adaptive blocks").default_open(true).show(ui, |ui| self.amr_ui(ui));
+                }
                 egui::CollapsingHeader::new("Visualization").default_open(true).show(ui, |ui| self.visualization_ui(ui));
                 egui::CollapsingHeader::new("Stats").default_open(true).show(ui, |ui| self.stats_ui(ui));
                 egui::CollapsingHeader::new("Scene").default_open(false).show(ui, |ui| self.scene_ui(ui));
@@ -1528,7 +1572,7 @@ impl ViewerApp {
                 ui.colored_label(Color32::from_rgb(255, 170, 60), "max must be above min");
             }
         }
-        let n = self.scene.derived.size;
+        let n = self.grid;
         if self.is_2d() {
             ui.label("2D: drag to pan, scroll to zoom, double-click to reset the view");
         } else {
@@ -1748,6 +1792,91 @@ impl ViewerApp {
         }
     }
 
+    /// The adaptive blocks panel: the criterion and its limits (live), the outlines, and what
+    /// the forest costs now.
+    fn amr_ui(&mut self, ui: &mut Ui) {
+        let Some(a) = self.amr_info().cloned() else { return };
+        let mut st = a.settings.clone();
+        let finest = a.max_level;
+        ui.horizontal(|ui| {
+            ui.label("criterion");
+            ui.selectable_value(&mut st.field, sim_core::amr::Field::Vorticity, "|vorticity|")
+                .on_hover_text("block maximum of the vorticity magnitude");
+            ui.selectable_value(&mut st.field, sim_core::amr::Field::Q, "Q")
+                .on_hover_text("block maximum of the Q criterion (vortex cores)");
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("threshold");
+            ui.add(
+                egui::Slider::new(&mut st.threshold, AMR_THRESHOLD.0..=AMR_THRESHOLD.1)
+                    .logarithmic(true)
+                    .custom_formatter(|v, _| format!("{v:.1e}")),
+            )
+            .labelled_by(label.id)
+            .on_hover_text(
+                "a block whose value reaches it asks for level 1, each doubling for one level more (lattice units, per coarse step)",
+            );
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("max level");
+            ui.add(egui::Slider::new(&mut st.max_level, 0..=finest)).labelled_by(label.id).on_hover_text(format!(
+                "finest level the criterion and the walls may ask for; this run's grid goes to level {finest} (amr.max_level)"
+            ));
+        });
+        ui.horizontal(|ui| {
+            let label = ui.label("adapt every");
+            ui.add(egui::DragValue::new(&mut st.interval).range(0..=100_000).speed(1.0)).labelled_by(label.id).on_hover_text("0: never");
+            ui.label("coarse steps");
+        });
+        ui.horizontal(|ui| {
+            ui.label("freeze");
+            for l in 0..=finest {
+                let mut on = st.frozen.contains(&l);
+                if ui.checkbox(&mut on, format!("L{l}")).on_hover_text(format!("no block of level {l} is created or removed")).changed() {
+                    if on {
+                        st.frozen.push(l);
+                        st.frozen.sort_unstable();
+                    } else {
+                        st.frozen.retain(|&x| x != l);
+                    }
+                }
+            }
+        });
+        let adapt_now = ui.button("Adapt now").on_hover_text("apply the criterion to the current state (one level per block)").clicked();
+        if st != a.settings || adapt_now {
+            self.set_amr(st);
+        }
+        ui.checkbox(&mut self.view.block_outlines, "block outlines by level");
+        let leaves: Vec<String> = a.leaves.iter().enumerate().map(|(l, n)| format!("L{l} {n}")).collect();
+        ui.label(format!("leaf blocks: {} ({} active of {} capacity)", leaves.join(" · "), a.blocks.0, a.blocks.1));
+        let n = self.grid;
+        let res = if self.is_2d() { format!("{} x {}", n[0], n[1]) } else { format!("{} x {} x {}", n[0], n[1], n[2]) };
+        ui.label(format!(
+            "cell updates per coarse step: {} ({:.1} % of the uniform {res} grid of level {finest}, the effective resolution)",
+            fmt_count(a.updates_per_step),
+            100.0 * a.updates_per_step as f64 / ((a.effective_cells << finest).max(1)) as f64
+        ));
+        ui.label(format!("time in refinement: {:.2} % ({} adaptations)", 100.0 * a.adapt_share(), a.adaptations));
+        if !a.last.is_empty() {
+            ui.label(RichText::new(format!("last: {}", a.last)).small());
+        }
+    }
+
+    /// An adaptive run's block outlines over the 2D view, clipped to it.
+    fn paint_block_outlines(&self, ui: &Ui, rect: egui::Rect) {
+        let Some(boxes) = self.block_outlines() else { return };
+        let painter = ui.painter().with_clip_rect(rect);
+        for b in boxes {
+            let (Some(p), Some(q)) =
+                (self.screen_of(Vec3::new(b.min[0], b.min[1], 0.5)), self.screen_of(Vec3::new(b.max[0], b.max[1], 0.5)))
+            else {
+                continue;
+            };
+            let c = Color32::from_rgb(b.color[0], b.color[1], b.color[2]);
+            painter.rect_stroke(egui::Rect::from_two_pos(p, q), 0.0, egui::Stroke::new(1.0, c), egui::StrokeKind::Middle);
+        }
+    }
+
     fn scene_ui(&mut self, ui: &mut Ui) {
         self.edit_ui(ui);
         ui.separator();
@@ -1793,6 +1922,10 @@ impl ViewerApp {
 
     /// Draw / erase tools and the STL obstacle loader (top of the Scene panel).
     fn edit_ui(&mut self, ui: &mut Ui) {
+        if self.scene.scene.amr.enabled {
+            ui.label(RichText::new(NO_AMR_EDITS).small());
+            return;
+        }
         ui.horizontal(|ui| {
             let mut t = self.edit.tool;
             ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
@@ -1875,6 +2008,10 @@ impl ViewerApp {
         if self.edit.active {
             self.end_stroke();
         }
+        if t != Tool::Navigate && self.scene.scene.amr.enabled {
+            self.message(NO_AMR_EDITS, true);
+            return;
+        }
         self.edit.tool = t;
         if t != Tool::Navigate && !self.is_2d() {
             self.view.show[self.edit.axis] = true;
@@ -1885,7 +2022,7 @@ impl ViewerApp {
     /// centred at the panel's position, its longest edge the panel's fraction of the domain's
     /// smallest extent. Errors come back as messages; the run goes on.
     pub fn load_stl(&mut self, path: &Path) {
-        let n = self.scene.derived.size;
+        let n = self.grid;
         let dims = if self.is_2d() { 2 } else { 3 };
         let smallest = n[..dims].iter().copied().min().unwrap_or(1) as f32;
         let mut center = [0.0f32; 3];
@@ -1910,7 +2047,7 @@ impl ViewerApp {
     /// Whether a cell lies on a non-periodic face layer (walls, inlets, outlets): the brush
     /// preview leaves those alone, as the solver refuses most of them.
     fn locked(&self, c: usize) -> bool {
-        let n = self.scene.derived.size;
+        let n = self.grid;
         let p = [c % n[0], (c / n[0]) % n[1], c / (n[0] * n[1])];
         let faces = self.scene.scene.boundaries.faces();
         let dims = if self.is_2d() { 2 } else { 3 };
@@ -1940,7 +2077,7 @@ impl ViewerApp {
             (2, 0.5, 0)
         } else {
             let a = self.edit.axis;
-            let k = self.view.slices[a].min(self.scene.derived.size[a].saturating_sub(1));
+            let k = self.view.slices[a].min(self.grid[a].saturating_sub(1));
             (a, k as f32 + 0.5, k)
         }
     }
@@ -1954,19 +2091,15 @@ impl ViewerApp {
         }
         let ndc = [(pos.x - rect.left()) / rect.width() * 2.0 - 1.0, 1.0 - (pos.y - rect.top()) / rect.height() * 2.0];
         let (axis, coord, _) = self.paint_plane();
-        self.view.camera.pick_plane(self.scene.derived.size, rect.width() / rect.height(), self.is_2d(), ndc, axis, coord)
+        self.view.camera.pick_plane(self.grid, rect.width() / rect.height(), self.is_2d(), ndc, axis, coord)
     }
 
     /// Screen position (points) of a world point, if in front of the camera.
     #[must_use]
     pub fn screen_of(&self, p: Vec3) -> Option<egui::Pos2> {
         let rect = self.view_rect?;
-        let px = self.view.camera.project(
-            self.scene.derived.size,
-            [rect.width().max(1.0) as u32, rect.height().max(1.0) as u32],
-            self.is_2d(),
-            p.into(),
-        )?;
+        let px =
+            self.view.camera.project(self.grid, [rect.width().max(1.0) as u32, rect.height().max(1.0) as u32], self.is_2d(), p.into())?;
         // `project` works in whole pixels of the given size; scale back to the rect's points.
         let sx = rect.width() / rect.width().max(1.0).floor();
         let sy = rect.height() / rect.height().max(1.0).floor();
@@ -1975,7 +2108,7 @@ impl ViewerApp {
 
     /// Cells of the brush centred at `c` on the painted plane.
     fn brush_cells(&self, c: Vec3, out: &mut Vec<usize>) {
-        let n = self.scene.derived.size;
+        let n = self.grid;
         let (axis, _, layer) = self.paint_plane();
         let (u, v) = match axis {
             0 => (1, 2),
@@ -2147,6 +2280,9 @@ impl ViewerApp {
                 Color32::GRAY,
             );
         }
+        if self.is_2d() {
+            self.paint_block_outlines(ui, rect);
+        }
         self.camera_input(ui, &resp, rect);
         self.paint_input(ui, &resp);
         self.brush_cursor(ui);
@@ -2183,7 +2319,7 @@ impl ViewerApp {
     }
 
     fn camera_input(&mut self, ui: &Ui, resp: &egui::Response, rect: egui::Rect) {
-        let n = self.scene.derived.size;
+        let n = self.grid;
         let is_2d = self.is_2d();
         let ppp = ui.ctx().pixels_per_point();
         let size = [rect.width() * ppp, rect.height() * ppp];
@@ -2361,4 +2497,20 @@ pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandl
 fn left_field(focused: &mut bool, r: &egui::Response) -> bool {
     let was = std::mem::replace(focused, r.has_focus());
     was && !*focused
+}
+
+/// Why the edit tools are off on an adaptive run.
+const NO_AMR_EDITS: &str =
+    "drawing, erasing and STL obstacles are not available on adaptive blocks yet (the forest voxelises the scene's obstacles at the start)";
+
+/// The range of the adaptive blocks' threshold slider (lattice units).
+const AMR_THRESHOLD: (f32, f32) = (1e-5, 1.0);
+
+/// A count with a thousands unit (1.2 M, 34.5 k).
+fn fmt_count(n: u64) -> String {
+    match n {
+        0..10_000 => n.to_string(),
+        10_000..10_000_000 => format!("{:.1} k", n as f64 / 1e3),
+        _ => format!("{:.1} M", n as f64 / 1e6),
+    }
 }

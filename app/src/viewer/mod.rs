@@ -24,22 +24,6 @@ pub mod worker;
 #[cfg(test)]
 mod tests;
 
-/// Refuse scenes the viewer cannot show yet, with what to do instead: adaptive blocks (their
-/// grid is the finest level's, which the view's sizes do not follow yet).
-///
-/// # Errors
-/// A scene with `amr.enabled = true`.
-pub fn check_viewable(ls: &sim_core::scene::LoadedScene) -> anyhow::Result<()> {
-    if ls.scene.amr.enabled {
-        anyhow::bail!(
-            "{}: the viewer does not show adaptive blocks yet (amr.enabled = true): run it with `esoflow run {}` (its summary gives the forest and the time in refinement), or view it with --set amr.enabled=false",
-            ls.origin,
-            ls.origin
-        );
-    }
-    Ok(())
-}
-
 use colormap::ColorMap;
 use egui::{Color32, Rect, Ui};
 use sim_core::bricks::{BrickClass, BrickMap};
@@ -324,6 +308,17 @@ pub struct LegendInfo {
     pub title: Option<String>,
     /// The subgrid outlines' key, when they are drawn.
     pub subgrids: Option<SubgridLegend>,
+    /// The block outlines' key (an adaptive run), when they are drawn.
+    pub blocks: Option<BlockLegend>,
+}
+
+/// The block outlines' key in the legend: leaves per level and the level colours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockLegend {
+    /// Leaves per level (index: level).
+    pub leaves: Vec<usize>,
+    /// Cells per block edge on each level (index: level), in cells of the finest grid.
+    pub edge: Vec<usize>,
 }
 
 /// The subgrid outlines' key in the legend: the colour map of the compression ratio.
@@ -341,7 +336,7 @@ impl LegendInfo {
     /// A legend of the field alone.
     #[must_use]
     pub fn field(field: FieldKind, cmap: ColorMap, range: (f32, f32), auto: bool) -> LegendInfo {
-        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None }
+        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None, blocks: None }
     }
 }
 
@@ -404,6 +399,15 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
     if let Some(s) = &l.subgrids {
         subgrid_legend_ui(ui, rect, s);
     }
+    if let Some(b) = &l.blocks {
+        let finest = b.leaves.len().saturating_sub(1) as u8;
+        let mut lines = vec![("leaf blocks by level".to_string(), None)];
+        for (lv, (&n, &e)) in b.leaves.iter().zip(&b.edge).enumerate() {
+            let k = render::level_color(lv as u8, finest);
+            lines.push((format!("level {lv}: {n} ({e} cells wide)"), Some(Color32::from_rgb(k[0], k[1], k[2]))));
+        }
+        swatch_legend_ui(ui, rect, lines, false);
+    }
 }
 
 /// The subgrid outlines' key, top left of `rect`: what the colours mean and a colour bar of the
@@ -436,8 +440,6 @@ pub fn subgrid_legend_ui(ui: &Ui, rect: Rect, s: &SubgridLegend) {
 /// The brick overlay's key, top right of `rect`: brick size, then each class's colour, name and
 /// count.
 pub fn bricks_legend_ui(ui: &Ui, rect: Rect, b: &BrickLegend) {
-    let painter = ui.painter();
-    let font = egui::FontId::proportional(13.0);
     let size =
         if b.brick[2] == 1 { format!("{}x{}", b.brick[0], b.brick[1]) } else { format!("{}x{}x{}", b.brick[0], b.brick[1], b.brick[2]) };
     let mut lines = vec![(format!("bricks of {size} cells"), None)];
@@ -445,10 +447,19 @@ pub fn bricks_legend_ui(ui: &Ui, rect: Rect, b: &BrickLegend) {
         let k = render::BRICK_COLORS[c as usize];
         lines.push((format!("{}: {}", c.name(), b.counts[c as usize]), Some(Color32::from_rgb(k[0], k[1], k[2]))));
     }
+    swatch_legend_ui(ui, rect, lines, true);
+}
+
+/// A key of coloured swatches and their lines (a line without a colour is a title), in the top
+/// right (`right`) or top left corner of `rect`.
+fn swatch_legend_ui(ui: &Ui, rect: Rect, lines: Vec<(String, Option<Color32>)>, right: bool) {
+    let painter = ui.painter();
+    let font = egui::FontId::proportional(13.0);
     let galleys: Vec<_> = lines.into_iter().map(|(t, c)| (painter.layout_no_wrap(t, font.clone(), Color32::from_gray(235)), c)).collect();
     let w = galleys.iter().map(|(g, _)| g.size().x).fold(0.0, f32::max) + 22.0;
     let h: f32 = galleys.iter().map(|(g, _)| g.size().y + 3.0).sum();
-    let bg = Rect::from_min_size(egui::pos2(rect.right() - w - 22.0, rect.top() + 10.0), egui::vec2(w + 12.0, h + 10.0));
+    let left = if right { rect.right() - w - 22.0 } else { rect.left() + 10.0 };
+    let bg = Rect::from_min_size(egui::pos2(left, rect.top() + 10.0), egui::vec2(w + 12.0, h + 10.0));
     painter.rect_filled(bg, 4.0, Color32::from_black_alpha(190));
     let mut y = bg.top() + 5.0;
     for (g, c) in galleys {

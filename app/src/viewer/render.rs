@@ -210,6 +210,39 @@ pub fn subgrid_outlines(per: &[SubgridStat], range: (f32, f32)) -> Vec<OutlineBo
         .collect()
 }
 
+/// The colour map of the block outlines of an adaptive run (level, coarse to fine).
+pub const LEVEL_CMAP: ColorMap = ColorMap::Turbo;
+
+/// The colour of level `l` of a forest whose finest level is `finest`: evenly spaced on
+/// [`LEVEL_CMAP`], away from its dark ends.
+#[must_use]
+pub fn level_color(l: u8, finest: u8) -> [u8; 4] {
+    LEVEL_CMAP.color_of(f32::from(l), -0.5, f32::from(finest.max(1)) + 0.5)
+}
+
+/// Outlines of an adaptive run's leaf blocks (cells of the finest grid), coloured by level with
+/// [`level_color`], coarse levels first so that a finer block's edge is drawn over a coarser
+/// neighbour's. In 3D they sit [`SUBGRID_INSET`] inside their block (neighbours' edges side by
+/// side); in 2D they lie on the block edges, from z = 0 to 1.
+#[must_use]
+pub fn block_outlines(info: &sim_core::amr::AmrInfo, two_d: bool) -> Vec<OutlineBox> {
+    let inset = if two_d { 0.0 } else { SUBGRID_INSET };
+    let mut boxes: Vec<(u8, OutlineBox)> = info
+        .boxes
+        .iter()
+        .map(|&(lo, edge, l)| {
+            let mut min = [0, 1, 2].map(|a| lo[a] as f32 + inset);
+            let mut max = [0, 1, 2].map(|a| (lo[a] + edge) as f32 - inset);
+            if two_d {
+                (min[2], max[2]) = (0.0, 1.0);
+            }
+            (l, OutlineBox { min, max, color: level_color(l, info.max_level) })
+        })
+        .collect();
+    boxes.sort_by_key(|(l, _)| *l);
+    boxes.into_iter().map(|(_, b)| b).collect()
+}
+
 /// The isosurface to draw.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IsoView {

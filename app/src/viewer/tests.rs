@@ -1701,3 +1701,86 @@ fn ui_reference_run_nmse_and_difference_view() {
     run_until(&mut h, "the reference stopped", |a| reference_of(a).is_none());
     assert!(!h.state().view.diff && h.state().diff_values().is_none());
 }
+
+const AMR_CAVITY: &str = r#"
+name = "amr cavity"
+[domain]
+size = [32, 32]
+[boundaries]
+x_min = "wall"
+x_max = "wall"
+y_min = "wall"
+y_max = { type = "moving_wall", velocity = [0.1, 0.0] }
+[fluid]
+reynolds = 100.0
+length = 32.0
+velocity = 0.1
+[amr]
+enabled = true
+max_level = 1
+threshold = 0.01
+interval = 50
+"#;
+
+#[test]
+fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
+    use super::app::Tool;
+    use sim_core::amr::{AmrSettings, Field};
+    let ls = sim_core::scene::from_str(AMR_CAVITY, "amr", PathBuf::from("."), &[]).expect("scene");
+    let solver = crate::run::build_solver(&ls, BackendChoice::Cpu).expect("solver");
+    let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
+    run_until(&mut h, "a snapshot of the forest", |a| a.amr_info().is_some());
+    h.step();
+    // The view is the finest level's grid (64^2 for 32^2 at level 1): its far corner is on screen.
+    let rect = h.state().view_rect.expect("view");
+    let far = h.state().screen_of(glam::Vec3::new(64.0, 64.0, 0.5)).expect("on screen");
+    assert!(rect.expand(2.0).contains(far), "{far:?} in {rect:?}");
+    // Run 100 steps: the lid's shear refines at the adaptations of steps 50 and 100.
+    h.state_mut().set_steps_per_frame(100);
+    h.get_by_label("Step").click();
+    run_until(&mut h, "refined blocks", |a| a.step() == 100 && a.amr_info().is_some_and(|i| i.leaves[1] > 0));
+    h.run_steps(2);
+    let a = h.state().amr_info().expect("amr").clone();
+    assert_eq!(a.adaptations, 2);
+    // The panel: live numbers and the settings in force.
+    assert!(h.query_by_label_contains(&format!("leaf blocks: L0 {} · L1 {}", a.leaves[0], a.leaves[1])).is_some());
+    assert!(h.query_by_label_contains("of the uniform 64 x 64 grid of level 1, the effective resolution").is_some());
+    assert!(h.query_by_label_contains("time in refinement: ").is_some());
+    // Outlines on by default: one box per leaf, on the block edges, coloured by level, the
+    // coarse ones first; the legend counts them.
+    let boxes = h.state().block_outlines().expect("outlines");
+    assert_eq!(boxes.len(), a.leaves.iter().sum::<usize>());
+    assert_eq!(boxes.len(), a.boxes.len());
+    let mut sorted = a.boxes.clone();
+    sorted.sort_by_key(|b| b.2);
+    for (b, &(lo, edge, l)) in boxes.iter().zip(&sorted) {
+        assert_eq!(b.color, render::level_color(l, 1));
+        assert_eq!((b.min, b.max), ([lo[0] as f32, lo[1] as f32, 0.0], [(lo[0] + edge) as f32, (lo[1] + edge) as f32, 1.0]));
+        assert_eq!(edge, 4 << (1 - l));
+    }
+    assert_ne!(render::level_color(0, 1), render::level_color(1, 1));
+    let legend = h.state().legend().blocks.expect("block legend");
+    assert_eq!((legend.leaves.clone(), legend.edge.clone()), (a.leaves.clone(), vec![8, 4]));
+    h.get_by_label("block outlines by level").click();
+    h.step();
+    assert!(h.state().block_outlines().is_none() && h.state().legend().blocks.is_none());
+    // Freezing level 1 from the panel reaches the solver.
+    h.get_by_label("L1").click();
+    run_until(&mut h, "the frozen level", |a| a.amr_info().is_some_and(|i| i.settings.frozen == vec![1]));
+    // Max level 0 (the call the slider makes): a frozen level 1 keeps its blocks.
+    let st = AmrSettings { max_level: 0, ..h.state().amr_info().expect("amr").settings.clone() };
+    h.state_mut().set_amr(st.clone());
+    h.run_steps(2);
+    run_until(&mut h, "the new max level", |a| a.amr_info().is_some_and(|i| i.settings.max_level == 0));
+    assert_eq!(h.state().amr_info().expect("amr").leaves[1], a.leaves[1], "frozen: level 1 keeps its blocks");
+    // Thawed: the adaptation now coarsens everything to level 0.
+    h.get_by_label("L1").click();
+    run_until(&mut h, "all coarse", |a| a.amr_info().is_some_and(|i| i.settings.frozen.is_empty() && i.leaves == vec![64, 0]));
+    // A refused setting comes back as a message.
+    h.state_mut().set_amr(AmrSettings { threshold: -1.0, field: Field::Q, ..st });
+    run_until(&mut h, "a refusal", |a| has_message(a, "adaptive blocks: invalid parameter: amr threshold -1: must be a number above 0"));
+    // Edits are not offered on adaptive blocks.
+    h.state_mut().set_tool(Tool::Draw);
+    assert_eq!(h.state().edit.tool, Tool::Navigate);
+    assert!(has_message(h.state(), "not available on adaptive blocks yet"));
+}

@@ -77,7 +77,6 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
     }
     let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
     crate::run::set_gpus(args.gpus);
-    super::check_viewable(&ls)?;
     if let Some(secs) = args.bench {
         let how = super::headless::BenchHow { steps_per_frame: args.steps_per_frame, path: args.frame_path, fps: args.bench_fps };
         return super::headless::render_bench(&ls, args.backend, secs, spec.unwrap_or_default(), how);

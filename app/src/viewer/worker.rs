@@ -47,6 +47,8 @@ pub enum Command {
     SetCompressionTau(f32),
     /// Limit the bytes a compressed run's state may take (`None`: no limit).
     SetCompressionBudget(Option<u64>),
+    /// Change an adaptive run's criterion, levels, interval and frozen levels (it adapts at once).
+    SetAmr(sim_core::amr::AmrSettings),
     /// Run an uncompressed reference solver in lockstep (it is brought to the running solver's
     /// cells and state first), or stop it.
     SetReference(Option<Box<dyn Solver>>),
@@ -183,6 +185,8 @@ pub struct Snapshot {
     pub compression: Option<sim_core::solver::CompressionInfo>,
     /// The uncompressed reference run, when one runs beside this one.
     pub reference: Option<ReferenceData>,
+    /// The forest of an adaptive run (leaves, their boxes, settings, time in refinement).
+    pub amr: Option<sim_core::amr::AmrInfo>,
     /// Obstacle names (for forces).
     pub obstacles: Vec<String>,
     /// Mass at step 0 (for the drift).
@@ -521,6 +525,13 @@ impl Worker {
                     Err(e) => self.event(Event::Error(e.to_string())),
                 }
                 // The panel shows the budget from the next snapshot, paused or not.
+                self.dirty = true;
+            }
+            Command::SetAmr(a) => {
+                if let Err(e) = self.solver.set_amr(&a) {
+                    self.event(Event::Error(format!("adaptive blocks: {e}")));
+                }
+                // The new blocks show at once, paused or not.
                 self.dirty = true;
             }
             Command::SetReference(r) => match r {
@@ -1022,6 +1033,7 @@ impl Worker {
             info: self.solver.info(),
             compression: self.solver.compression(),
             reference: self.reference_data(),
+            amr: self.solver.amr(),
             obstacles: d.obstacles.clone(),
             mass0: self.mass0,
             solver_secs_per_step: self.solver_secs_per_step,
