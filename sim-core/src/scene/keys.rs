@@ -183,7 +183,13 @@ const AMR: [KeyDoc; 10] = [
     ),
     k!("amr.interval", "integer >= 0", "50", "steps of level 0", "adapt every this many coarse steps (0: the initial mesh stays)"),
     k!("amr.near_wall", "integer 0..=max_level", "max_level", "", "level every block near an obstacle keeps"),
-    k!("amr.wall_margin", "number >= 0", "2", "cells of the block's level", "how near an obstacle counts as near"),
+    k!(
+        "amr.wall_margin",
+        "number >= 0",
+        "12",
+        "cells of the block's level",
+        "how near an obstacle counts as near (under ~12, the level jump next to the body biases its forces)"
+    ),
     k!("amr.freeze", "list of levels", "[]", "", "levels whose blocks are neither created nor removed"),
     k!(
         "amr.capacity",

@@ -382,8 +382,10 @@ fn default_amr_threshold() -> f32 {
 fn default_amr_interval() -> u64 {
     50
 }
+/// 12 cells: on the square cylinder a level jump 4 fine cells from the square raised the drag by
+/// 25 % and the Strouhal number by 13 %; at 12 both match the uniform fine grid.
 fn default_amr_margin() -> f64 {
-    2.0
+    12.0
 }
 
 impl Default for Amr {
