@@ -259,6 +259,13 @@ impl<L: Lat> AmrLbm<L> {
     /// of each level, not a time average over the substeps.
     #[must_use]
     pub fn obstacle_force(&self) -> [f64; 3] {
+        self.obstacle_force_on(|_, _| true)
+    }
+
+    /// [`Self::obstacle_force`] on the solid cells for which `which(centre, level)` holds (one
+    /// obstacle of several): links to other solid cells do not count.
+    #[must_use]
+    pub fn obstacle_force_on(&self, which: impl Fn([f64; 3], u8) -> bool + Sync) -> [f64; 3] {
         if self.solid_fn.is_none() {
             return [0.0; 3];
         }
@@ -291,7 +298,8 @@ impl<L: Lat> AmrLbm<L> {
                             s[a] = t.rem_euclid(BLOCK as i32);
                         }
                         if let Link::Same(n) = forest.neighbour(id, dir_index(e, dims)) {
-                            if solid[n as usize * b + cell_index(s)] {
+                            let sc = cell_index(s);
+                            if solid[n as usize * b + sc] && which(cell_centre(forest, n, sc), forest.level(n)) {
                                 let back = f64::from(f[(id as usize * q + opposite(i)) * b + cell] + L::W[i]);
                                 (0..dims).for_each(|a| acc[a] += 2.0 * back * f64::from(L::C[i][a]) * scale);
                             }
