@@ -82,6 +82,71 @@ pub fn domain_solid_query_obstacles(dom: &Domain, domain_level: u8) -> impl Fn([
     solid_query_where(dom, domain_level, |f| kind_of(f) == kind::SOLID && id_of(f) > 0)
 }
 
+/// Prefix sums of a domain's obstacle cells (not the boundary layers of wall faces): whether a
+/// box holds one is answered in constant time, the same answer as
+/// [`domain_solid_query_obstacles`] (which scans the box). Built once per run: an adaptive run's
+/// obstacles do not change, and near-wall refinement asks for every block at every adaptation.
+pub struct ObstacleSums {
+    n: [usize; 3],
+    scale: f64,
+    dims: usize,
+    /// Obstacle cells in `[0, x) x [0, y) x [0, z)` at `x + (n0 + 1) (y + (n1 + 1) z)`.
+    sums: Vec<u32>,
+}
+
+impl ObstacleSums {
+    /// The sums of `dom`, voxelised at the resolution of level `domain_level`.
+    #[must_use]
+    pub fn new(dom: &Domain, domain_level: u8) -> ObstacleSums {
+        let n = dom.n;
+        let (sx, sy) = (n[0] + 1, n[1] + 1);
+        let mut sums = vec![0u32; sx * sy * (n[2] + 1)];
+        for z in 0..n[2] {
+            for y in 0..n[1] {
+                for x in 0..n[0] {
+                    let fl = dom.flags[dom.index(x, y, z)];
+                    let v = u32::from(kind_of(fl) == kind::SOLID && id_of(fl) > 0);
+                    let at = |x: usize, y: usize, z: usize| x + sx * (y + sy * z);
+                    sums[at(x + 1, y + 1, z + 1)] = v + sums[at(x, y + 1, z + 1)] + sums[at(x + 1, y, z + 1)] + sums[at(x + 1, y + 1, z)]
+                        - sums[at(x, y, z + 1)]
+                        - sums[at(x, y + 1, z)]
+                        - sums[at(x + 1, y, z)]
+                        + sums[at(x, y, z)];
+                }
+            }
+        }
+        ObstacleSums { n, scale: f64::from(1u32 << domain_level), dims: dom.lattice.dims(), sums }
+    }
+
+    /// Obstacle cells in the box of cells `[a0, a1)`.
+    #[must_use]
+    pub fn count(&self, a0: [usize; 3], a1: [usize; 3]) -> u64 {
+        let (sx, sy) = (self.n[0] + 1, self.n[1] + 1);
+        let s = |x: usize, y: usize, z: usize| i64::from(self.sums[x + sx * (y + sy * z)]);
+        let ([x0, y0, z0], [x1, y1, z1]) = (a0, a1);
+        let c =
+            s(x1, y1, z1) - s(x0, y1, z1) - s(x1, y0, z1) - s(x1, y1, z0) + s(x0, y0, z1) + s(x0, y1, z0) + s(x1, y0, z0) - s(x0, y0, z0);
+        c as u64
+    }
+
+    /// Whether any obstacle cell lies in the box `[lo, hi)` given in cells of level 0 (clamped
+    /// to the domain), as a [`SolidQuery`].
+    #[must_use]
+    pub fn any(&self, lo: [f64; 3], hi: [f64; 3]) -> bool {
+        let mut a0 = [0usize; 3];
+        let mut a1 = [1usize; 3];
+        for a in 0..self.dims {
+            let n = self.n[a] as f64;
+            a0[a] = (lo[a] * self.scale).floor().clamp(0.0, n) as usize;
+            a1[a] = (hi[a] * self.scale).ceil().clamp(0.0, n) as usize;
+            if a0[a] >= a1[a] {
+                return false;
+            }
+        }
+        self.count(a0, a1) > 0
+    }
+}
+
 fn solid_query_where<'a>(
     dom: &'a Domain,
     domain_level: u8,

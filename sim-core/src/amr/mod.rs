@@ -67,7 +67,7 @@ pub mod lbm;
 pub mod prims;
 pub mod solver;
 
-pub use criterion::{domain_solid_query, domain_solid_query_obstacles, target_level, Criterion, Field, NearWall, SolidQuery};
+pub use criterion::{domain_solid_query, domain_solid_query_obstacles, target_level, Criterion, Field, NearWall, ObstacleSums, SolidQuery};
 pub use forest::{
     block_mask, cell_coords, cell_mask, dir_index, dir_offset, n_dirs, state, AdaptReport, AmrError, BlockForest, ForestConfig, Link, Mark,
     BLOCK, COARSER, MAX_LEVELS, NONE,

@@ -18,7 +18,7 @@
 //! - Checkpoints keep the forest (refined blocks by level and position) and every active
 //!   block's DDFs in FP32: a restore rebuilds the same forest and continues bit for bit.
 
-use super::criterion::{Criterion, Field, NearWall};
+use super::criterion::{Criterion, Field, NearWall, ObstacleSums};
 use super::forest::{AmrError, BlockForest, ForestConfig, BLOCK, NONE};
 use super::lbm::{AmrLbm, CellRef};
 use crate::checkpoint::Checkpoint;
@@ -172,6 +172,8 @@ pub struct AmrSolver<L: Lat> {
     info: AmrInfo,
     /// The scene's near-wall level (the settings' max level caps it).
     near_wall_level: u8,
+    /// The obstacles for near-wall refinement (prefix sums over the finest grid).
+    obstacle_sums: ObstacleSums,
 }
 
 impl<L: Lat> AmrSolver<L> {
@@ -239,8 +241,20 @@ impl<L: Lat> AmrSolver<L> {
         let near_wall =
             (!ls.scene.obstacles.is_empty()).then_some(NearWall { level: a.near_wall.unwrap_or(a.max_level), margin: a.wall_margin });
         let near_wall_level = near_wall.map_or(a.max_level, |nw| nw.level);
-        let mut s =
-            AmrSolver { lbm, dom, max_level: a.max_level, crit, near_wall, params, faces, cfg, info: AmrInfo::default(), near_wall_level };
+        let obstacle_sums = ObstacleSums::new(&dom, a.max_level);
+        let mut s = AmrSolver {
+            lbm,
+            dom,
+            max_level: a.max_level,
+            crit,
+            near_wall,
+            params,
+            faces,
+            cfg,
+            info: AmrInfo::default(),
+            near_wall_level,
+            obstacle_sums,
+        };
         s.apply_boundaries();
         s.install_solids();
         // The initial mesh: refine towards the criterion and the obstacles, level by level.
@@ -283,7 +297,8 @@ impl<L: Lat> AmrSolver<L> {
             Field::Vorticity => self.lbm.block_vorticity(),
             Field::Q => self.lbm.block_q(),
         };
-        let solid = super::criterion::domain_solid_query_obstacles(&self.dom, self.max_level);
+        let sums = &self.obstacle_sums;
+        let solid = |lo: [f64; 3], hi: [f64; 3]| sums.any(lo, hi);
         let targets =
             f.targets(|b| values[b as usize], &self.crit, self.near_wall.map(|nw| (nw, &solid as super::criterion::SolidQuery<'_>)));
         self.info.last = match self.lbm.adapt_to(&targets) {

@@ -389,6 +389,49 @@ fn coarsening_next_to_finer_blocks_is_reverted() {
     check_invariants(&f);
 }
 
+/// The prefix sums answer every box query as the scan of the domain does (2D and 3D, boxes
+/// inside, across and outside the domain, obstacles and wall layers mixed).
+#[test]
+fn obstacle_sums_agree_with_the_scan() {
+    use crate::domain::{kind, make_flag, Domain};
+    use crate::lattice::Lattice;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for (lattice, n, lvl) in [(Lattice::D2Q9, [40, 24, 1], 1u8), (Lattice::D3Q19, [16, 12, 8], 2u8)] {
+        let mut dom = Domain::periodic(lattice, n);
+        for f in &mut dom.flags {
+            *f = match next() % 10 {
+                0 => make_flag(kind::SOLID, 1),
+                1 => make_flag(kind::SOLID, 2),
+                2 => make_flag(kind::SOLID, 0),
+                _ => *f,
+            };
+        }
+        let sums = ObstacleSums::new(&dom, lvl);
+        let scan = domain_solid_query_obstacles(&dom, lvl);
+        let s = f64::from(1u32 << lvl);
+        let mut seen = [0usize; 2];
+        for _ in 0..3000 {
+            let mut lo = [0.0; 3];
+            let mut hi = [1.0; 3];
+            for a in 0..lattice.dims() {
+                let ext = n[a] as f64 / s;
+                lo[a] = (next() % 1000) as f64 / 1000.0 * (ext + 2.0) - 1.0;
+                hi[a] = lo[a] + (next() % 400) as f64 / 1000.0 * ext;
+            }
+            let any = sums.any(lo, hi);
+            assert_eq!(any, scan(lo, hi), "{lattice:?} box {lo:?} {hi:?}");
+            seen[usize::from(any)] += 1;
+        }
+        assert!(seen[0] > 100 && seen[1] > 100, "both answers tested: {seen:?}");
+    }
+}
+
 #[test]
 fn criterion_and_near_wall_refinement() {
     use crate::domain::{kind, make_flag, Domain};
