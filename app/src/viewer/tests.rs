@@ -1702,31 +1702,15 @@ fn ui_reference_run_nmse_and_difference_view() {
     assert!(!h.state().view.diff && h.state().diff_values().is_none());
 }
 
-const AMR_CAVITY: &str = r#"
-name = "amr cavity"
-[domain]
-size = [32, 32]
-[boundaries]
-x_min = "wall"
-x_max = "wall"
-y_min = "wall"
-y_max = { type = "moving_wall", velocity = [0.1, 0.0] }
-[fluid]
-reynolds = 100.0
-length = 32.0
-velocity = 0.1
-[amr]
-enabled = true
-max_level = 1
-threshold = 0.01
-interval = 50
-"#;
-
 #[test]
 fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
     use super::app::Tool;
     use sim_core::amr::{AmrSettings, Field};
-    let ls = sim_core::scene::from_str(AMR_CAVITY, "amr", PathBuf::from("."), &[]).expect("scene");
+    // The shipped adaptive cavity, small: 32^2 cells at level 0, one level finer.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenes/lid_driven_cavity_amr_2d.toml");
+    let sets: Vec<String> =
+        ["domain.size=[32,32]", "fluid.length=32", "amr.max_level=1", "amr.interval=50"].iter().map(|s| (*s).to_string()).collect();
+    let ls = crate::run::load_scene(Some(&path), &sets).expect("scene");
     let solver = crate::run::build_solver(&ls, BackendChoice::Cpu).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot of the forest", |a| a.amr_info().is_some());
