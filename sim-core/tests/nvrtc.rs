@@ -135,3 +135,20 @@ fn compression_kernels_compile_without_warnings() {
         }
     }
 }
+
+#[test]
+fn adaptive_block_kernels_compile_without_warnings() {
+    if !nvrtc_present() {
+        assert!(std::env::var("ESOFLOW_REQUIRE_NVRTC").as_deref() != Ok("1"), "ESOFLOW_REQUIRE_NVRTC=1 but libnvrtc was not found");
+        eprintln!("SKIPPED: libnvrtc not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` to compile the kernels");
+        return;
+    }
+    use sim_core::lattice::Lattice;
+    for lattice in [Lattice::D2Q9, Lattice::D3Q19, Lattice::D3Q27] {
+        for arch in ["sm_80", "sm_90"] {
+            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, arch) {
+                panic!("{e}");
+            }
+        }
+    }
+}

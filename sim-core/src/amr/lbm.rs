@@ -348,6 +348,31 @@ impl<L: Lat> AmrLbm<L> {
         self.forest.freeze_level(l, frozen)
     }
 
+    /// The obstacle flag of every cell, `solid[id * B + cell]` (for a device copy).
+    #[must_use]
+    pub fn solid_flags(&self) -> &[bool] {
+        &self.solid
+    }
+
+    /// The pre-collision DDFs of every block, `f[(id * Q + i) * B + cell]` (shifted by the
+    /// weights; for a device copy).
+    #[must_use]
+    pub fn raw_ddfs(&self) -> &[f32] {
+        &self.f
+    }
+
+    /// The same, to overwrite (from a device copy).
+    pub fn raw_ddfs_mut(&mut self) -> &mut [f32] {
+        &mut self.f
+    }
+
+    /// The walls' velocities and the outflow densities of the six domain faces
+    /// (`2 axis + (1 on the high side)`).
+    #[must_use]
+    pub fn boundaries(&self) -> ([[f32; 3]; 6], [Option<f32>; 6]) {
+        (self.walls, self.outflow)
+    }
+
     /// The forest.
     #[must_use]
     pub fn forest(&self) -> &BlockForest {

@@ -2,6 +2,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_amr;
 pub mod cuda_compress;
 pub mod cuda_multi;
 pub mod cuda_subgrid;

@@ -1,0 +1,393 @@
+// Adaptive octree blocks on the GPU (seed 004; sim-core/src/backend/cuda_amr.rs). One
+// level-step of the block LBM as sim-core/src/amr/lbm.rs does it on the CPU (the reference these
+// kernels are tested against): ghost interpolation from the coarser level, collision into the
+// post-collision copy, pull streaming with bounce-back and outflows, and restriction of the
+// interface cells into their parents. Collision, moments and equilibria are common.cuh's, the
+// dense kernels' device functions.
+//
+// Layout (as AmrLbm stores it; capacity C blocks, B = 4^D cells a block, ND = 3^D directions):
+//   f, post        C * Q * B floats, value i of cell c of block id at (id * Q + i) * B + c
+//   pos            C * 3 ints, the block's position in blocks of its level
+//   parent, child  C u32, NONE for roots / leaves; children are child .. child + 2^D
+//   nbr            C * ND u32 links: a same-level ID, COARSER | id, or NONE (outside)
+//   cmask, solid   C * B bytes: cell masks (amr/forest.rs cell_mask) and obstacle flags
+//   prm            per level l at 4 l: tau, fx, fy, fz; walls (6 faces x 3) at 4 * 16; outflow
+//                  density of the 6 faces at 4 * 16 + 18 (NaN: a wall)
+// A kernel gets a list of block IDs (one level's, or its blocks next to a level jump) and runs
+// one thread per (listed block, cell).
+
+#define AMR_NONE 0xffffffffu
+#define AMR_COARSER 0x80000000u
+#define CM_GHOST 1
+#define CM_POG 4
+#define CM_POI 5
+#if DEF_D == 3
+#define AMR_B 64
+#define AMR_ND 27
+#else
+#define AMR_B 16
+#define AMR_ND 9
+#endif
+#define AMR_WALLS 64
+#define AMR_OUTFLOW 82
+
+struct AmrMesh {
+    const int* pos;
+    const u32* parent;
+    const u32* child;
+    const u32* nbr;
+    const unsigned char* cmask;
+    const unsigned char* solid;
+};
+
+__device__ __forceinline__ int amr_floor4(int k) { return k >= 0 ? k / 4 : (k - 3) / 4; }
+__device__ __forceinline__ int amr_cell(int x, int y, int z) { return x + 4 * (y + 4 * z); }
+__device__ __forceinline__ void amr_coords(int cell, int* c) {
+    c[0] = cell & 3;
+    c[1] = DEF_D >= 2 ? (cell >> 2) & 3 : 0;
+    c[2] = DEF_D == 3 ? (cell >> 4) & 3 : 0;
+}
+__device__ __forceinline__ int amr_dir(const int* e) {
+    int d = 0, m = 1;
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) { d += (e[a] + 1) * m; m *= 3; }
+    return d;
+}
+
+// Block and cell of local coordinates k of block p (at most one block outside it, in a
+// same-level neighbour): the slot id * B + cell, or -1 where no same-level block is there.
+__device__ __forceinline__ long long amr_locate(const AmrMesh& m, u32 p, const int* k) {
+    int e[3] = {0, 0, 0}, s[3] = {0, 0, 0};
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) { e[a] = amr_floor4(k[a]); s[a] = k[a] - 4 * e[a]; }
+    const u32 link = m.nbr[(u64)p * AMR_ND + amr_dir(e)];
+    if (link == AMR_NONE || (link & AMR_COARSER)) return -1;
+    return (long long)link * AMR_B + amr_cell(s[0], s[1], s[2]);
+}
+
+// The slot of the cell at local coordinates k of block p if it holds data (lbm.rs cell_at):
+// fluid cells of leaves (their ghost cells only with `ghosts`), the stepped or averaged fluid
+// cells of non-leaves; -1 otherwise.
+__device__ __forceinline__ long long amr_cell_at(const AmrMesh& m, u32 p, const int* k, bool ghosts) {
+    const long long at = amr_locate(m, p, k);
+    if (at < 0 || m.solid[at]) return -1;
+    const u32 n = (u32)(at / AMR_B);
+    const int mk = m.cmask[at];
+    const bool ok = m.child[n] == AMR_NONE ? (ghosts || mk != CM_GHOST) : (mk == CM_POG || mk == CM_POI);
+    return ok ? at : -1;
+}
+
+__device__ __forceinline__ void amr_load(const float* __restrict__ f, long long at, float* g) {
+    const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) g[i] = f[base + (u64)i * AMR_B];
+}
+__device__ __forceinline__ void amr_store(float* __restrict__ f, long long at, const float* g) {
+    const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[base + (u64)i * AMR_B] = g[i];
+}
+
+// Move DDFs from a level with force fs to one with fd, the non-equilibrium part scaled by r
+// (lbm.rs rescale).
+__device__ __forceinline__ void amr_rescale(float* g, const float* fs, const float* fd, float r) {
+    float rm1, ux, uy, uz;
+    moments(g, 0.0f, 0.0f, 0.0f, rm1, ux, uy, uz);
+    const float rho = rm1 + 1.0f;
+    float feq[DEF_Q], feq_d[DEF_Q];
+    equilibrium(rm1, ux, uy, uz, feq);
+    equilibrium(rm1, ux + 0.5f * (fs[0] - fd[0]) / rho, uy + 0.5f * (fs[1] - fd[1]) / rho, uz + 0.5f * (fs[2] - fd[2]) / rho, feq_d);
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) g[i] = feq_d[i] + r * (g[i] - feq[i]);
+}
+
+// Per-axis taps (offset, weight), up to four.
+struct AmrTaps {
+    int o[3][4];
+    float w[3][4];
+    int n[3];
+};
+__device__ __forceinline__ void taps_one(AmrTaps& t) {
+#pragma unroll
+    for (int a = 0; a < 3; a++) { t.o[a][0] = 0; t.w[a][0] = 1.0f; t.n[a] = 1; }
+}
+__device__ __forceinline__ void taps_set(AmrTaps& t, int a, int n, int o0, float w0, int o1, float w1, int o2, float w2, int o3, float w3) {
+    t.n[a] = n;
+    t.o[a][0] = o0; t.w[a][0] = w0;
+    t.o[a][1] = o1; t.w[a][1] = w1;
+    t.o[a][2] = o2; t.w[a][2] = w2;
+    t.o[a][3] = o3; t.w[a][3] = w3;
+}
+__device__ __forceinline__ void taps_plain(AmrTaps& t) {
+    taps_one(t);
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) taps_set(t, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
+}
+
+// The weighted sum over the tensor product of the taps around `org` in block p (lbm.rs
+// tensor_sum): each cell from amr_cell_at(ghosts), or `fallback` where that has no data (null:
+// the sum fails), rescaled from force fs to fd by r. False if a cell had no data.
+__device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
+    for (int tz = 0; tz < t.n[2]; tz++) {
+        for (int ty = 0; ty < t.n[1]; ty++) {
+            for (int tx = 0; tx < t.n[0]; tx++) {
+                const int k[3] = {org[0] + t.o[0][tx], org[1] + t.o[1][ty], org[2] + t.o[2][tz]};
+                float g[DEF_Q];
+                const long long at = amr_cell_at(m, p, k, ghosts);
+                if (at >= 0) {
+                    amr_load(f, at, g);
+                } else if (fallback) {
+#pragma unroll
+                    for (int i = 0; i < DEF_Q; i++) g[i] = fallback[i];
+                } else {
+                    return false;
+                }
+                amr_rescale(g, fs, fd, r);
+                const float w = t.w[0][tx] * t.w[1][ty] * t.w[2][tz];
+#pragma unroll
+                for (int i = 0; i < DEF_Q; i++) acc[i] += w * g[i];
+            }
+        }
+    }
+    return true;
+}
+
+// The mean of the cells with data among `count` offsets from org (mode 0: the 3^D cells around
+// org; mode 1: the 2^D cells from org up), rescaled (lbm.rs mean_of_available). False if none.
+__device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
+    const int count = mode == 0 ? AMR_ND : (1 << DEF_D);
+    u32 n = 0;
+    for (int j = 0; j < count; j++) {
+        int k[3] = {org[0], org[1], org[2]};
+        int q3 = j;
+        for (int a = 0; a < DEF_D; a++) {
+            if (mode == 0) { k[a] += q3 % 3 - 1; q3 /= 3; } else { k[a] += (j >> a) & 1; }
+        }
+        const long long at = amr_cell_at(m, p, k, ghosts);
+        if (at < 0) continue;
+        float g[DEF_Q];
+        amr_load(f, at, g);
+        amr_rescale(g, fs, fd, r);
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) acc[i] += g[i];
+        n++;
+    }
+    if (n == 0) return false;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) acc[i] = acc[i] / (float)n;
+    return true;
+}
+
+__device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, float& tau, float* force) {
+    tau = prm[4 * l];
+    force[0] = prm[4 * l + 1];
+    force[1] = prm[4 * l + 2];
+    force[2] = prm[4 * l + 3];
+}
+
+#define AMR_ARGS const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid
+#define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid}
+
+// Collide the cells of level l's blocks `ids` that are stepped or collided (leaves: every fluid
+// cell; non-leaves: parent-of-ghost and parent-of-interface cells) from f into post.
+extern "C" __global__ void amr_collide(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const u32* __restrict__ child, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const float* __restrict__ f, float* __restrict__ post) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B], cell = (u32)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    if (solid[at]) return;
+    const int mk = cmask[at];
+    if (child[id] != AMR_NONE && mk != CM_POG && mk != CM_POI) return;
+    Params p;
+    float force[3];
+    amr_level(prm, l, p.tau, force);
+    p.cs = 0.0f;
+    p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
+    float g[DEF_Q];
+    amr_load(f, (long long)at, g);
+    collide(g, p);
+    amr_store(post, (long long)at, g);
+}
+
+// Pull streaming of level l's stepped fluid cells (blocks `ids`) from post into f: half-way
+// bounce-back off obstacles, walls (moving ones with 6 w_i c_i.u_w, the mean of the walls a
+// link crosses) and the outflow equilibrium where every face a link crosses is an outflow;
+// ghost cells next to the coarser level keep what they hold (stale until interpolated).
+extern "C" __global__ void amr_stream(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, const float* __restrict__ post, float* __restrict__ f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    if (solid[at]) return;
+    if (child[id] != AMR_NONE && cmask[at] != CM_POG) return;
+    (void)parent;
+    const int root[3] = {r0, r1, r2};
+    int c[3];
+    amr_coords(cell, c);
+    const u64 own = (u64)id * DEF_Q * AMR_B + cell;
+    float tau, force[3];
+    amr_level(prm, l, tau, force);
+    bool have_eq = false;
+    float eq[DEF_Q];
+    for (int i = 0; i < DEF_Q; i++) {
+        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+        int e[3] = {0, 0, 0}, s[3] = {0, 0, 0};
+        for (int a = 0; a < DEF_D; a++) {
+            const int tt = c[a] - ci[a];
+            e[a] = amr_floor4(tt);
+            s[a] = tt - 4 * e[a];
+        }
+        const int sc = amr_cell(s[0], s[1], s[2]);
+        const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+        const u64 out = own + (u64)i * AMR_B;
+        if (link == AMR_NONE) {
+            float uw[3] = {0.0f, 0.0f, 0.0f};
+            u32 walls = 0;
+            float rho_out = 1.0f;
+            for (int a = 0; a < DEF_D; a++) {
+                const int np = pos[3 * (u64)id + a] + e[a];
+                int side = -1;
+                if (np < 0) side = 0; else if (np >= (root[a] << l)) side = 1;
+                if (side >= 0) {
+                    const float rho = prm[AMR_OUTFLOW + 2 * a + side];
+                    if (rho == rho) {
+                        rho_out = rho;
+                    } else {
+                        walls++;
+                        for (int k = 0; k < 3; k++) uw[k] += prm[AMR_WALLS + 3 * (2 * a + side) + k];
+                    }
+                }
+            }
+            if (walls == 0) {
+                if (!have_eq) {
+                    float g[DEF_Q];
+                    for (int j = 0; j < DEF_Q; j++) g[j] = post[own + (u64)j * AMR_B];
+                    float rm1, ux, uy, uz;
+                    moments(g, force[0], force[1], force[2], rm1, ux, uy, uz);
+                    equilibrium(rho_out - 1.0f, ux, uy, uz, eq);
+                    have_eq = true;
+                }
+                f[out] = eq[i];
+            } else {
+                float cu = 0.0f;
+                for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
+                cu = cu / (float)walls;
+                f[out] = post[own + (u64)opposite(i) * AMR_B] + 6.0f * lat_w(i) * cu;
+            }
+        } else if (link & AMR_COARSER) {
+            // ghost cell: stale until the next interpolation
+        } else if (solid[(u64)link * AMR_B + sc]) {
+            f[out] = post[own + (u64)opposite(i) * AMR_B];
+        } else {
+            f[out] = post[((u64)link * DEF_Q + i) * AMR_B + sc];
+        }
+    }
+}
+
+// Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
+// from level l - 1 (lbm.rs prolong): per axis quadratic through the parent cell and both its
+// neighbours where they hold data, else linear towards the fine centre, else constant;
+// non-equilibrium rescaled by tau_l / (2 tau_{l-1}). Where the parent cell is solid, the mean of
+// the fluid cells around it, or the rest state.
+extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    if (cmask[at] != CM_GHOST || solid[at]) return;
+    AMR_MESH;
+    float tf, tc, ff[3], fc[3];
+    amr_level(prm, l, tf, ff);
+    amr_level(prm, l - 1, tc, fc);
+    const float r = tf / (2.0f * tc);
+    const u32 p = parent[id];
+    int c[3];
+    amr_coords(cell, c);
+    int k[3] = {0, 0, 0}, side[3] = {0, 0, 0};
+    for (int a = 0; a < DEF_D; a++) {
+        k[a] = 2 * (pos[3 * (u64)id + a] & 1) + c[a] / 2;
+        side[a] = c[a] % 2 == 0 ? -1 : 1;
+    }
+    float out[DEF_Q];
+    const long long base_at = amr_cell_at(m, p, k, true);
+    if (base_at < 0) {
+        if (!amr_mean(m, f, p, k, 0, true, fc, ff, r, out)) {
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
+        }
+        amr_store(f, (long long)at, out);
+        return;
+    }
+    float base[DEF_Q];
+    amr_load(f, base_at, base);
+    AmrTaps taps;
+    taps_one(taps);
+    for (int a = 0; a < DEF_D; a++) {
+        int km[3] = {k[0], k[1], k[2]}, kp[3] = {k[0], k[1], k[2]}, ks[3] = {k[0], k[1], k[2]};
+        km[a] -= 1;
+        kp[a] += 1;
+        ks[a] += side[a];
+        const float s = 0.25f * (float)side[a];
+        if (amr_cell_at(m, p, km, true) >= 0 && amr_cell_at(m, p, kp, true) >= 0) {
+            taps_set(taps, a, 3, -1, s * (s - 1.0f) / 2.0f, 0, 1.0f - s * s, 1, s * (s + 1.0f) / 2.0f, 0, 0.0f);
+        } else if (amr_cell_at(m, p, ks, true) >= 0) {
+            taps_set(taps, a, 2, 0, 0.75f, side[a], 0.25f, 0, 0.0f, 0, 0.0f);
+        }
+    }
+    amr_tensor_sum(m, f, taps, p, k, true, base, fc, ff, r, out);
+    amr_store(f, (long long)at, out);
+}
+
+// Restrict the interface cells of level l (>= 1) into the parent-of-interface cells of level
+// l - 1 blocks `ids` (those that feed a coarser leaf; lbm.rs average): per axis (-1, 9, 9,
+// -1)/16 where all four fine cells hold data, one-sided (3/8, 3/4, -1/8) away from the stale
+// ghosts, else the plain average; rescaled by 2 tau_{l-1} / tau_l.
+extern "C" __global__ void amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    if (cmask[at] != CM_POI || solid[at]) return;
+    AMR_MESH;
+    float tf, tc, ff[3], fc[3];
+    amr_level(prm, l, tf, ff);
+    amr_level(prm, l - 1, tc, fc);
+    const float r = 2.0f * tc / tf;
+    int c[3];
+    amr_coords(cell, c);
+    u32 j = 0;
+    int f0[3] = {0, 0, 0};
+    for (int a = 0; a < DEF_D; a++) {
+        j |= (u32)(c[a] / 2) << a;
+        f0[a] = 2 * (c[a] % 2);
+    }
+    const u32 ch = child[id] + j;
+    AmrTaps taps;
+    taps_one(taps);
+    for (int a = 0; a < DEF_D; a++) {
+        int km[3] = {f0[0], f0[1], f0[2]}, kp[3] = {f0[0], f0[1], f0[2]};
+        km[a] -= 1;
+        kp[a] += 2;
+        const bool lo = amr_cell_at(m, ch, km, false) >= 0, hi = amr_cell_at(m, ch, kp, false) >= 0;
+        if (lo && hi) taps_set(taps, a, 4, -1, -1.0f / 16.0f, 0, 9.0f / 16.0f, 1, 9.0f / 16.0f, 2, -1.0f / 16.0f);
+        else if (hi) taps_set(taps, a, 3, 0, 0.375f, 1, 0.75f, 2, -0.125f, 0, 0.0f);
+        else if (lo) taps_set(taps, a, 3, -1, -0.125f, 0, 0.75f, 1, 0.375f, 0, 0.0f);
+        else taps_set(taps, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
+    }
+    float out[DEF_Q];
+    if (!amr_tensor_sum(m, f, taps, ch, f0, false, nullptr, ff, fc, r, out)) {
+        AmrTaps plain;
+        taps_plain(plain);
+        if (!amr_tensor_sum(m, f, plain, ch, f0, false, nullptr, ff, fc, r, out)) {
+            if (!amr_mean(m, f, ch, f0, 1, false, ff, fc, r, out)) return;
+        }
+    }
+    amr_store(f, (long long)at, out);
+}

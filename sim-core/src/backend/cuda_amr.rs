@@ -1,0 +1,341 @@
+//! Adaptive blocks on the CUDA backend (seed 004): the time stepping of [`AmrLbm`] on the GPU,
+//! `kernels/amr.cu`, with the collision and equilibria of `kernels/common.cuh` (the dense
+//! kernels' device functions).
+//!
+//! This slice moves the LBM on the forest to the GPU: ghost interpolation, collision, pull
+//! streaming with bounce-back, moving walls and outflows, and restriction, launched level by
+//! level in the recursive order of the CPU reference (level `l` runs `2^l` times per coarse
+//! step). The DDFs live on the device in `AmrLbm`'s layout, FP32, compiled without fused
+//! multiply-adds so that the kernels follow the CPU's arithmetic. The forest itself (marks,
+//! balance, links, masks) and the data transfer of an adaptation still run on the host: the
+//! solver copies the DDFs to the host, adapts there and uploads the new mesh and DDFs
+//! ([`AmrGpu::upload`]); moving those passes to device kernels is the next slice
+//! (docs/amr-gpu.md).
+
+use super::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
+use crate::amr::{block_mask, AmrLbm, BLOCK, MAX_LEVELS};
+use crate::collision::Collision;
+use crate::lattice::{Lat, Lattice};
+use crate::precision::Precision;
+use crate::schemes::Scheme;
+use crate::solver::SolverError;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+/// The block-LBM kernels.
+pub const AMR_CU: &str = include_str!("../../../kernels/amr.cu");
+
+/// Floats of the parameter table the kernels read: per level tau and force, then the walls'
+/// velocities and the outflow densities (see `kernels/amr.cu`).
+const PRM: usize = 4 * 16 + 18 + 6;
+
+/// Full source of the block kernels for a lattice.
+#[must_use]
+pub fn amr_source(lattice: Lattice) -> String {
+    let d = lattice.dims();
+    let cfg = KernelConfig {
+        lattice,
+        scheme: Scheme::OneStepPull,
+        precision: Precision::Fp32,
+        collision: Collision::Bgk,
+        force: true,
+        n: [BLOCK, BLOCK, if d == 3 { BLOCK } else { 1 }],
+        brick: [32, 1, 1],
+        rows: false,
+        ghost_block: 0,
+        boxed: false,
+        halo: 0,
+    };
+    format!("{}\n{}\n{}", defines(&cfg), COMMON_CUH, AMR_CU)
+}
+
+/// Compile the block kernels for `arch` (e.g. "sm_90"), without fused multiply-adds.
+///
+/// # Errors
+/// NVRTC missing, compile errors or warnings.
+pub fn compile_amr(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    compile_source(&amr_source(lattice), &format!("kernels/amr.cu for {lattice} on {arch}"), arch, false)
+}
+
+/// Device bytes of a forest of `capacity` blocks: two FP32 copies of the DDFs, the cell masks
+/// and obstacle flags, the links and the block arrays.
+#[must_use]
+pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
+    let d = lattice.dims();
+    let b = BLOCK.pow(d as u32);
+    let nd = 3usize.pow(d as u32);
+    (capacity * (2 * lattice.q() * b * 4 + 2 * b + nd * 4 + 3 * 4 + 2 * 4 + 4)) as u64
+}
+
+/// Which launch lists a level has: all its active blocks, those next to a coarser level
+/// (ghost interpolation), those whose cells feed a coarser leaf (restriction).
+#[derive(Clone, Copy, Default)]
+struct Lists {
+    all: (usize, usize),
+    near_coarser: (usize, usize),
+    feeds: (usize, usize),
+}
+
+/// The forest's LBM state on one GPU.
+pub struct AmrGpu {
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    collide: CudaFunction,
+    stream_k: CudaFunction,
+    interpolate: CudaFunction,
+    average: CudaFunction,
+    device: String,
+    capacity: usize,
+    pos: CudaSlice<i32>,
+    parent: CudaSlice<u32>,
+    child: CudaSlice<u32>,
+    nbr: CudaSlice<u32>,
+    cmask: CudaSlice<u8>,
+    solid: CudaSlice<u8>,
+    f: CudaSlice<f32>,
+    post: CudaSlice<f32>,
+    prm: CudaSlice<f32>,
+    prm_host: Vec<f32>,
+    lists: CudaSlice<u32>,
+    levels: Vec<Lists>,
+    root: [i32; 3],
+}
+
+impl AmrGpu {
+    /// Open device 0, compile the kernels for `lattice` and allocate a forest of `capacity`
+    /// blocks (all of it now: the mesh never reallocates).
+    ///
+    /// # Errors
+    /// No CUDA device or NVRTC, compile errors, or a capacity the device memory cannot hold
+    /// (the message gives the bytes needed and what to change).
+    pub fn new(lattice: Lattice, capacity: usize) -> Result<AmrGpu, SolverError> {
+        super::cuda::probe().map_err(SolverError::Backend)?;
+        let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
+        let dev = device_info(&ctx).map_err(SolverError::Backend)?;
+        let need = device_bytes(lattice, capacity);
+        if need as f64 > dev.mem.0 as f64 * 0.95 {
+            return Err(SolverError::Backend(format!(
+                "out of GPU memory: adaptive blocks of {lattice} with amr.capacity = {capacity} blocks need {:.2} GB, but {} has {:.2} GB free; lower amr.capacity (or amr.max_level)",
+                need as f64 / 1e9,
+                dev.name,
+                dev.mem.0 as f64 / 1e9
+            )));
+        }
+        let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
+        let ptx = compile_amr(lattice, &arch).map_err(SolverError::Backend)?;
+        let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
+        let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
+        let (collide, stream_k, interpolate, average) = (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
+        let stream = ctx.default_stream();
+        let d = lattice.dims();
+        let b = BLOCK.pow(d as u32);
+        let nd = 3usize.pow(d as u32);
+        let q = lattice.q();
+        let a = derr("allocating the block forest");
+        Ok(AmrGpu {
+            pos: stream.alloc_zeros::<i32>(3 * capacity).map_err(&a)?,
+            parent: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
+            child: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
+            nbr: stream.alloc_zeros::<u32>(nd * capacity).map_err(&a)?,
+            cmask: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
+            solid: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
+            f: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
+            post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
+            prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
+            prm_host: Vec::new(),
+            lists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
+            levels: Vec::new(),
+            root: [1; 3],
+            _ctx: ctx,
+            stream,
+            _module: module,
+            collide,
+            stream_k,
+            interpolate,
+            average,
+            device: dev.name,
+            capacity,
+        })
+    }
+
+    /// The device's name.
+    #[must_use]
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// Copy the forest (block arrays, links, masks, obstacles, launch lists) and the DDFs of a
+    /// solver to the device.
+    ///
+    /// # Errors
+    /// A forest of another capacity; CUDA errors.
+    pub fn upload<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        let forest = lbm.forest();
+        let c = forest.capacity();
+        if c != self.capacity {
+            return Err(SolverError::Backend(format!("the forest holds {c} blocks, the device arrays {}", self.capacity)));
+        }
+        let nd = forest.dirs();
+        let b = forest.cells_per_block();
+        let mut pos = vec![0i32; 3 * c];
+        let mut parent = vec![crate::amr::NONE; c];
+        let mut child = vec![crate::amr::NONE; c];
+        let mut nbr = vec![crate::amr::NONE; nd * c];
+        let mut cmask = vec![0u8; b * c];
+        for &id in forest.active_ids() {
+            let i = id as usize;
+            pos[3 * i..3 * i + 3].copy_from_slice(&forest.pos(id));
+            parent[i] = forest.parent(id);
+            child[i] = forest.first_child(id);
+            for d in 0..nd {
+                nbr[i * nd + d] = forest.nbr_raw(id, d);
+            }
+            cmask[i * b..(i + 1) * b].copy_from_slice(forest.cell_masks(id));
+        }
+        let solid: Vec<u8> = lbm.solid_flags().iter().map(|&s| u8::from(s)).collect();
+        let mut lists = Vec::new();
+        self.levels.clear();
+        for l in 0..=forest.finest_level() {
+            let ids = forest.level_ids(l);
+            let push = |v: &mut Vec<u32>, it: &mut dyn Iterator<Item = u32>| {
+                let start = v.len();
+                v.extend(it);
+                (start, v.len() - start)
+            };
+            let all = push(&mut lists, &mut ids.iter().copied());
+            let near_coarser =
+                push(&mut lists, &mut ids.iter().copied().filter(|&id| forest.block_mask(id) & block_mask::NEAR_COARSER != 0));
+            let feeds = push(&mut lists, &mut ids.iter().copied().filter(|&id| forest.block_mask(id) & block_mask::FEEDS != 0));
+            self.levels.push(Lists { all, near_coarser, feeds });
+        }
+        if lists.is_empty() {
+            lists.push(0);
+        }
+        let r = forest.root();
+        self.root = [r[0] as i32, r[1] as i32, r[2] as i32];
+        let s = &self.stream;
+        let up = derr("uploading the block forest");
+        s.memcpy_htod(&pos, &mut self.pos).map_err(&up)?;
+        s.memcpy_htod(&parent, &mut self.parent).map_err(&up)?;
+        s.memcpy_htod(&child, &mut self.child).map_err(&up)?;
+        s.memcpy_htod(&nbr, &mut self.nbr).map_err(&up)?;
+        s.memcpy_htod(&cmask, &mut self.cmask).map_err(&up)?;
+        s.memcpy_htod(&solid, &mut self.solid).map_err(&up)?;
+        s.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(&up)?;
+        self.lists = s.clone_htod(&lists).map_err(&up)?;
+        Ok(())
+    }
+
+    /// Copy the device's DDFs into a solver (waits for the steps launched so far).
+    ///
+    /// # Errors
+    /// A solver of another capacity; CUDA errors.
+    pub fn download<L: Lat>(&self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+        let out = lbm.raw_ddfs_mut();
+        if out.len() != self.f.len() {
+            return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
+        }
+        self.stream.memcpy_dtoh(&self.f, out).map_err(derr("reading the DDFs"))
+    }
+
+    /// Wait for the launched steps.
+    ///
+    /// # Errors
+    /// CUDA errors (a failed kernel shows here).
+    pub fn synchronize(&self) -> Result<(), SolverError> {
+        self.stream.synchronize().map_err(derr("running the block kernels"))
+    }
+
+    /// The parameter table of a solver's relaxation times, forces and boundaries.
+    fn params_of<L: Lat>(lbm: &AmrLbm<L>) -> Vec<f32> {
+        let mut p = vec![0.0f32; PRM];
+        for l in 0..=MAX_LEVELS {
+            p[4 * usize::from(l)] = lbm.tau(l);
+            let f = lbm.force(l);
+            p[4 * usize::from(l) + 1..4 * usize::from(l) + 4].copy_from_slice(&f);
+        }
+        let (walls, outflow) = lbm.boundaries();
+        for (k, w) in walls.iter().enumerate() {
+            p[64 + 3 * k..64 + 3 * k + 3].copy_from_slice(w);
+        }
+        for (k, o) in outflow.iter().enumerate() {
+            p[82 + k] = o.unwrap_or(f32::NAN);
+        }
+        p
+    }
+
+    /// Launch one coarse step of a solver whose forest and DDFs are on the device (after
+    /// [`Self::upload`]); its relaxation times, forces and boundaries are read now. Returns at
+    /// once (the kernels run in order on the device's stream).
+    ///
+    /// # Errors
+    /// CUDA launch errors.
+    pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        let p = Self::params_of(lbm);
+        if p.iter().map(|x| x.to_bits()).ne(self.prm_host.iter().map(|x| x.to_bits())) {
+            self.stream.memcpy_htod(&p, &mut self.prm).map_err(derr("uploading the level parameters"))?;
+            self.prm_host = p;
+        }
+        self.step_level(0, L::D)
+    }
+
+    fn step_level(&mut self, l: usize, dims: usize) -> Result<(), SolverError> {
+        let finer = l + 1 < self.levels.len();
+        if finer {
+            self.launch(Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims)?;
+        }
+        self.launch(Kernel::Collide, l, self.levels[l].all, dims)?;
+        self.launch(Kernel::Stream, l, self.levels[l].all, dims)?;
+        if finer {
+            self.step_level(l + 1, dims)?;
+            self.step_level(l + 1, dims)?;
+            self.launch(Kernel::Average, l + 1, self.levels[l].feeds, dims)?;
+        }
+        Ok(())
+    }
+
+    fn launch(&mut self, k: Kernel, l: usize, (off, count): (usize, usize), dims: usize) -> Result<(), SolverError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let cells = count * BLOCK.pow(dims as u32);
+        let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let ids = self.lists.slice(off..off + count);
+        let (count, l) = (count as u32, l as u32);
+        let s = &self.stream;
+        let mut b = match k {
+            Kernel::Collide => s.launch_builder(&self.collide),
+            Kernel::Stream => s.launch_builder(&self.stream_k),
+            Kernel::Interpolate => s.launch_builder(&self.interpolate),
+            Kernel::Average => s.launch_builder(&self.average),
+        };
+        b.arg(&ids).arg(&count).arg(&l).arg(&self.prm);
+        match k {
+            Kernel::Collide => {
+                b.arg(&self.child).arg(&self.cmask).arg(&self.solid).arg(&self.f).arg(&mut self.post);
+            }
+            Kernel::Stream => {
+                b.arg(&self.root[0]).arg(&self.root[1]).arg(&self.root[2]);
+                b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+                b.arg(&self.post).arg(&mut self.f);
+            }
+            Kernel::Interpolate | Kernel::Average => {
+                b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+                b.arg(&mut self.f);
+            }
+        }
+        // SAFETY: the arguments match the kernels' signatures in kernels/amr.cu; the lists hold
+        // IDs below the capacity every array was allocated for; threads past count * B return.
+        unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kernel {
+    Collide,
+    Stream,
+    Interpolate,
+    Average,
+}
