@@ -234,6 +234,7 @@ extern "C" __global__ void amr_stream(const u32* __restrict__ ids, const u32 cou
     amr_level(prm, l, tau, force);
     bool have_eq = false;
     float eq[DEF_Q];
+#pragma unroll
     for (int i = 0; i < DEF_Q; i++) {
         const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
         int e[3] = {0, 0, 0}, s[3] = {0, 0, 0};

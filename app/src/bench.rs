@@ -48,10 +48,15 @@ pub struct BenchArgs {
     /// each --tau (and uncompressed with --raw); time split per step, ratio, memory, NMSE.
     #[arg(long, value_name = "SCENE", conflicts_with = "compress")]
     pub subgrids: Option<PathBuf>,
+    /// Adaptive-blocks bench instead: run this scene (with `[amr]`) on --backend after --steps
+    /// warm-up steps for --seconds; MLUPS counted as seed 004 counts them, time in refinement,
+    /// leaves per level, updates against the uniform finest grid.
+    #[arg(long, value_name = "SCENE", conflicts_with_all = ["compress", "subgrids"])]
+    pub amr: Option<PathBuf>,
     /// With --subgrids: also run the uncompressed subgrid path (time baseline, NMSE reference).
     #[arg(long, requires = "subgrids")]
     pub raw: bool,
-    /// Override a scene key for --compress / --subgrids, e.g. --set domain.size=[384,128,128].
+    /// Override a scene key for --compress / --subgrids / --amr, e.g. --set domain.size=[384,128,128].
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Steps to run the scene before compressing (--compress).
@@ -114,8 +119,15 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = a.tau.iter().find(|t| !t.is_finite() || **t < 0.0) {
         bail!("--tau {bad}: thresholds must be finite and >= 0");
     }
+    if let Some(scene) = &a.amr {
+        if !a.tau.is_empty() {
+            bail!("--tau goes with --compress SCENE or --subgrids SCENE, not --amr");
+        }
+        crate::bench_amr::bench_amr(scene, &a.set, a.backend, a.steps, a.seconds, a.csv.as_ref())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if (!a.set.is_empty() || !a.tau.is_empty()) && a.compress.is_none() && a.subgrids.is_none() {
-        bail!("--set and --tau go with --compress SCENE or --subgrids SCENE");
+        bail!("--set and --tau go with --compress SCENE, --subgrids SCENE or --amr SCENE");
     }
     if let Some(scene) = &a.subgrids {
         let taus = if a.tau.is_empty() && !a.raw { vec![1e-6] } else { a.tau.clone() };

@@ -92,17 +92,30 @@ pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<
     use sim_core::backend::{cuda, cuda_multi, cuda_subgrid};
     let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed);
     if ls.scene.amr.enabled {
-        // Adaptive blocks run on the CPU for now (the CUDA port is issue 7's next slice).
-        let why = "adaptive blocks (amr.enabled = true) run on the CPU backend for now";
+        // Adaptive blocks: the steps on one GPU (the forest adapts on the host), or the CPU.
         if gpus > 1 {
-            bail!("--gpus {gpus}: {why}; use --gpus 1 or set amr.enabled = false");
+            bail!("--gpus {gpus}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false");
         }
-        match backend {
-            BackendChoice::Cuda => bail!("--backend cuda: {why}; use --backend cpu (or auto) or set amr.enabled = false"),
-            BackendChoice::Auto => eprintln!("note: {why}"),
-            BackendChoice::Cpu => {}
-        }
-        return Ok(cpu::from_scene(ls)?);
+        return match backend {
+            BackendChoice::Cpu => Ok(cpu::from_scene(ls)?),
+            BackendChoice::Cuda => match sim_core::amr::solver::from_scene_cuda(ls) {
+                Ok(s) => Ok(s),
+                Err(e) => bail!("--backend cuda: {e}"),
+            },
+            BackendChoice::Auto => match cuda::probe() {
+                Err(why) => {
+                    eprintln!("note: {why}; running on the CPU backend");
+                    Ok(cpu::from_scene(ls)?)
+                }
+                Ok(_) => match sim_core::amr::solver::from_scene_cuda(ls) {
+                    Ok(s) => Ok(s),
+                    Err(e) => {
+                        eprintln!("note: the CUDA backend could not start ({e}); running on the CPU backend");
+                        Ok(cpu::from_scene(ls)?)
+                    }
+                },
+            },
+        };
     }
     if gpus > 1 {
         if backend == BackendChoice::Cpu {

@@ -1,6 +1,8 @@
-//! Adaptive blocks behind the [`Solver`] seam (CPU): a scene with `[amr] enabled = true` runs
+//! Adaptive blocks behind the [`Solver`] seam: a scene with `[amr] enabled = true` runs
 //! [`AmrLbm`] on a forest over `domain.size`, adapted every `amr.interval` coarse steps to the
-//! criterion, and shows the world the grid of its finest level.
+//! criterion, and shows the world the grid of its finest level. [`from_scene_cuda`] runs the
+//! time steps on the GPU ([`AmrGpu`], the same arithmetic: identical results) while the forest
+//! adapts on the host.
 //!
 //! # How a scene maps onto the forest
 //! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
@@ -21,6 +23,7 @@
 use super::criterion::{Criterion, Field, NearWall, ObstacleSums};
 use super::forest::{AmrError, BlockForest, ForestConfig, BLOCK, NONE};
 use super::lbm::{AmrLbm, CellRef};
+use crate::backend::cuda_amr::AmrGpu;
 use crate::checkpoint::Checkpoint;
 use crate::domain::{id_of, kind, kind_of, Domain};
 use crate::lattice::{Lat, Lattice, D2Q9, D3Q19, D3Q27};
@@ -148,6 +151,26 @@ pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
     }
 }
 
+/// The same solver with its time stepping on the GPU ([`AmrGpu`]): the forest is built and
+/// adapted on the host, the steps run on device 0.
+///
+/// # Errors
+/// Scene errors as [`from_scene`]; no CUDA device, or a capacity the device cannot hold.
+pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
+    fn on_gpu<L: Lat>(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
+        crate::backend::cuda::probe().map_err(SolverError::Backend)?;
+        let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
+        s.gpu = Some(AmrGpu::new(L::KIND, s.lbm.forest().capacity())?);
+        s.gpu_dirty = true;
+        Ok(Box::new(s))
+    }
+    match ls.derived.lattice {
+        Lattice::D2Q9 => on_gpu::<D2Q9>(ls),
+        Lattice::D3Q19 => on_gpu::<D3Q19>(ls),
+        Lattice::D3Q27 => on_gpu::<D3Q27>(ls),
+    }
+}
+
 /// Which solver setting each domain face carries.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum FaceRole {
@@ -174,6 +197,11 @@ pub struct AmrSolver<L: Lat> {
     near_wall_level: u8,
     /// The obstacles for near-wall refinement (prefix sums over the finest grid).
     obstacle_sums: ObstacleSums,
+    /// The time stepping on the GPU, if this run has it; `lbm` then holds the forest and a
+    /// copy of the DDFs that is current after every [`Solver::step`] call.
+    gpu: Option<AmrGpu>,
+    /// Whether the host changed the forest or the DDFs since the last upload.
+    gpu_dirty: bool,
 }
 
 impl<L: Lat> AmrSolver<L> {
@@ -254,6 +282,8 @@ impl<L: Lat> AmrSolver<L> {
             info: AmrInfo::default(),
             near_wall_level,
             obstacle_sums,
+            gpu: None,
+            gpu_dirty: false,
         };
         s.apply_boundaries();
         s.install_solids();
@@ -320,6 +350,53 @@ impl<L: Lat> AmrSolver<L> {
         };
         self.info.adaptations += 1;
         self.info.adapt_secs += t.elapsed().as_secs_f64();
+        self.gpu_dirty = true;
+    }
+
+    /// [`Solver::step`] on the GPU: upload what the host changed, launch the coarse steps,
+    /// adapt on the host when due (the DDFs come back for it and go out again with the new
+    /// forest: counted as time in refinement), and copy the DDFs back at the end so that
+    /// fields, stats and checkpoints read the current state.
+    fn step_gpu(&mut self, steps: u64) -> Result<(), SolverError> {
+        let Some(mut gpu) = self.gpu.take() else {
+            return Ok(());
+        };
+        let r = self.step_on(&mut gpu, steps);
+        self.gpu = Some(gpu);
+        r
+    }
+
+    fn step_on(&mut self, gpu: &mut AmrGpu, steps: u64) -> Result<(), SolverError> {
+        let mut t = Instant::now();
+        let mut synced = true;
+        for _ in 0..steps {
+            if self.gpu_dirty {
+                let u = Instant::now();
+                gpu.upload(&self.lbm)?;
+                gpu.synchronize()?;
+                self.info.adapt_secs += u.elapsed().as_secs_f64();
+                self.gpu_dirty = false;
+                t = Instant::now();
+            }
+            gpu.step(&self.lbm)?;
+            synced = false;
+            self.lbm.set_time(self.lbm.time() + 1);
+            if self.crit.due(self.lbm.time()) {
+                gpu.synchronize()?;
+                self.info.step_secs += t.elapsed().as_secs_f64();
+                let u = Instant::now();
+                gpu.download(&mut self.lbm)?;
+                self.info.adapt_secs += u.elapsed().as_secs_f64();
+                synced = true;
+                self.adapt();
+                t = Instant::now();
+            }
+        }
+        if !synced {
+            gpu.download(&mut self.lbm)?;
+            self.info.step_secs += t.elapsed().as_secs_f64();
+        }
+        Ok(())
     }
 
     /// The current forest's numbers for [`AmrInfo`].
@@ -464,10 +541,17 @@ const CKPT_MAGIC: &[u8; 8] = b"ESOAMR01";
 impl<L: Lat> Solver for AmrSolver<L> {
     fn info(&self) -> SolverInfo {
         let f = self.lbm.forest();
-        let memory = (f.capacity() * f.cells_per_block() * (2 * L::Q * 4 + 1)) as u64;
+        let memory = match &self.gpu {
+            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, f.capacity()),
+            None => (f.capacity() * f.cells_per_block() * (2 * L::Q * 4 + 1)) as u64,
+        };
+        let (backend, device) = match &self.gpu {
+            Some(g) => ("cuda", g.device().to_string()),
+            None => ("cpu", "CPU".to_string()),
+        };
         SolverInfo {
-            backend: "cpu",
-            device: format!("CPU, adaptive blocks: {} leaves on levels 0-{}", f.leaves().len(), self.max_level),
+            backend,
+            device: format!("{device}, adaptive blocks: {} leaves on levels 0-{}", f.leaves().len(), self.max_level),
             lattice: L::KIND,
             scheme: crate::schemes::Scheme::EsotericPull,
             precision: Precision::Fp32,
@@ -487,6 +571,9 @@ impl<L: Lat> Solver for AmrSolver<L> {
     }
 
     fn step(&mut self, steps: u64) -> Result<(), SolverError> {
+        if self.gpu.is_some() {
+            return self.step_gpu(steps);
+        }
         for _ in 0..steps {
             let t = Instant::now();
             self.lbm.step();
@@ -707,6 +794,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
         self.params = c.params.clone();
         self.apply_boundaries();
         self.install_solids();
+        self.gpu_dirty = true;
         Ok(())
     }
 

@@ -100,6 +100,21 @@ pub struct AmrGpu {
     lists: CudaSlice<u32>,
     levels: Vec<Lists>,
     root: [i32; 3],
+    /// Developer knob `ESOFLOW_AMR_PROFILE=1`: seconds and launches per kernel (collide,
+    /// stream, interpolate, average), each launch waited for; printed when dropped.
+    profile: Option<[(f64, u64); 4]>,
+}
+
+impl Drop for AmrGpu {
+    fn drop(&mut self) {
+        if let Some(p) = self.profile {
+            let names = ["collide", "stream", "interpolate", "average"];
+            let total: f64 = p.iter().map(|x| x.0).sum();
+            for (n, (t, c)) in names.iter().zip(p) {
+                eprintln!("amr kernel {n:12} {:9.3} s {:5.1} % {c:8} launches", t, 100.0 * t / total.max(1e-12));
+            }
+        }
+    }
 }
 
 impl AmrGpu {
@@ -126,7 +141,8 @@ impl AmrGpu {
         let ptx = compile_amr(lattice, &arch).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
-        let (collide, stream_k, interpolate, average) = (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
+        let (collide, stream_k, interpolate, average) =
+            (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
         let stream = ctx.default_stream();
         let d = lattice.dims();
         let b = BLOCK.pow(d as u32);
@@ -147,6 +163,7 @@ impl AmrGpu {
             lists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
             levels: Vec::new(),
             root: [1; 3],
+            profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
             _ctx: ctx,
             stream,
             _module: module,
@@ -325,9 +342,20 @@ impl AmrGpu {
                 b.arg(&mut self.f);
             }
         }
+        let t0 = if self.profile.is_some() {
+            self.stream.synchronize().map_err(derr("running the block kernels"))?;
+            Some(std::time::Instant::now())
+        } else {
+            None
+        };
         // SAFETY: the arguments match the kernels' signatures in kernels/amr.cu; the lists hold
         // IDs below the capacity every array was allocated for; threads past count * B return.
         unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
+        if let (Some(t0), Some(p)) = (t0, self.profile.as_mut()) {
+            self.stream.synchronize().map_err(derr("running the block kernels"))?;
+            p[k as usize].0 += t0.elapsed().as_secs_f64();
+            p[k as usize].1 += 1;
+        }
         Ok(())
     }
 }
