@@ -91,31 +91,8 @@ pub fn set_gpus(n: u32) {
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
     use sim_core::backend::{cuda, cuda_multi, cuda_subgrid};
     let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed);
-    if ls.scene.amr.enabled {
-        // Adaptive blocks: the steps on one GPU (the forest adapts on the host), or the CPU.
-        if gpus > 1 {
-            bail!("--gpus {gpus}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false");
-        }
-        return match backend {
-            BackendChoice::Cpu => Ok(cpu::from_scene(ls)?),
-            BackendChoice::Cuda => match sim_core::amr::solver::from_scene_cuda(ls) {
-                Ok(s) => Ok(s),
-                Err(e) => bail!("--backend cuda: {e}"),
-            },
-            BackendChoice::Auto => match cuda::probe() {
-                Err(why) => {
-                    eprintln!("note: {why}; running on the CPU backend");
-                    Ok(cpu::from_scene(ls)?)
-                }
-                Ok(_) => match sim_core::amr::solver::from_scene_cuda(ls) {
-                    Ok(s) => Ok(s),
-                    Err(e) => {
-                        eprintln!("note: the CUDA backend could not start ({e}); running on the CPU backend");
-                        Ok(cpu::from_scene(ls)?)
-                    }
-                },
-            },
-        };
+    if ls.scene.amr.enabled && gpus > 1 {
+        bail!("--gpus {gpus}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false");
     }
     if gpus > 1 {
         if backend == BackendChoice::Cpu {
@@ -135,9 +112,12 @@ pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<
             Err(e) => bail!("--gpus {gpus}: {e}"),
         };
     }
-    // The CUDA solver the scene asks for: compressed subgrids or the dense grid.
+    // The CUDA solver the scene asks for: adaptive blocks (their steps on the GPU, the forest
+    // adapting on the host), compressed subgrids or the dense grid.
     let on_gpu = || -> Result<Box<dyn Solver>, sim_core::SolverError> {
-        if ls.scene.compression.enabled {
+        if ls.scene.amr.enabled {
+            sim_core::amr::solver::from_scene_cuda(ls)
+        } else if ls.scene.compression.enabled {
             Ok(Box::new(cuda_subgrid::from_scene(ls)?))
         } else {
             Ok(Box::new(cuda::CudaSolver::from_scene(ls)?))
