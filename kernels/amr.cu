@@ -31,6 +31,16 @@
 #define AMR_WALLS 64
 #define AMR_OUTFLOW 82
 
+// Which cells hold data for interpolation and restriction (amr_cell_at): AMR_OK_MASKS by the
+// masks (stepping), AMR_OK_FLUID every fluid cell (the old children of a block being
+// coarsened), AMR_OK_VALID the `valid` flags (refreshing exposed cells after an adaptation),
+// AMR_OK_FRESH every fluid cell of a block flagged in `fresh` (the parents just refined, whose
+// cells held leaf data a moment ago) and the masks elsewhere.
+#define AMR_OK_MASKS 0
+#define AMR_OK_FLUID 1
+#define AMR_OK_VALID 2
+#define AMR_OK_FRESH 3
+
 struct AmrMesh {
     const int* pos;
     const u32* parent;
@@ -38,6 +48,9 @@ struct AmrMesh {
     const u32* nbr;
     const unsigned char* cmask;
     const unsigned char* solid;
+    int ok;
+    const unsigned char* valid;
+    const unsigned char* fresh;
 };
 
 __device__ __forceinline__ int amr_floor4(int k) { return k >= 0 ? k / 4 : (k - 3) / 4; }
@@ -72,6 +85,8 @@ __device__ __forceinline__ long long amr_cell_at(const AmrMesh& m, u32 p, const 
     const long long at = amr_locate(m, p, k);
     if (at < 0 || m.solid[at]) return -1;
     const u32 n = (u32)(at / AMR_B);
+    if (m.ok == AMR_OK_FLUID || (m.ok == AMR_OK_FRESH && m.fresh[n])) return at;
+    if (m.ok == AMR_OK_VALID) return m.valid[at] ? at : -1;
     const int mk = m.cmask[at];
     const bool ok = m.child[n] == AMR_NONE ? (ghosts || mk != CM_GHOST) : (mk == CM_POG || mk == CM_POI);
     return ok ? at : -1;
@@ -190,7 +205,7 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 }
 
 #define AMR_ARGS const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid
-#define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid}
+#define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr}
 
 // Collide the cells of level l's blocks `ids` that are stepped or collided (leaves: every fluid
 // cell; non-leaves: parent-of-ghost and parent-of-interface cells) from f into post.
@@ -295,34 +310,30 @@ extern "C" __global__ void amr_stream(const u32* __restrict__ ids, const u32 cou
 // neighbours where they hold data, else linear towards the fine centre, else constant;
 // non-equilibrium rescaled by tau_l / (2 tau_{l-1}). Where the parent cell is solid, the mean of
 // the fluid cells around it, or the rest state.
-extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)count * AMR_B) return;
-    const u32 id = ids[t / AMR_B];
-    const int cell = (int)(t % AMR_B);
-    const u64 at = (u64)id * AMR_B + cell;
-    if (cmask[at] != CM_GHOST || solid[at]) return;
-    AMR_MESH;
+// The DDFs of cell `cell` of block id (level l >= 1) interpolated from its parent's level
+// (lbm.rs prolong): per axis quadratic through the parent cell and both its neighbours where
+// they hold data, else linear towards the fine centre, else constant; non-equilibrium rescaled
+// by tau_l / (2 tau_{l-1}). Where the parent cell has no data, the mean of the cells around it
+// that have, or the rest state.
+__device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 l, u32 id, int cell, float* out) {
     float tf, tc, ff[3], fc[3];
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = tf / (2.0f * tc);
-    const u32 p = parent[id];
+    const u32 p = m.parent[id];
     int c[3];
     amr_coords(cell, c);
     int k[3] = {0, 0, 0}, side[3] = {0, 0, 0};
     for (int a = 0; a < DEF_D; a++) {
-        k[a] = 2 * (pos[3 * (u64)id + a] & 1) + c[a] / 2;
+        k[a] = 2 * (m.pos[3 * (u64)id + a] & 1) + c[a] / 2;
         side[a] = c[a] % 2 == 0 ? -1 : 1;
     }
-    float out[DEF_Q];
     const long long base_at = amr_cell_at(m, p, k, true);
     if (base_at < 0) {
         if (!amr_mean(m, f, p, k, 0, true, fc, ff, r, out)) {
 #pragma unroll
             for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
         }
-        amr_store(f, (long long)at, out);
         return;
     }
     float base[DEF_Q];
@@ -342,7 +353,44 @@ extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u3
         }
     }
     amr_tensor_sum(m, f, taps, p, k, true, base, fc, ff, r, out);
+}
+
+// Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
+// from level l - 1 (amr_prolong).
+extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    if (cmask[at] != CM_GHOST || solid[at]) return;
+    AMR_MESH;
+    float out[DEF_Q];
+    amr_prolong(m, f, prm, l, id, cell, out);
     amr_store(f, (long long)at, out);
+}
+
+// The restriction of cell `cell` of block id (level lc) from its children with the plain
+// average (rescaled by 2 tau_lc / tau_{lc+1}), else the mean of its fine cells that hold data.
+// False if none does.
+__device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 lc, u32 id, int cell, float* out) {
+    float tf, tc, ff[3], fc[3];
+    amr_level(prm, lc + 1, tf, ff);
+    amr_level(prm, lc, tc, fc);
+    const float r = 2.0f * tc / tf;
+    int c[3];
+    amr_coords(cell, c);
+    u32 j = 0;
+    int f0[3] = {0, 0, 0};
+    for (int a = 0; a < DEF_D; a++) {
+        j |= (u32)(c[a] / 2) << a;
+        f0[a] = 2 * (c[a] % 2);
+    }
+    const u32 ch = m.child[id] + j;
+    AmrTaps plain;
+    taps_plain(plain);
+    if (amr_tensor_sum(m, f, plain, ch, f0, false, nullptr, ff, fc, r, out)) return true;
+    return amr_mean(m, f, ch, f0, 1, false, ff, fc, r, out);
 }
 
 // Restrict the interface cells of level l (>= 1) into the parent-of-interface cells of level
@@ -384,11 +432,187 @@ extern "C" __global__ void amr_average(const u32* __restrict__ ids, const u32 co
     }
     float out[DEF_Q];
     if (!amr_tensor_sum(m, f, taps, ch, f0, false, nullptr, ff, fc, r, out)) {
-        AmrTaps plain;
-        taps_plain(plain);
-        if (!amr_tensor_sum(m, f, plain, ch, f0, false, nullptr, ff, fc, r, out)) {
-            if (!amr_mean(m, f, ch, f0, 1, false, ff, fc, r, out)) return;
-        }
+        if (!amr_restrict_plain(m, f, prm, l - 1, id, cell, out)) return;
     }
     amr_store(f, (long long)at, out);
+}
+
+// ---- Adaptation: the criterion and the data transfer (lbm.rs block_max_of_gradient,
+// adapt_to, refresh_exposed). The forest's mesh passes still run on the host; these kernels
+// keep the DDFs on the device through an adaptation.
+
+// Block maximum of |vorticity| (q_crit = 0) or of the Q criterion (q_crit = 1) over the fluid
+// cells of every leaf among `ids` (one thread block of B threads per listed block), per unit
+// time of level 0, with velocity differences inside the block (central, one-sided at its
+// faces; solid cells at rest). Non-leaves get 0.
+extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 q_crit, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const float* __restrict__ f, float* __restrict__ out) {
+    __shared__ float u[3][AMR_B];
+    __shared__ float best[AMR_B];
+    const u32 id = ids[blockIdx.x];
+    const int cell = (int)threadIdx.x;
+    if (child[id] != AMR_NONE) {
+        if (cell == 0) out[id] = 0.0f;
+        return;
+    }
+    const u32 l = level[id];
+    float tau, force[3];
+    amr_level(prm, l, tau, force);
+    const u64 at = (u64)id * AMR_B + cell;
+    const bool fluid = !solid[at];
+    if (fluid) {
+        float g[DEF_Q], rm1;
+        amr_load(f, (long long)at, g);
+        moments(g, force[0], force[1], force[2], rm1, u[0][cell], u[1][cell], u[2][cell]);
+    } else {
+        u[0][cell] = 0.0f;
+        u[1][cell] = 0.0f;
+        u[2][cell] = 0.0f;
+    }
+    __syncthreads();
+    float v = 0.0f;
+    if (fluid) {
+        const float scale = (float)(1u << l);
+        int c[3];
+        amr_coords(cell, c);
+        float g[3][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
+        for (int a = 0; a < DEF_D; a++) {
+            int lo[3] = {c[0], c[1], c[2]}, hi[3] = {c[0], c[1], c[2]};
+            lo[a] = max(c[a] - 1, 0);
+            hi[a] = min(c[a] + 1, 3);
+            const float d = (float)(hi[a] - lo[a]);
+            const int cl = amr_cell(lo[0], lo[1], lo[2]), ch = amr_cell(hi[0], hi[1], hi[2]);
+            for (int k = 0; k < 3; k++) g[a][k] = (u[k][ch] - u[k][cl]) / d * scale;
+        }
+        if (q_crit) {
+            float s2 = 0.0f, o2 = 0.0f;
+            for (int a = 0; a < 3; a++) {
+                for (int b = 0; b < 3; b++) {
+                    const float sv = 0.5f * (g[a][b] + g[b][a]), ov = 0.5f * (g[a][b] - g[b][a]);
+                    s2 += sv * sv;
+                    o2 += ov * ov;
+                }
+            }
+            v = 0.5f * (o2 - s2);
+        } else {
+            const float w0 = g[1][2] - g[2][1], w1 = g[2][0] - g[0][2], w2 = g[0][1] - g[1][0];
+            v = sqrtf(w0 * w0 + w1 * w1 + w2 * w2);
+        }
+    }
+    best[cell] = fmaxf(0.0f, v);
+    __syncthreads();
+    for (int h = AMR_B / 2; h > 0; h >>= 1) {
+        if (cell < h) best[cell] = fmaxf(best[cell], best[cell + h]);
+        __syncthreads();
+    }
+    if (cell == 0) out[id] = best[0];
+}
+
+// Operations of amr_transfer, run in this order by AmrGpu::transfer around the host's mesh
+// update (each over its own list of blocks, one thread per (block, cell)):
+#define XF_VALID 0       // old mesh, every active block: whether each cell holds current data
+#define XF_COARSEN 1     // old mesh, blocks being coarsened: every cell from its old children
+#define XF_NEW 2         // new mesh, new children: interpolated from their parent's level
+#define XF_MASS 3        // new mesh, refined blocks: children shifted to the parent cell's mass
+#define XF_CURRENT 4     // coarsened blocks and new children: every cell holds current data
+#define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again
+#define XF_LEAF_MARK 6   // the same cells marked current (a pass of its own: XF_LEAF reads flags)
+#define XF_PARENT 7      // non-leaves: stale stepped or averaged cells from their children
+
+extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, float* f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    const int mk = cmask[at];
+    const bool leaf = child[id] == AMR_NONE;
+    const u32 l = level[id];
+    AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, valid, fresh};
+    float out[DEF_Q];
+    switch (op) {
+    case XF_VALID:
+        valid[at] = leaf ? mk != CM_GHOST : (mk == CM_POG || mk == CM_POI);
+        return;
+    case XF_COARSEN:
+        m.ok = AMR_OK_FLUID;
+        if (solid[at] || !amr_restrict_plain(m, f, prm, l, id, cell, out)) {
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
+        }
+        amr_store(f, (long long)at, out);
+        return;
+    case XF_NEW:
+        m.ok = AMR_OK_FRESH;
+        if (solid[at]) {
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
+        } else {
+            amr_prolong(m, f, prm, l, id, cell, out);
+        }
+        amr_store(f, (long long)at, out);
+        return;
+    case XF_MASS: {
+        if (solid[at]) return;
+        int c[3];
+        amr_coords(cell, c);
+        u32 j = 0;
+        int f0[3] = {0, 0, 0};
+        for (int a = 0; a < DEF_D; a++) {
+            j |= (u32)(c[a] / 2) << a;
+            f0[a] = 2 * (c[a] % 2);
+        }
+        const u32 ch = child[id] + j;
+        int fine[1 << DEF_D];
+        int n = 0;
+        for (int sub = 0; sub < (1 << DEF_D); sub++) {
+            int k[3] = {f0[0], f0[1], f0[2]};
+            for (int a = 0; a < DEF_D; a++) k[a] += (sub >> a) & 1;
+            const int fc = amr_cell(k[0], k[1], k[2]);
+            if (!solid[(u64)ch * AMR_B + fc]) fine[n++] = fc;
+        }
+        if (n == 0) return;
+        float g[DEF_Q];
+        float mean = 0.0f;
+        for (int s = 0; s < n; s++) {
+            amr_load(f, (long long)ch * AMR_B + fine[s], g);
+            float sum = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) sum += g[i];
+            mean += sum;
+        }
+        mean = mean / (float)n;
+        amr_load(f, (long long)at, g);
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) d += g[i];
+        d = d - mean;
+        for (int s = 0; s < n; s++) {
+            const long long fat = (long long)ch * AMR_B + fine[s];
+            amr_load(f, fat, g);
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) g[i] += d * lat_w(i);
+            amr_store(f, fat, g);
+        }
+        return;
+    }
+    case XF_CURRENT:
+        valid[at] = 1;
+        return;
+    case XF_LEAF:
+    case XF_LEAF_MARK:
+        if (!leaf || l == 0 || mk == CM_GHOST || valid[at] || solid[at]) return;
+        if (op == XF_LEAF_MARK) {
+            valid[at] = 1;
+            return;
+        }
+        m.ok = AMR_OK_VALID;
+        amr_prolong(m, f, prm, l, id, cell, out);
+        amr_store(f, (long long)at, out);
+        return;
+    case XF_PARENT:
+        if (leaf || (mk != CM_POG && mk != CM_POI) || valid[at] || solid[at]) return;
+        m.ok = AMR_OK_VALID;
+        if (amr_restrict_plain(m, f, prm, l, id, cell, out)) amr_store(f, (long long)at, out);
+        return;
+    }
 }

@@ -1046,11 +1046,6 @@ fn gpu_adaptive_blocks_match_cpu() {
     if !gpu() {
         return;
     }
-    let shipped_scene = |name: &str, ov: &[(&str, &str)]| {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenes").join(name);
-        let ov: Vec<(String, String)> = ov.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-        sim_core::scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"))
-    };
     let cases = [
         ("cavity D2Q9", shipped_scene("lid_driven_cavity_amr_2d.toml", &[]), 400u64),
         ("square cylinder D2Q9", shipped_scene("square_cylinder_amr_2d.toml", &[("amr.interval", "50")]), 300),
@@ -1061,11 +1056,18 @@ fn gpu_adaptive_blocks_match_cpu() {
         let mut c = cpu::from_scene(&ls).unwrap();
         let mut g = sim_core::amr::solver::from_scene_cuda(&ls).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(g.info().backend, "cuda");
-        // In two calls: the second starts from the host copy the first left behind.
-        for s in [steps / 2, steps - steps / 2] {
+        // In four calls, each after the first starting from the host copy the one before
+        // left behind; the forest must change on the way (adaptations on the device).
+        let start = g.amr().unwrap().boxes;
+        let mut changed = false;
+        for s in [steps / 4, steps / 4, steps / 4, steps - 3 * (steps / 4)] {
             c.step(s).unwrap();
             g.step(s).unwrap();
+            let (bc, bg) = (c.amr().unwrap().boxes, g.amr().unwrap().boxes);
+            assert_eq!(bc, bg, "{what}: the forests differ");
+            changed |= bg != start;
         }
+        assert!(changed, "{what}: the forest never changed");
         let (ic, ig) = (c.amr().unwrap(), g.amr().unwrap());
         let (dr, du) = rel_diff(g.as_ref(), c.as_ref());
         let (sc, sg) = (c.stats(), g.stats());
@@ -1093,5 +1095,131 @@ fn gpu_adaptive_blocks_match_cpu() {
         c2.restore(&ck).unwrap();
         let (dr, du) = max_field_diff(c2.as_ref(), g.as_ref());
         assert!(dr == 0.0 && du == 0.0, "{what}: restored checkpoint differs by {dr:e}, {du:e}");
+    }
+}
+
+/// An adaptation with the DDFs on the device (criterion block maxima, then restriction into
+/// coarsened blocks, interpolation into new children with the mass shift, refresh of exposed
+/// cells: `AmrGpu::block_values` and `AmrGpu::transfer` around the host's mesh update) leaves
+/// the same data as the CPU's `adapt_to`, bit for bit, with an obstacle in the way and blocks
+/// refined and coarsened in the same adaptation; stepping on afterwards stays equal.
+#[test]
+fn gpu_adaptation_moves_the_data_as_the_cpu_does() {
+    if !gpu() {
+        return;
+    }
+    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1]);
+    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4]);
+}
+
+fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3]) {
+    use sim_core::amr::{cell_mask, lbm::cell_centre, AmrLbm, BlockForest, ForestConfig, BLOCK};
+    use sim_core::backend::cuda_amr::AmrGpu;
+    let dims = L::D;
+    let side = (root[0] * BLOCK) as f64;
+    let make = || {
+        let mut f = BlockForest::new(ForestConfig { dims, root, periodic: [false; 3], max_level: 2, capacity: 4096 }).unwrap();
+        // Start with the blocks of even x refined.
+        for id in f.active_ids().to_vec() {
+            if f.pos(id)[0] % 2 == 0 {
+                f.set_mark(id, sim_core::amr::Mark::Refine).unwrap();
+            }
+        }
+        f.adapt().unwrap();
+        let tp = 2.0 * std::f64::consts::PI / side;
+        let mut s = AmrLbm::<L>::new(f, 0.56, [1e-6, 0.0, 0.0], move |c| {
+            let u = [0.05 * (tp * c[1]).sin(), 0.05 * (tp * c[0]).sin(), if dims == 3 { 0.02 * (tp * (c[0] + c[2])).sin() } else { 0.0 }];
+            (1.0 + 0.01 * (tp * c[0]).cos() as f32, u.map(|x| x as f32))
+        });
+        s.set_wall_velocity(1, true, [0.05, 0.0, 0.0]);
+        let centre = side / 2.0;
+        s.set_solid(move |c: [f64; 3], _l: u8| {
+            let r2: f64 = (0..dims).map(|a| (c[a] - centre).powi(2)).sum();
+            r2 < 3.5 * 3.5
+        });
+        s
+    };
+    let (mut c, mut g) = (make(), make());
+    for _ in 0..6 {
+        c.step();
+        g.step();
+    }
+    let mut gpu = AmrGpu::new(L::KIND, 4096).unwrap();
+    gpu.upload(&g).unwrap();
+    let what = format!("{}", L::KIND);
+    // The criterion's block maxima.
+    for q in [false, true] {
+        let dev = gpu.block_values(&g, q).unwrap();
+        let host = if q { c.block_q() } else { c.block_vorticity() };
+        let worst = dev.iter().zip(&host).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(worst, 0, "{what}: {worst} block maxima differ (q = {q}), e.g. {:?}", dev.iter().zip(&host).find(|(a, b)| a != b));
+    }
+    // Compare every cell that holds data (report the stale ones that differ).
+    let compare = |c: &AmrLbm<L>, g: &AmrLbm<L>, when: &str| {
+        let f = c.forest();
+        let b = f.cells_per_block();
+        let (mut bad, mut stale_bad, mut n) = (0usize, 0usize, 0usize);
+        for &id in f.active_ids() {
+            let masks = f.cell_masks(id);
+            for cell in 0..b {
+                let holds = if f.is_leaf(id) {
+                    masks[cell] != cell_mask::GHOST
+                } else {
+                    masks[cell] == cell_mask::PARENT_OF_GHOST || masks[cell] == cell_mask::PARENT_OF_INTERFACE
+                };
+                let differs = (0..L::Q).any(|i| {
+                    let at = (id as usize * L::Q + i) * b + cell;
+                    c.raw_ddfs()[at].to_bits() != g.raw_ddfs()[at].to_bits() && c.raw_ddfs()[at] != g.raw_ddfs()[at]
+                });
+                n += 1;
+                if differs && holds {
+                    if bad == 0 {
+                        eprintln!(
+                            "{what} {when}: first difference at block {id} (level {}) cell {cell} {:?}",
+                            f.level(id),
+                            cell_centre(f, id, cell)
+                        );
+                    }
+                    bad += 1;
+                } else if differs {
+                    stale_bad += 1;
+                }
+            }
+        }
+        eprintln!("{what} {when}: {n} cells, {bad} with data differ, {stale_bad} stale differ");
+        assert_eq!(bad, 0, "{what} {when}: {bad} cells differ from the CPU");
+    };
+    let targets = |s: &AmrLbm<L>, pick: &dyn Fn([i32; 3], u8) -> u8| -> Vec<u8> {
+        let f = s.forest();
+        let mut t = vec![0u8; f.capacity()];
+        for &id in f.active_ids() {
+            let mut p = f.pos(id);
+            let l = f.level(id);
+            (0..3).for_each(|a| p[a] >>= l);
+            t[id as usize] = pick(p, l);
+        }
+        t
+    };
+    // Swap the refined columns (coarsen the even ones, refine the odd ones), then refine a
+    // corner once more, then coarsen everything back: each checked, then stepped on.
+    let picks: [&dyn Fn([i32; 3], u8) -> u8; 3] =
+        [&|p, _| u8::from(p[0] % 2 == 1), &|p, _| u8::from(p[0] % 2 == 1) + u8::from(p[0] == 1 && p[1] <= 1), &|_, _| 0];
+    for (k, pick) in picks.iter().enumerate() {
+        let t = targets(&c, pick);
+        let rc = c.adapt_to(&t).unwrap();
+        let rg = g.adapt_mesh(&t).unwrap();
+        assert_eq!((&rc.refined, &rc.coarsened), (&rg.refined, &rg.coarsened), "{what}: the meshes adapted differently");
+        eprintln!("{what} adaptation {k}: {} refined, {} coarsened", rc.refined.len(), rc.coarsened.len());
+        assert!(!rc.refined.is_empty() || !rc.coarsened.is_empty(), "{what}: adaptation {k} changed nothing");
+        gpu.transfer(&g, &rg).unwrap();
+        gpu.download(&mut g).unwrap();
+        compare(&c, &g, &format!("after adaptation {k}"));
+        for _ in 0..3 {
+            c.step();
+            gpu.step(&g).unwrap();
+            g.set_time(g.time() + 1);
+        }
+        gpu.download(&mut g).unwrap();
+        compare(&c, &g, &format!("3 steps after adaptation {k}"));
     }
 }

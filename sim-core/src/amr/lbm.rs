@@ -565,6 +565,23 @@ impl<L: Lat> AmrLbm<L> {
         Ok(report)
     }
 
+    /// The mesh part of [`Self::adapt_to`] alone: the marks, the forest's adaptation and the
+    /// new children's obstacle flags. The DDFs are not moved (those of cells that change
+    /// obstacle flags are zeroed): the CUDA backend moves them on the device with the same
+    /// arithmetic (`backend/cuda_amr.rs`, `AmrGpu::transfer`).
+    ///
+    /// # Errors
+    /// The forest's capacity refusal ([`AmrError::Capacity`]); nothing changes then.
+    pub fn adapt_mesh(&mut self, target: &[u8]) -> Result<AdaptReport, AmrError> {
+        self.forest.mark_to_targets(target);
+        let report = self.forest.adapt()?;
+        let k = self.forest.children_per_block() as u32;
+        let forest = &self.forest;
+        let children: Vec<u32> = report.refined.iter().flat_map(|&p| (0..k).map(move |j| forest.first_child(p) + j)).collect();
+        self.update_solids(&children);
+        Ok(report)
+    }
+
     /// Whether each cell (`id * B + cell`) holds current data: leaf cells except ghost cells,
     /// and the stepped or averaged cells of non-leaves (the others went stale when their block
     /// refined).

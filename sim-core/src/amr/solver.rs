@@ -21,7 +21,7 @@
 //!   block's DDFs in FP32: a restore rebuilds the same forest and continues bit for bit.
 
 use super::criterion::{Criterion, Field, NearWall, ObstacleSums};
-use super::forest::{AmrError, BlockForest, ForestConfig, BLOCK, NONE};
+use super::forest::{AdaptReport, AmrError, BlockForest, ForestConfig, BLOCK, NONE};
 use super::lbm::{AmrLbm, CellRef};
 use crate::backend::cuda_amr::AmrGpu;
 use crate::checkpoint::Checkpoint;
@@ -319,19 +319,53 @@ impl<L: Lat> AmrSolver<L> {
         });
     }
 
-    /// Adapt the mesh to the criterion now (timed); a capacity refusal is reported, not fatal.
+    /// Adapt the mesh to the criterion now (timed), on the host; a capacity refusal is
+    /// reported, not fatal.
     fn adapt(&mut self) {
         let t = Instant::now();
-        let f = self.lbm.forest();
         let values = match self.crit.field {
             Field::Vorticity => self.lbm.block_vorticity(),
             Field::Q => self.lbm.block_q(),
         };
+        let targets = self.targets(&values);
+        let r = self.lbm.adapt_to(&targets);
+        self.report(r);
+        self.info.adapt_secs += t.elapsed().as_secs_f64();
+        self.gpu_dirty = true;
+    }
+
+    /// Adapt the mesh to the criterion now (timed) with the DDFs on the device: the block
+    /// maxima come from the GPU, the mesh changes on the host, the data moves on the GPU.
+    fn adapt_on(&mut self, gpu: &mut AmrGpu) -> Result<(), SolverError> {
+        let t = Instant::now();
+        let values = gpu.block_values(&self.lbm, self.crit.field == Field::Q)?;
+        let targets = self.targets(&values);
+        let r = self.lbm.adapt_mesh(&targets);
+        if let Ok(rep) = &r {
+            if !rep.refined.is_empty() || !rep.coarsened.is_empty() {
+                gpu.transfer(&self.lbm, rep)?;
+            }
+        }
+        self.report(r);
+        gpu.synchronize()?;
+        self.info.adapt_secs += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Per-block target levels from the criterion's block maxima and the near-wall rule.
+    fn targets(&self, values: &[f32]) -> Vec<u8> {
         let sums = &self.obstacle_sums;
         let solid = |lo: [f64; 3], hi: [f64; 3]| sums.any(lo, hi);
-        let targets =
-            f.targets(|b| values[b as usize], &self.crit, self.near_wall.map(|nw| (nw, &solid as super::criterion::SolidQuery<'_>)));
-        self.info.last = match self.lbm.adapt_to(&targets) {
+        self.lbm.forest().targets(
+            |b| values[b as usize],
+            &self.crit,
+            self.near_wall.map(|nw| (nw, &solid as super::criterion::SolidQuery<'_>)),
+        )
+    }
+
+    /// Record an adaptation's outcome in the panel's line and count it.
+    fn report(&mut self, r: Result<AdaptReport, AmrError>) {
+        self.info.last = match r {
             Ok(r) => format!(
                 "{} refined, {} coarsened{}",
                 r.refined.len(),
@@ -349,14 +383,12 @@ impl<L: Lat> AmrSolver<L> {
             }
         };
         self.info.adaptations += 1;
-        self.info.adapt_secs += t.elapsed().as_secs_f64();
-        self.gpu_dirty = true;
     }
 
     /// [`Solver::step`] on the GPU: upload what the host changed, launch the coarse steps,
-    /// adapt on the host when due (the DDFs come back for it and go out again with the new
-    /// forest: counted as time in refinement), and copy the DDFs back at the end so that
-    /// fields, stats and checkpoints read the current state.
+    /// adapt when due ([`Self::adapt_on`]: the DDFs stay on the device; counted as time in
+    /// refinement), and copy the DDFs back at the end so that fields, stats and checkpoints
+    /// read the current state.
     fn step_gpu(&mut self, steps: u64) -> Result<(), SolverError> {
         let Some(mut gpu) = self.gpu.take() else {
             return Ok(());
@@ -384,11 +416,7 @@ impl<L: Lat> AmrSolver<L> {
             if self.crit.due(self.lbm.time()) {
                 gpu.synchronize()?;
                 self.info.step_secs += t.elapsed().as_secs_f64();
-                let u = Instant::now();
-                gpu.download(&mut self.lbm)?;
-                self.info.adapt_secs += u.elapsed().as_secs_f64();
-                synced = true;
-                self.adapt();
+                self.adapt_on(gpu)?;
                 t = Instant::now();
             }
         }

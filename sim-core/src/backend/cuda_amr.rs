@@ -6,14 +6,18 @@
 //! streaming with bounce-back, moving walls and outflows, and restriction, launched level by
 //! level in the recursive order of the CPU reference (level `l` runs `2^l` times per coarse
 //! step). The DDFs live on the device in `AmrLbm`'s layout, FP32, compiled without fused
-//! multiply-adds so that the kernels follow the CPU's arithmetic. The forest itself (marks,
-//! balance, links, masks) and the data transfer of an adaptation still run on the host: the
-//! solver copies the DDFs to the host, adapts there and uploads the new mesh and DDFs
-//! ([`AmrGpu::upload`]); moving those passes to device kernels is the next slice
+//! multiply-adds so that the kernels follow the CPU's arithmetic.
+//!
+//! An adaptation keeps the DDFs on the device: the criterion's block maxima are computed there
+//! ([`AmrGpu::block_values`], one float per block comes back), the host updates the mesh
+//! (marks, balance, links, masks: [`AmrLbm::adapt_mesh`]) and [`AmrGpu::transfer`] moves the
+//! data with device kernels (restriction into coarsened blocks, interpolation into new
+//! children with the mass correction, refresh of exposed cells) around the upload of the new
+//! mesh arrays. Moving the mesh passes themselves to the device is the next slice
 //! (docs/amr-gpu.md).
 
 use super::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
-use crate::amr::{block_mask, AmrLbm, BLOCK, MAX_LEVELS};
+use crate::amr::{block_mask, AdaptReport, AmrLbm, BLOCK, MAX_LEVELS};
 use crate::collision::Collision;
 use crate::lattice::{Lat, Lattice};
 use crate::precision::Precision;
@@ -57,14 +61,14 @@ pub fn compile_amr(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, S
     compile_source(&amr_source(lattice), &format!("kernels/amr.cu for {lattice} on {arch}"), arch, false)
 }
 
-/// Device bytes of a forest of `capacity` blocks: two FP32 copies of the DDFs, the cell masks
-/// and obstacle flags, the links and the block arrays.
+/// Device bytes of a forest of `capacity` blocks: two FP32 copies of the DDFs, the cell masks,
+/// obstacle and current-data flags, the links, the block arrays and the launch lists.
 #[must_use]
 pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
     let d = lattice.dims();
     let b = BLOCK.pow(d as u32);
     let nd = 3usize.pow(d as u32);
-    (capacity * (2 * lattice.q() * b * 4 + 2 * b + nd * 4 + 3 * 4 + 2 * 4 + 4)) as u64
+    (capacity * (2 * lattice.q() * b * 4 + 3 * b + nd * 4 + 3 * 4 + 2 * 4 + 2 + 4 + 4 * 4)) as u64
 }
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
@@ -85,6 +89,8 @@ pub struct AmrGpu {
     stream_k: CudaFunction,
     interpolate: CudaFunction,
     average: CudaFunction,
+    block_max: CudaFunction,
+    transfer_k: CudaFunction,
     device: String,
     capacity: usize,
     pos: CudaSlice<i32>,
@@ -93,12 +99,21 @@ pub struct AmrGpu {
     nbr: CudaSlice<u32>,
     cmask: CudaSlice<u8>,
     solid: CudaSlice<u8>,
+    level: CudaSlice<u8>,
+    /// Per cell: holds current data (the refresh after an adaptation).
+    valid: CudaSlice<u8>,
+    /// Per block: refined by the adaptation under way.
+    fresh: CudaSlice<u8>,
+    /// Per block: the criterion's block maximum.
+    values: CudaSlice<f32>,
     f: CudaSlice<f32>,
     post: CudaSlice<f32>,
     prm: CudaSlice<f32>,
     prm_host: Vec<f32>,
     lists: CudaSlice<u32>,
     levels: Vec<Lists>,
+    /// The lists of an adaptation's transfer: coarsened blocks, new children, refined blocks.
+    xlists: CudaSlice<u32>,
     root: [i32; 3],
     /// Developer knob `ESOFLOW_AMR_PROFILE=1`: seconds and launches per kernel (collide,
     /// stream, interpolate, average), each launch waited for; printed when dropped.
@@ -143,6 +158,7 @@ impl AmrGpu {
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (collide, stream_k, interpolate, average) =
             (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
+        let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let stream = ctx.default_stream();
         let d = lattice.dims();
         let b = BLOCK.pow(d as u32);
@@ -156,11 +172,16 @@ impl AmrGpu {
             nbr: stream.alloc_zeros::<u32>(nd * capacity).map_err(&a)?,
             cmask: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
             solid: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
+            level: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            valid: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
+            fresh: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            values: stream.alloc_zeros::<f32>(capacity).map_err(&a)?,
             f: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
+            xlists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
             levels: Vec::new(),
             root: [1; 3],
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
@@ -171,6 +192,8 @@ impl AmrGpu {
             stream_k,
             interpolate,
             average,
+            block_max,
+            transfer_k,
             device: dev.name,
             capacity,
         })
@@ -188,6 +211,13 @@ impl AmrGpu {
     /// # Errors
     /// A forest of another capacity; CUDA errors.
     pub fn upload<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        self.upload_mesh(lbm)?;
+        self.stream.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(derr("uploading the DDFs"))
+    }
+
+    /// Copy the forest of a solver (block arrays, links, masks, obstacles, launch lists) to the
+    /// device, not its DDFs.
+    fn upload_mesh<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         let forest = lbm.forest();
         let c = forest.capacity();
         if c != self.capacity {
@@ -200,8 +230,10 @@ impl AmrGpu {
         let mut child = vec![crate::amr::NONE; c];
         let mut nbr = vec![crate::amr::NONE; nd * c];
         let mut cmask = vec![0u8; b * c];
+        let mut level = vec![0u8; c];
         for &id in forest.active_ids() {
             let i = id as usize;
+            level[i] = forest.level(id);
             pos[3 * i..3 * i + 3].copy_from_slice(&forest.pos(id));
             parent[i] = forest.parent(id);
             child[i] = forest.first_child(id);
@@ -239,8 +271,105 @@ impl AmrGpu {
         s.memcpy_htod(&nbr, &mut self.nbr).map_err(&up)?;
         s.memcpy_htod(&cmask, &mut self.cmask).map_err(&up)?;
         s.memcpy_htod(&solid, &mut self.solid).map_err(&up)?;
-        s.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(&up)?;
+        s.memcpy_htod(&level, &mut self.level).map_err(&up)?;
         self.lists = s.clone_htod(&lists).map_err(&up)?;
+        Ok(())
+    }
+
+    /// The criterion's block maximum of every block (|vorticity| or, with `q`, the Q
+    /// criterion, per unit time of level 0; 0 for non-leaves and free IDs), indexed by ID, as
+    /// [`AmrLbm::block_vorticity`] and [`AmrLbm::block_q`] compute them from the same DDFs.
+    /// Only these floats come back from the device.
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn block_values<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<Vec<f32>, SolverError> {
+        self.sync_params(lbm)?;
+        let e = derr("computing the refinement criterion");
+        self.stream.memset_zeros(&mut self.values).map_err(&e)?;
+        let b = BLOCK.pow(L::D as u32) as u32;
+        let q = u32::from(q);
+        for lv in &self.levels {
+            let (off, count) = lv.all;
+            if count == 0 {
+                continue;
+            }
+            let ids = self.lists.slice(off..off + count);
+            let cfg = LaunchConfig { grid_dim: (count as u32, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 };
+            let mut l = self.stream.launch_builder(&self.block_max);
+            l.arg(&ids).arg(&q).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.solid).arg(&self.f).arg(&mut self.values);
+            // SAFETY: arguments as amr_block_max declares them; one thread block of B threads
+            // per listed ID, every ID below the capacity the arrays hold.
+            unsafe { l.launch(cfg) }.map_err(&e)?;
+        }
+        self.stream.clone_dtoh(&self.values).map_err(&e)
+    }
+
+    /// Move the DDFs on the device through an adaptation whose mesh part the host has just
+    /// done ([`AmrLbm::adapt_mesh`], `report` its result): `lbm` holds the new forest, the
+    /// device still the old one. In the order of [`AmrLbm::adapt_to`]: flag the cells that
+    /// hold current data and restrict into the coarsened blocks on the old mesh; upload the new
+    /// mesh; interpolate the new children from their parents' level and shift them to their
+    /// parent cells' mass; refresh the cells that start being read. Bit for bit the CPU's.
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn transfer<L: Lat>(&mut self, lbm: &AmrLbm<L>, report: &AdaptReport) -> Result<(), SolverError> {
+        let forest = lbm.forest();
+        let k = forest.children_per_block() as u32;
+        let children: Vec<u32> = report.refined.iter().flat_map(|&p| (0..k).map(move |j| forest.first_child(p) + j)).collect();
+        // One list buffer: coarsened, then new children, then refined.
+        let mut xl: Vec<u32> = report.coarsened.iter().chain(&children).chain(&report.refined).copied().collect();
+        let (nc, nn, nr) = (report.coarsened.len(), children.len(), report.refined.len());
+        if xl.is_empty() {
+            xl.push(0);
+        }
+        let e = derr("moving the DDFs through an adaptation");
+        self.sync_params(lbm)?;
+        self.xlists = self.stream.clone_htod(&xl).map_err(&e)?;
+        let mut fresh = vec![0u8; self.capacity];
+        report.refined.iter().for_each(|&p| fresh[p as usize] = 1);
+        // Old mesh: current cells, then the coarsened blocks from their children.
+        self.stream.memset_zeros(&mut self.valid).map_err(&e)?;
+        for lv in self.levels.clone() {
+            self.transfer_op(Xf::Valid, false, lv.all, L::D)?;
+        }
+        self.transfer_op(Xf::Coarsen, true, (0, nc), L::D)?;
+        // New mesh.
+        self.upload_mesh(lbm)?;
+        self.stream.memcpy_htod(&fresh, &mut self.fresh).map_err(&e)?;
+        self.transfer_op(Xf::New, true, (nc, nn), L::D)?;
+        self.transfer_op(Xf::Mass, true, (nc + nn, nr), L::D)?;
+        self.transfer_op(Xf::Current, true, (0, nc + nn), L::D)?;
+        for lv in self.levels.clone().iter().skip(1) {
+            self.transfer_op(Xf::Leaf, false, lv.all, L::D)?;
+        }
+        for lv in self.levels.clone().iter().skip(1) {
+            self.transfer_op(Xf::LeafMark, false, lv.all, L::D)?;
+        }
+        for lv in self.levels.clone() {
+            self.transfer_op(Xf::Parent, false, lv.all, L::D)?;
+        }
+        Ok(())
+    }
+
+    /// Launch one operation of `amr_transfer` over a range of the launch lists (`x`: of the
+    /// transfer's lists).
+    fn transfer_op(&mut self, op: Xf, x: bool, (off, count): (usize, usize), dims: usize) -> Result<(), SolverError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let cells = count * BLOCK.pow(dims as u32);
+        let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let ids = if x { &self.xlists } else { &self.lists }.slice(off..off + count);
+        let (count, op) = (count as u32, op as u32);
+        let mut b = self.stream.launch_builder(&self.transfer_k);
+        b.arg(&ids).arg(&count).arg(&op).arg(&self.prm).arg(&self.level);
+        b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+        b.arg(&mut self.valid).arg(&self.fresh).arg(&mut self.f);
+        // SAFETY: arguments as amr_transfer declares them; the list holds IDs below the
+        // capacity every array was allocated for; threads past count * B return.
+        unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
         Ok(())
     }
 
@@ -289,12 +418,18 @@ impl AmrGpu {
     /// # Errors
     /// CUDA launch errors.
     pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        self.sync_params(lbm)?;
+        self.step_level(0, L::D)
+    }
+
+    /// Upload a solver's parameter table where it changed.
+    fn sync_params<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         let p = Self::params_of(lbm);
         if p.iter().map(|x| x.to_bits()).ne(self.prm_host.iter().map(|x| x.to_bits())) {
             self.stream.memcpy_htod(&p, &mut self.prm).map_err(derr("uploading the level parameters"))?;
             self.prm_host = p;
         }
-        self.step_level(0, L::D)
+        Ok(())
     }
 
     fn step_level(&mut self, l: usize, dims: usize) -> Result<(), SolverError> {
@@ -358,6 +493,19 @@ impl AmrGpu {
         }
         Ok(())
     }
+}
+
+/// Operations of `amr_transfer` (its `XF_*`).
+#[derive(Clone, Copy)]
+enum Xf {
+    Valid = 0,
+    Coarsen = 1,
+    New = 2,
+    Mass = 3,
+    Current = 4,
+    Leaf = 5,
+    LeafMark = 6,
+    Parent = 7,
 }
 
 #[derive(Clone, Copy)]

@@ -13,10 +13,16 @@ pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
 }
 
 pub fn shipped(name: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
+    let ls = shipped_scene(name, overrides);
+    cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A scene shipped in `scenes/`, loaded with `--set` overrides.
+#[allow(dead_code)]
+pub fn shipped_scene(name: &str, overrides: &[(&str, &str)]) -> LoadedScene {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenes").join(name);
     let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-    let ls = scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"));
-    cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"))
+    scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Largest difference of density and velocity between two solvers' fields.
