@@ -2,14 +2,16 @@
 # Issue 7 on a GPU host (after scripts/stage-quick.sh; run from the repo root with stage/ there):
 # the GPU-vs-CPU test of adaptive blocks, the AMR benches (seed-counted MLUPS, time in
 # refinement) next to the dense Esoteric-Pull bench on the same card, and the square cylinder
-# at equal accuracy, adaptive against the uniform fine grid. Logs and CSVs go to $OUT (or out/).
+# at equal accuracy, adaptive against the uniform fine grid. Logs and CSVs go to work/ and, as
+# one archive amr.tar.gz, to $OUT (the device tool brings back only a few files).
 set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
+FINAL=${OUT:-out}
+OUT=work
+mkdir -p "$OUT" "$FINAL"
 S=stage
 dev=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 echo "device: $dev" | tee "$OUT/device.txt"
-$S/test-cuda gpu_adaptive --nocapture --test-threads 1 > "$OUT/test-amr.log" 2>&1; echo "test rc $?" >> "$OUT/test-amr.log"
+$S/test-cuda gpu_adapt --nocapture --test-threads 1 > "$OUT/test-amr.log" 2>&1; echo "test rc $?" >> "$OUT/test-amr.log"
 $S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp32 --seconds 2 --csv "$OUT/dense.csv" > "$OUT/dense.log" 2>&1
 $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 5 --csv "$OUT/amr-sphere.csv" \
   --set amr.enabled=true --set amr.max_level=1 > "$OUT/amr-sphere.log" 2>&1
@@ -21,8 +23,9 @@ $S/esoflow bench --amr $S/scenes/lid_driven_cavity_amr_2d.toml --backend cuda --
 ( time $S/esoflow run $S/scenes/square_cylinder_amr_2d.toml --backend cuda --steps 20000 --set solver.stats_every=10 --export "$OUT/cyl-amr" ) > "$OUT/cyl-amr.log" 2>&1
 ( time $S/esoflow run $S/scenes/square_cylinder_2d.toml --backend cuda --steps 40000 --set solver.stats_every=20 --export "$OUT/cyl-dense" ) > "$OUT/cyl-dense.log" 2>&1
 rm -f "$OUT"/cyl-*/fields.*
+tar czf "$FINAL/amr.tar.gz" "$OUT"
 echo "== summary"
 tail -2 "$OUT/test-amr.log"
-grep -h "MLUPS\|leaves per level\|updates" "$OUT"/amr-*.log
+grep -h "MLUPS\|refinement\|leaves per level\|updates" "$OUT"/amr-*.log
 grep -h "D3Q19" "$OUT/dense.log" | tail -2
 grep -h "^real" "$OUT"/cyl-*.log

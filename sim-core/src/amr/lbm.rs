@@ -116,6 +116,22 @@ fn children_offsets(dims: usize, f0: [i32; 3]) -> impl Iterator<Item = [i32; 3]>
     })
 }
 
+/// The refined blocks of an adaptation grouped by level, coarsest first (the order their
+/// children get data in: a child may read the new children one level up).
+#[must_use]
+pub fn refined_by_level(forest: &BlockForest, refined: &[u32]) -> Vec<Vec<u32>> {
+    let mut groups: Vec<Vec<u32>> = Vec::new();
+    for &p in refined {
+        let l = usize::from(forest.level(p));
+        if groups.len() <= l {
+            groups.resize(l + 1, Vec::new());
+        }
+        groups[l].push(p);
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
 /// A block-structured LBM on a forest.
 pub struct AmrLbm<L: Lat> {
     forest: BlockForest,
@@ -508,51 +524,54 @@ impl<L: Lat> AmrLbm<L> {
             })
             .collect();
         self.update_solids(&children);
-        let this = &*self;
-        let vals: Vec<(u32, usize, [f32; MAX_Q])> = report
-            .refined
-            .par_iter()
-            .flat_map_iter(|&p| {
-                let c0 = this.forest.first_child(p);
-                let fresh = &fresh;
-                (c0..c0 + k as u32).flat_map(move |child| {
-                    (0..b).map(move |cell| {
-                        if this.is_solid(CellRef { block: child, cell }) {
-                            return (child, cell, [0.0; MAX_Q]);
-                        }
-                        let g = this.prolong(child, cell, |pp, kk| match this.locate(pp, kk) {
-                            Some((n, c)) if fresh.contains(&n) => {
-                                let r = CellRef { block: n, cell: c };
-                                (!this.is_solid(r)).then(|| this.ddfs(r))
+        // Level by level, coarse first: a new child may read the new children one level up
+        // (made by the 2:1 balance in the same adaptation), which must hold their data by then.
+        let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
+        for group in refined_by_level(&self.forest, &report.refined) {
+            let this = &*self;
+            let vals: Vec<(u32, usize, [f32; MAX_Q])> = group
+                .par_iter()
+                .flat_map_iter(|&p| {
+                    let c0 = this.forest.first_child(p);
+                    let fresh = &fresh;
+                    (c0..c0 + k as u32).flat_map(move |child| {
+                        (0..b).map(move |cell| {
+                            if this.is_solid(CellRef { block: child, cell }) {
+                                return (child, cell, [0.0; MAX_Q]);
                             }
-                            _ => this.coarse_cell(pp, kk),
-                        });
-                        (child, cell, g)
+                            let g = this.prolong(child, cell, |pp, kk| match this.locate(pp, kk) {
+                                Some((n, c)) if fresh.contains(&n) => {
+                                    let r = CellRef { block: n, cell: c };
+                                    (!this.is_solid(r)).then(|| this.ddfs(r))
+                                }
+                                _ => this.coarse_cell(pp, kk),
+                            });
+                            (child, cell, g)
+                        })
                     })
                 })
-            })
-            .collect();
-        self.write_cells(vals);
-        // Mass: each fluid parent cell's density is the mean of its fluid children cells' (the
-        // DDFs are stored less the weights, so a cell's density less 1 is their sum).
-        let sum = |f: &[f32], id: u32, cell: usize| -> f32 { (0..q).map(|i| f[(id as usize * q + i) * b + cell]).sum() };
-        for &p in &report.refined {
-            let c0 = self.forest.first_child(p);
-            for cell in 0..b {
-                if self.solid[p as usize * b + cell] {
-                    continue;
-                }
-                let (j, f0) = children_of(cell_coords(cell, dims), dims);
-                let child = c0 + j;
-                let fine: Vec<usize> =
-                    children_offsets(dims, f0).map(cell_index).filter(|&fc| !self.solid[child as usize * b + fc]).collect();
-                if fine.is_empty() {
-                    continue;
-                }
-                let mean = fine.iter().map(|&fc| sum(&self.f, child, fc)).sum::<f32>() / fine.len() as f32;
-                let d = sum(&self.f, p, cell) - mean;
-                for &fc in &fine {
-                    (0..q).for_each(|i| self.f[(child as usize * q + i) * b + fc] += d * L::W[i]);
+                .collect();
+            self.write_cells(vals);
+            // Mass: each fluid parent cell's density is the mean of its fluid children cells'
+            // (the DDFs are stored less the weights, so a cell's density less 1 is their sum).
+            for &p in &group {
+                let c0 = self.forest.first_child(p);
+                for cell in 0..b {
+                    if self.solid[p as usize * b + cell] {
+                        continue;
+                    }
+                    let (j, f0) = children_of(cell_coords(cell, dims), dims);
+                    let child = c0 + j;
+                    let fine: Vec<usize> =
+                        children_offsets(dims, f0).map(cell_index).filter(|&fc| !self.solid[child as usize * b + fc]).collect();
+                    if fine.is_empty() {
+                        continue;
+                    }
+                    let mean = fine.iter().map(|&fc| sum(&self.f, child, fc)).sum::<f32>() / fine.len() as f32;
+                    let d = sum(&self.f, p, cell) - mean;
+                    for &fc in &fine {
+                        (0..q).for_each(|i| self.f[(child as usize * q + i) * b + fc] += d * L::W[i]);
+                    }
                 }
             }
         }

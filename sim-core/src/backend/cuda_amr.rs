@@ -317,10 +317,19 @@ impl AmrGpu {
     pub fn transfer<L: Lat>(&mut self, lbm: &AmrLbm<L>, report: &AdaptReport) -> Result<(), SolverError> {
         let forest = lbm.forest();
         let k = forest.children_per_block() as u32;
-        let children: Vec<u32> = report.refined.iter().flat_map(|&p| (0..k).map(move |j| forest.first_child(p) + j)).collect();
-        // One list buffer: coarsened, then new children, then refined.
-        let mut xl: Vec<u32> = report.coarsened.iter().chain(&children).chain(&report.refined).copied().collect();
-        let (nc, nn, nr) = (report.coarsened.len(), children.len(), report.refined.len());
+        // One list buffer: the coarsened blocks, then per level of the refined ones (coarse
+        // first, as the CPU: a new child may read the new children one level up) their
+        // children and themselves.
+        let mut xl: Vec<u32> = report.coarsened.clone();
+        let nc = xl.len();
+        let mut groups = Vec::new();
+        for g in crate::amr::lbm::refined_by_level(forest, &report.refined) {
+            let start = xl.len();
+            xl.extend(g.iter().flat_map(|&p| (0..k).map(move |j| forest.first_child(p) + j)));
+            let nn = xl.len() - start;
+            xl.extend(&g);
+            groups.push((start, nn, g.len()));
+        }
         if xl.is_empty() {
             xl.push(0);
         }
@@ -338,9 +347,14 @@ impl AmrGpu {
         // New mesh.
         self.upload_mesh(lbm)?;
         self.stream.memcpy_htod(&fresh, &mut self.fresh).map_err(&e)?;
-        self.transfer_op(Xf::New, true, (nc, nn), L::D)?;
-        self.transfer_op(Xf::Mass, true, (nc + nn, nr), L::D)?;
-        self.transfer_op(Xf::Current, true, (0, nc + nn), L::D)?;
+        for &(start, nn, nr) in &groups {
+            self.transfer_op(Xf::New, true, (start, nn), L::D)?;
+            self.transfer_op(Xf::Mass, true, (start + nn, nr), L::D)?;
+        }
+        self.transfer_op(Xf::Current, true, (0, nc), L::D)?;
+        for &(start, nn, _) in &groups {
+            self.transfer_op(Xf::Current, true, (start, nn), L::D)?;
+        }
         for lv in self.levels.clone().iter().skip(1) {
             self.transfer_op(Xf::Leaf, false, lv.all, L::D)?;
         }
