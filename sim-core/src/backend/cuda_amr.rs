@@ -387,16 +387,19 @@ impl AmrGpu {
         Ok(())
     }
 
-    /// Copy the device's DDFs into a solver (waits for the steps launched so far).
+    /// Copy the device's DDFs of the active blocks into a solver (waits for the steps
+    /// launched so far): the IDs up to the highest active one, not the whole capacity.
     ///
     /// # Errors
     /// A solver of another capacity; CUDA errors.
     pub fn download<L: Lat>(&self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+        let per_block = L::Q * lbm.forest().cells_per_block();
+        let n = lbm.forest().active_ids().iter().max().map_or(0, |&id| (id as usize + 1) * per_block);
         let out = lbm.raw_ddfs_mut();
         if out.len() != self.f.len() {
             return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
         }
-        self.stream.memcpy_dtoh(&self.f, out).map_err(derr("reading the DDFs"))
+        self.stream.memcpy_dtoh(&self.f.slice(0..n), &mut out[..n]).map_err(derr("reading the DDFs"))
     }
 
     /// Wait for the launched steps.
