@@ -112,8 +112,8 @@ pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<
             Err(e) => bail!("--gpus {gpus}: {e}"),
         };
     }
-    // The CUDA solver the scene asks for: adaptive blocks (their steps on the GPU, the forest
-    // adapting on the host), compressed subgrids or the dense grid.
+    // The CUDA solver the scene asks for: adaptive blocks (their steps and data on the GPU, the
+    // mesh adapting on the host), compressed subgrids or the dense grid.
     let on_gpu = || -> Result<Box<dyn Solver>, sim_core::SolverError> {
         if ls.scene.amr.enabled {
             sim_core::amr::solver::from_scene_cuda(ls)

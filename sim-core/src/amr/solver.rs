@@ -1,8 +1,8 @@
 //! Adaptive blocks behind the [`Solver`] seam: a scene with `[amr] enabled = true` runs
 //! [`AmrLbm`] on a forest over `domain.size`, adapted every `amr.interval` coarse steps to the
 //! criterion, and shows the world the grid of its finest level. [`from_scene_cuda`] runs the
-//! time steps on the GPU ([`AmrGpu`], the same arithmetic: identical results) while the forest
-//! adapts on the host.
+//! time steps and an adaptation's criterion and data transfer on the GPU ([`AmrGpu`], the same
+//! arithmetic: identical results) while the forest's mesh adapts on the host.
 //!
 //! # How a scene maps onto the forest
 //! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
@@ -151,8 +151,9 @@ pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
     }
 }
 
-/// The same solver with its time stepping on the GPU ([`AmrGpu`]): the forest is built and
-/// adapted on the host, the steps run on device 0.
+/// The same solver with its time stepping on the GPU ([`AmrGpu`]): the forest is built and its
+/// mesh adapted on the host; the steps, the criterion and the data transfer of an adaptation
+/// run on device 0.
 ///
 /// # Errors
 /// Scene errors as [`from_scene`]; no CUDA device, or a capacity the device cannot hold.
