@@ -67,6 +67,20 @@ __device__ __forceinline__ int amr_dir(const int* e) {
     return d;
 }
 
+// The child (0 .. 2^D) of a block under its cell `cell`, and in f0 the block coordinates of the
+// lowest of the 2^D fine cells under it (lbm.rs children_of).
+__device__ __forceinline__ u32 amr_child_under(int cell, int* f0) {
+    int c[3];
+    amr_coords(cell, c);
+    u32 j = 0;
+    f0[0] = f0[1] = f0[2] = 0;
+    for (int a = 0; a < DEF_D; a++) {
+        j |= (u32)(c[a] / 2) << a;
+        f0[a] = 2 * (c[a] % 2);
+    }
+    return j;
+}
+
 // Block and cell of local coordinates k of block p (at most one block outside it, in a
 // same-level neighbour): the slot id * B + cell, or -1 where no same-level block is there.
 __device__ __forceinline__ long long amr_locate(const AmrMesh& m, u32 p, const int* k) {
@@ -378,14 +392,8 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f
     amr_level(prm, lc + 1, tf, ff);
     amr_level(prm, lc, tc, fc);
     const float r = 2.0f * tc / tf;
-    int c[3];
-    amr_coords(cell, c);
-    u32 j = 0;
-    int f0[3] = {0, 0, 0};
-    for (int a = 0; a < DEF_D; a++) {
-        j |= (u32)(c[a] / 2) << a;
-        f0[a] = 2 * (c[a] % 2);
-    }
+    int f0[3];
+    const u32 j = amr_child_under(cell, f0);
     const u32 ch = m.child[id] + j;
     AmrTaps plain;
     taps_plain(plain);
@@ -409,14 +417,8 @@ extern "C" __global__ void amr_average(const u32* __restrict__ ids, const u32 co
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = 2.0f * tc / tf;
-    int c[3];
-    amr_coords(cell, c);
-    u32 j = 0;
-    int f0[3] = {0, 0, 0};
-    for (int a = 0; a < DEF_D; a++) {
-        j |= (u32)(c[a] / 2) << a;
-        f0[a] = 2 * (c[a] % 2);
-    }
+    int f0[3];
+    const u32 j = amr_child_under(cell, f0);
     const u32 ch = child[id] + j;
     AmrTaps taps;
     taps_one(taps);
@@ -553,14 +555,8 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
         return;
     case XF_MASS: {
         if (solid[at]) return;
-        int c[3];
-        amr_coords(cell, c);
-        u32 j = 0;
-        int f0[3] = {0, 0, 0};
-        for (int a = 0; a < DEF_D; a++) {
-            j |= (u32)(c[a] / 2) << a;
-            f0[a] = 2 * (c[a] % 2);
-        }
+        int f0[3];
+        const u32 j = amr_child_under(cell, f0);
         const u32 ch = child[id] + j;
         int fine[1 << DEF_D];
         int n = 0;
