@@ -1223,3 +1223,89 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3]) {
         compare(&c, &g, &format!("3 steps after adaptation {k}"));
     }
 }
+
+/// The forest's adaptation on the device (`kernels/amr_mesh.cu`: balance, the refine and
+/// coarsen lists, the gap set, the ID sets, the links, the masks) leaves every array as the
+/// host's `BlockForest::adapt` leaves it, over random mark sequences in 2D and 3D, periodic
+/// and not, with frozen blocks, a frozen level and refusals for capacity.
+#[test]
+fn gpu_forest_adaptation_matches_the_host() {
+    if !gpu() {
+        return;
+    }
+    forest_case::<sim_core::lattice::D2Q9>([5, 4, 1], [true, false, false], 20 + 4 * 60, 7);
+    forest_case::<sim_core::lattice::D3Q19>([3, 3, 2], [false, true, false], 18 + 8 * 80, 11);
+}
+
+fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3], capacity: usize, seed: u64) {
+    use sim_core::amr::{state, AmrLbm, BlockForest, ForestConfig, Mark};
+    use sim_core::backend::cuda_amr::AmrGpu;
+    let cfg = ForestConfig { dims: L::D, root, periodic, max_level: 3, capacity };
+    let lbm = AmrLbm::<L>::new(BlockForest::new(cfg).unwrap(), 0.6, [0.0; 3], |_| (1.0, [0.0; 3]));
+    let mut host = BlockForest::new(cfg).unwrap();
+    let mut back = BlockForest::new(cfg).unwrap();
+    let mut dev = AmrGpu::new(L::KIND, host.capacity()).unwrap();
+    dev.upload(&lbm).unwrap();
+    let mut rng = seed;
+    let mut next = move || {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) as u32
+    };
+    let (mut refused, mut changed) = (0, 0);
+    for round in 0..40 {
+        if round == 12 {
+            host.freeze_level(2, true).unwrap();
+            dev.set_frozen_levels(1 << 2);
+        }
+        if round == 24 {
+            host.freeze_level(2, false).unwrap();
+            dev.set_frozen_levels(0);
+        }
+        for id in host.active_ids().to_vec() {
+            let r = next() % 100;
+            let m = if r < 18 {
+                Mark::Refine
+            } else if r < 40 {
+                Mark::Coarsen
+            } else {
+                Mark::Keep
+            };
+            if host.state(id) != state::FROZEN && (host.is_leaf(id) == (m == Mark::Refine) || m == Mark::Keep) {
+                host.set_mark(id, m).unwrap();
+            }
+            if round % 10 == 3 && r == 99 {
+                let frozen = host.state(id) == state::FROZEN;
+                host.freeze_block(id, !frozen).unwrap();
+            }
+        }
+        dev.set_states(host.arrays().state).unwrap();
+        let want = host.adapt();
+        let got = dev.adapt_marked(false).unwrap();
+        assert_eq!(got, want, "{}: round {round}: the reports differ", L::KIND);
+        match &want {
+            Ok(r) => changed += usize::from(!r.refined.is_empty() || !r.coarsened.is_empty()),
+            Err(_) => refused += 1,
+        }
+        dev.download_forest(&mut back).unwrap();
+        let (a, b) = (host.arrays(), back.arrays());
+        let what = format!("{}: round {round}", L::KIND);
+        assert_eq!(a.gap_len, b.gap_len, "{what}: gap set length");
+        assert_eq!(&a.gap[..a.gap_len], &b.gap[..b.gap_len], "{what}: gap set");
+        assert_eq!(a.level_start, b.level_start, "{what}: level starts");
+        assert_eq!(a.id_set, b.id_set, "{what}: ID sets");
+        assert_eq!(a.level, b.level, "{what}: levels");
+        assert_eq!(a.pos, b.pos, "{what}: positions");
+        assert_eq!(a.parent, b.parent, "{what}: parents");
+        assert_eq!(a.child, b.child, "{what}: children");
+        assert_eq!(a.state, b.state, "{what}: states");
+        assert_eq!(a.nbr, b.nbr, "{what}: neighbour links");
+        assert_eq!(a.nbr_child, b.nbr_child, "{what}: neighbour-children");
+        assert_eq!(a.block_mask, b.block_mask, "{what}: block masks");
+        for &id in host.active_ids() {
+            assert_eq!(host.cell_masks(id), back.cell_masks(id), "{what}: cell masks of block {id}");
+        }
+    }
+    eprintln!("{}: {changed} adaptations changed the forest, {refused} refused for capacity", L::KIND);
+    assert!(changed >= 10, "{}: only {changed} adaptations changed the forest", L::KIND);
+    assert!(refused >= 1, "{}: no adaptation hit the capacity", L::KIND);
+}

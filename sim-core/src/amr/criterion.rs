@@ -118,6 +118,13 @@ impl ObstacleSums {
         ObstacleSums { n, scale: f64::from(1u32 << domain_level), dims: dom.lattice.dims(), sums }
     }
 
+    /// The sums as stored (`(n0 + 1) (n1 + 1) (n2 + 1)` words) and the grid size `n`, for a
+    /// device copy.
+    #[must_use]
+    pub fn raw(&self) -> (&[u32], [usize; 3]) {
+        (&self.sums, self.n)
+    }
+
     /// Obstacle cells in the box of cells `[a0, a1)`.
     #[must_use]
     pub fn count(&self, a0: [usize; 3], a1: [usize; 3]) -> u64 {

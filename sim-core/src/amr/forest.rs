@@ -200,6 +200,46 @@ pub struct BlockForest {
     list: Vec<u32>,
 }
 
+/// A forest's arrays as stored (see the fields of [`BlockForest`]), for a device copy: the CUDA
+/// backend keeps the mesh on the GPU and adapts it there (`kernels/amr_mesh.cu`).
+#[allow(missing_docs)] // the fields of `BlockForest`
+pub struct ForestArrays<'a> {
+    pub level: &'a [u8],
+    /// `[x, y, z]` per block.
+    pub pos: &'a [[i32; 3]],
+    pub parent: &'a [u32],
+    pub child: &'a [u32],
+    pub state: &'a [u8],
+    pub nbr: &'a [u32],
+    pub nbr_child: &'a [u32],
+    pub block_mask: &'a [u8],
+    pub cell_mask: &'a [u8],
+    pub id_set: &'a [u32],
+    pub level_start: &'a [u32],
+    pub gap: &'a [u32],
+    pub gap_len: usize,
+    /// Bit `l`: level `l` frozen.
+    pub frozen_levels: u32,
+}
+
+/// The same, to overwrite from a device copy ([`BlockForest::arrays_mut`]).
+#[allow(missing_docs)] // the fields of `BlockForest`
+pub struct ForestArraysMut<'a> {
+    pub level: &'a mut [u8],
+    pub pos: &'a mut [[i32; 3]],
+    pub parent: &'a mut [u32],
+    pub child: &'a mut [u32],
+    pub state: &'a mut [u8],
+    pub nbr: &'a mut [u32],
+    pub nbr_child: &'a mut [u32],
+    pub block_mask: &'a mut [u8],
+    pub cell_mask: &'a mut [u8],
+    pub id_set: &'a mut [u32],
+    pub level_start: &'a mut [u32],
+    pub gap: &'a mut [u32],
+    pub gap_len: &'a mut usize,
+}
+
 /// Number of neighbour directions (self included): 3^D.
 #[inline(always)]
 #[must_use]
@@ -333,6 +373,47 @@ impl BlockForest {
     }
 
     // ---------------------------------------------------------------- accessors
+
+    /// The stored arrays, for a device copy.
+    #[must_use]
+    pub fn arrays(&self) -> ForestArrays<'_> {
+        ForestArrays {
+            level: &self.level,
+            pos: &self.pos,
+            parent: &self.parent,
+            child: &self.child,
+            state: &self.state,
+            nbr: &self.nbr,
+            nbr_child: &self.nbr_child,
+            block_mask: &self.block_mask,
+            cell_mask: &self.cell_mask,
+            id_set: &self.id_set,
+            level_start: &self.level_start,
+            gap: &self.gap,
+            gap_len: self.gap_len,
+            frozen_levels: self.frozen_levels,
+        }
+    }
+
+    /// The stored arrays to overwrite with a device copy that a device adapted: the caller
+    /// keeps the invariants ([`Self::adapt`]'s results, which the device's passes reproduce).
+    pub fn arrays_mut(&mut self) -> ForestArraysMut<'_> {
+        ForestArraysMut {
+            level: &mut self.level,
+            pos: &mut self.pos,
+            parent: &mut self.parent,
+            child: &mut self.child,
+            state: &mut self.state,
+            nbr: &mut self.nbr,
+            nbr_child: &mut self.nbr_child,
+            block_mask: &mut self.block_mask,
+            cell_mask: &mut self.cell_mask,
+            id_set: &mut self.id_set,
+            level_start: &mut self.level_start,
+            gap: &mut self.gap,
+            gap_len: &mut self.gap_len,
+        }
+    }
 
     /// Spatial dimensions.
     #[must_use]

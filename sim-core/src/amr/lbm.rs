@@ -370,6 +370,12 @@ impl<L: Lat> AmrLbm<L> {
         &self.solid
     }
 
+    /// The forest and the obstacle flags, to overwrite with a device copy that adapted them
+    /// (the CUDA backend keeps the mesh on the GPU and adapts it there).
+    pub fn forest_and_solids_mut(&mut self) -> (&mut BlockForest, &mut [bool]) {
+        (&mut self.forest, &mut self.solid)
+    }
+
     /// The pre-collision DDFs of every block, `f[(id * Q + i) * B + cell]` (shifted by the
     /// weights; for a device copy).
     #[must_use]

@@ -161,7 +161,9 @@ pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError>
     fn on_gpu<L: Lat>(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-        s.gpu = Some(AmrGpu::new(L::KIND, s.lbm.forest().capacity())?);
+        let mut gpu = AmrGpu::new(L::KIND, s.lbm.forest().capacity())?;
+        gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
+        s.gpu = Some(gpu);
         s.gpu_dirty = true;
         Ok(Box::new(s))
     }
@@ -203,6 +205,8 @@ pub struct AmrSolver<L: Lat> {
     gpu: Option<AmrGpu>,
     /// Whether the host changed the forest or the DDFs since the last upload.
     gpu_dirty: bool,
+    /// The device adapted the forest since the host's copy was last brought up to date.
+    mesh_on_device: bool,
 }
 
 impl<L: Lat> AmrSolver<L> {
@@ -285,6 +289,7 @@ impl<L: Lat> AmrSolver<L> {
             obstacle_sums,
             gpu: None,
             gpu_dirty: false,
+            mesh_on_device: false,
         };
         s.apply_boundaries();
         s.install_solids();
@@ -335,17 +340,15 @@ impl<L: Lat> AmrSolver<L> {
         self.gpu_dirty = true;
     }
 
-    /// Adapt the mesh to the criterion now (timed) with the DDFs on the device: the block
-    /// maxima come from the GPU, the mesh changes on the host, the data moves on the GPU.
+    /// Adapt the mesh to the criterion now (timed) on the device: block maxima, targets,
+    /// marks, balance, the new mesh and the data's transfer all run there
+    /// ([`AmrGpu::adapt_to_criterion`]); the host's copy of the forest is brought up to date
+    /// once at the end of the `step()` call.
     fn adapt_on(&mut self, gpu: &mut AmrGpu) -> Result<(), SolverError> {
         let t = Instant::now();
-        let values = gpu.block_values(&self.lbm, self.crit.field == Field::Q)?;
-        let targets = self.targets(&values);
-        let r = self.lbm.adapt_mesh(&targets);
+        let r = gpu.adapt_to_criterion(&self.lbm, &self.crit, self.near_wall)?;
         if let Ok(rep) = &r {
-            if !rep.refined.is_empty() || !rep.coarsened.is_empty() {
-                gpu.transfer(&self.lbm, rep)?;
-            }
+            self.mesh_on_device |= !rep.refined.is_empty() || !rep.coarsened.is_empty();
         }
         self.report(r);
         gpu.synchronize()?;
@@ -420,6 +423,12 @@ impl<L: Lat> AmrSolver<L> {
                 self.adapt_on(gpu)?;
                 t = Instant::now();
             }
+        }
+        if self.mesh_on_device {
+            let u = Instant::now();
+            gpu.download_mesh(&mut self.lbm)?;
+            self.mesh_on_device = false;
+            self.info.adapt_secs += u.elapsed().as_secs_f64();
         }
         if !synced {
             gpu.download(&mut self.lbm)?;

@@ -26,8 +26,12 @@ use crate::solver::SolverError;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
+mod mesh;
+
 /// The block-LBM kernels.
 pub const AMR_CU: &str = include_str!("../../../kernels/amr.cu");
+/// The mesh kernels (appended to [`AMR_CU`]).
+pub const AMR_MESH_CU: &str = include_str!("../../../kernels/amr_mesh.cu");
 
 /// Floats of the parameter table the kernels read: per level tau and force, then the walls'
 /// velocities and the outflow densities (see `kernels/amr.cu`).
@@ -50,7 +54,7 @@ pub fn amr_source(lattice: Lattice) -> String {
         boxed: false,
         halo: 0,
     };
-    format!("{}\n{}\n{}", defines(&cfg), COMMON_CUH, AMR_CU)
+    format!("{}\n{}\n{}\n{}", defines(&cfg), COMMON_CUH, AMR_CU, AMR_MESH_CU)
 }
 
 /// Compile the block kernels for `arch` (e.g. "sm_90"), without fused multiply-adds.
@@ -68,7 +72,10 @@ pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
     let d = lattice.dims();
     let b = BLOCK.pow(d as u32);
     let nd = 3usize.pow(d as u32);
-    (capacity * (2 * lattice.q() * b * 4 + 3 * b + nd * 4 + 3 * 4 + 2 * 4 + 2 + 4 + 4 * 4)) as u64
+    // Per block: DDFs, cell masks + obstacle + valid flags, links + neighbour-children,
+    // pos, parent + child, level + fresh + state + mark + aux + block mask, values, id set +
+    // gap + refined list, launch and transfer lists (3 C each).
+    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4)) as u64 + 4 * mesh::CTR as u64
 }
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
@@ -91,6 +98,12 @@ pub struct AmrGpu {
     average: CudaFunction,
     block_max: CudaFunction,
     transfer_k: CudaFunction,
+    mesh_k: CudaFunction,
+    compact_k: CudaFunction,
+    id_sets_k: CudaFunction,
+    lists_k: CudaFunction,
+    targets_k: CudaFunction,
+    solids_k: CudaFunction,
     device: String,
     capacity: usize,
     pos: CudaSlice<i32>,
@@ -106,6 +119,26 @@ pub struct AmrGpu {
     fresh: CudaSlice<u8>,
     /// Per block: the criterion's block maximum.
     values: CudaSlice<f32>,
+    // The rest of the forest (kernels/amr_mesh.cu): states, neighbour-children, block masks,
+    // ID sets, gap set, working marks and targets, the refined list, counters.
+    state: CudaSlice<u8>,
+    nbr_child: CudaSlice<u32>,
+    bmask: CudaSlice<u8>,
+    id_set: CudaSlice<u32>,
+    gap: CudaSlice<u32>,
+    mk: CudaSlice<u8>,
+    aux: CudaSlice<u8>,
+    rl: CudaSlice<u32>,
+    ctr: CudaSlice<u32>,
+    /// The device forest's gap-set length, active blocks, level starts (as the host's).
+    gap_len: usize,
+    active: usize,
+    level_start: Vec<u32>,
+    /// The forest's frozen levels (bits), finest level allowed, dimensions.
+    frozen: u32,
+    max_level: u8,
+    dims: usize,
+    obstacles: Option<mesh::Obstacles>,
     f: CudaSlice<f32>,
     post: CudaSlice<f32>,
     prm: CudaSlice<f32>,
@@ -159,6 +192,8 @@ impl AmrGpu {
         let (collide, stream_k, interpolate, average) =
             (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
+        let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
+        let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
         let stream = ctx.default_stream();
         let d = lattice.dims();
         let b = BLOCK.pow(d as u32);
@@ -180,8 +215,24 @@ impl AmrGpu {
             post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             prm_host: Vec::new(),
-            lists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
-            xlists: stream.alloc_zeros::<u32>(1).map_err(&a)?,
+            lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
+            xlists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
+            state: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            nbr_child: stream.alloc_zeros::<u32>(nd * capacity).map_err(&a)?,
+            bmask: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            id_set: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
+            gap: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
+            mk: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            aux: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            rl: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
+            ctr: stream.alloc_zeros::<u32>(mesh::CTR).map_err(&a)?,
+            gap_len: 0,
+            active: 0,
+            level_start: Vec::new(),
+            frozen: 0,
+            max_level: 0,
+            dims: d,
+            obstacles: None,
             levels: Vec::new(),
             root: [1; 3],
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
@@ -194,6 +245,12 @@ impl AmrGpu {
             average,
             block_max,
             transfer_k,
+            mesh_k,
+            compact_k,
+            id_sets_k,
+            lists_k,
+            targets_k,
+            solids_k,
             device: dev.name,
             capacity,
         })
@@ -223,25 +280,6 @@ impl AmrGpu {
         if c != self.capacity {
             return Err(SolverError::Backend(format!("the forest holds {c} blocks, the device arrays {}", self.capacity)));
         }
-        let nd = forest.dirs();
-        let b = forest.cells_per_block();
-        let mut pos = vec![0i32; 3 * c];
-        let mut parent = vec![crate::amr::NONE; c];
-        let mut child = vec![crate::amr::NONE; c];
-        let mut nbr = vec![crate::amr::NONE; nd * c];
-        let mut cmask = vec![0u8; b * c];
-        let mut level = vec![0u8; c];
-        for &id in forest.active_ids() {
-            let i = id as usize;
-            level[i] = forest.level(id);
-            pos[3 * i..3 * i + 3].copy_from_slice(&forest.pos(id));
-            parent[i] = forest.parent(id);
-            child[i] = forest.first_child(id);
-            for d in 0..nd {
-                nbr[i * nd + d] = forest.nbr_raw(id, d);
-            }
-            cmask[i * b..(i + 1) * b].copy_from_slice(forest.cell_masks(id));
-        }
         let solid: Vec<u8> = lbm.solid_flags().iter().map(|&s| u8::from(s)).collect();
         let mut lists = Vec::new();
         self.levels.clear();
@@ -258,21 +296,31 @@ impl AmrGpu {
             let feeds = push(&mut lists, &mut ids.iter().copied().filter(|&id| forest.block_mask(id) & block_mask::FEEDS != 0));
             self.levels.push(Lists { all, near_coarser, feeds });
         }
-        if lists.is_empty() {
-            lists.push(0);
-        }
         let r = forest.root();
         self.root = [r[0] as i32, r[1] as i32, r[2] as i32];
+        let a = forest.arrays();
+        self.gap_len = a.gap_len;
+        self.active = forest.active();
+        self.level_start = a.level_start.to_vec();
+        self.frozen = a.frozen_levels;
+        self.max_level = forest.max_level();
         let s = &self.stream;
         let up = derr("uploading the block forest");
-        s.memcpy_htod(&pos, &mut self.pos).map_err(&up)?;
-        s.memcpy_htod(&parent, &mut self.parent).map_err(&up)?;
-        s.memcpy_htod(&child, &mut self.child).map_err(&up)?;
-        s.memcpy_htod(&nbr, &mut self.nbr).map_err(&up)?;
-        s.memcpy_htod(&cmask, &mut self.cmask).map_err(&up)?;
+        s.memcpy_htod(bytemuck::cast_slice::<[i32; 3], i32>(a.pos), &mut self.pos).map_err(&up)?;
+        s.memcpy_htod(a.parent, &mut self.parent).map_err(&up)?;
+        s.memcpy_htod(a.child, &mut self.child).map_err(&up)?;
+        s.memcpy_htod(a.nbr, &mut self.nbr).map_err(&up)?;
+        s.memcpy_htod(a.cell_mask, &mut self.cmask).map_err(&up)?;
         s.memcpy_htod(&solid, &mut self.solid).map_err(&up)?;
-        s.memcpy_htod(&level, &mut self.level).map_err(&up)?;
-        self.lists = s.clone_htod(&lists).map_err(&up)?;
+        s.memcpy_htod(a.level, &mut self.level).map_err(&up)?;
+        s.memcpy_htod(a.state, &mut self.state).map_err(&up)?;
+        s.memcpy_htod(a.nbr_child, &mut self.nbr_child).map_err(&up)?;
+        s.memcpy_htod(a.block_mask, &mut self.bmask).map_err(&up)?;
+        s.memcpy_htod(a.id_set, &mut self.id_set).map_err(&up)?;
+        s.memcpy_htod(a.gap, &mut self.gap).map_err(&up)?;
+        if !lists.is_empty() {
+            s.memcpy_htod(&lists, &mut self.lists.slice_mut(0..lists.len())).map_err(&up)?;
+        }
         Ok(())
     }
 
@@ -284,6 +332,12 @@ impl AmrGpu {
     /// # Errors
     /// CUDA errors.
     pub fn block_values<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<Vec<f32>, SolverError> {
+        self.block_maxima(lbm, q)?;
+        self.stream.clone_dtoh(&self.values).map_err(derr("reading the refinement criterion"))
+    }
+
+    /// [`Self::block_values`] into the device's `values`, not read back.
+    fn block_maxima<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<(), SolverError> {
         self.sync_params(lbm)?;
         let e = derr("computing the refinement criterion");
         self.stream.memset_zeros(&mut self.values).map_err(&e)?;
@@ -302,7 +356,7 @@ impl AmrGpu {
             // per listed ID, every ID below the capacity the arrays hold.
             unsafe { l.launch(cfg) }.map_err(&e)?;
         }
-        self.stream.clone_dtoh(&self.values).map_err(&e)
+        Ok(())
     }
 
     /// Move the DDFs on the device through an adaptation whose mesh part the host has just
@@ -335,7 +389,7 @@ impl AmrGpu {
         }
         let e = derr("moving the DDFs through an adaptation");
         self.sync_params(lbm)?;
-        self.xlists = self.stream.clone_htod(&xl).map_err(&e)?;
+        self.stream.memcpy_htod(&xl, &mut self.xlists.slice_mut(0..xl.len())).map_err(&e)?;
         let mut fresh = vec![0u8; self.capacity];
         report.refined.iter().for_each(|&p| fresh[p as usize] = 1);
         // Old mesh: current cells, then the coarsened blocks from their children.
@@ -347,22 +401,29 @@ impl AmrGpu {
         // New mesh.
         self.upload_mesh(lbm)?;
         self.stream.memcpy_htod(&fresh, &mut self.fresh).map_err(&e)?;
-        for &(start, nn, nr) in &groups {
-            self.transfer_op(Xf::New, true, (start, nn), L::D)?;
-            self.transfer_op(Xf::Mass, true, (start + nn, nr), L::D)?;
+        self.transfer_new_mesh(nc, &groups, L::D)
+    }
+
+    /// The new-mesh half of a transfer: per level group (start in the transfer's lists, new
+    /// children, refined blocks after them) interpolate the new children and shift their mass;
+    /// then refresh the exposed cells. The coarsened blocks are the lists' first `nc`.
+    fn transfer_new_mesh(&mut self, nc: usize, groups: &[(usize, usize, usize)], dims: usize) -> Result<(), SolverError> {
+        for &(start, nn, nr) in groups {
+            self.transfer_op(Xf::New, true, (start, nn), dims)?;
+            self.transfer_op(Xf::Mass, true, (start + nn, nr), dims)?;
         }
-        self.transfer_op(Xf::Current, true, (0, nc), L::D)?;
-        for &(start, nn, _) in &groups {
-            self.transfer_op(Xf::Current, true, (start, nn), L::D)?;
+        self.transfer_op(Xf::Current, true, (0, nc), dims)?;
+        for &(start, nn, _) in groups {
+            self.transfer_op(Xf::Current, true, (start, nn), dims)?;
         }
         for lv in self.levels.clone().iter().skip(1) {
-            self.transfer_op(Xf::Leaf, false, lv.all, L::D)?;
+            self.transfer_op(Xf::Leaf, false, lv.all, dims)?;
         }
         for lv in self.levels.clone().iter().skip(1) {
-            self.transfer_op(Xf::LeafMark, false, lv.all, L::D)?;
+            self.transfer_op(Xf::LeafMark, false, lv.all, dims)?;
         }
         for lv in self.levels.clone() {
-            self.transfer_op(Xf::Parent, false, lv.all, L::D)?;
+            self.transfer_op(Xf::Parent, false, lv.all, dims)?;
         }
         Ok(())
     }

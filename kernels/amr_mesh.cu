@@ -1,0 +1,479 @@
+// The forest's mesh operations on the GPU (seed 004: the mesh never leaves the device).
+// sim-core/src/amr/forest.rs (BlockForest::adapt and its rebuild passes) is the reference these
+// kernels are tested against, array for array; sim-core/src/amr/criterion.rs (targets,
+// mark_to_targets) and amr/solver.rs (the obstacle query) for the marks and the obstacle flags.
+// Appended to kernels/amr.cu (its defines and AMR_* constants).
+//
+// Arrays besides amr.cu's (capacity C):
+//   state     C bytes, refinement states (forest.rs `state`: 0 free, 1 keep, 2 refine,
+//             3 coarsen, 4 frozen); marks are requested here
+//   mk, aux   C bytes of scratch: the working marks, and bits SEED (a refine mark the caller
+//             set) and BLOCKED (a coarser neighbour that cannot refine)
+//   nbr_child C * ND u32, bmask C bytes, id_set C u32, gap C u32 (forest.rs)
+//   rl        C u32: the refined blocks (ascending IDs)
+//   xl        3 C u32: the coarsened blocks (ascending IDs), then per level the new children
+//             and their parents (the transfer's lists, lbm.rs refined_by_level)
+//   lists     3 C u32: the stepping's launch lists, per level all / near a coarser level /
+//             feeding a coarser leaf
+//   ctr       256 u32 of counters and offsets (M_* below), read back by the host in one copy
+
+#define ST_INACTIVE 0
+#define ST_KEEP 1
+#define ST_REFINE 2
+#define ST_COARSEN 3
+#define ST_FROZEN 4
+#define MX_SEED 1
+#define MX_BLOCKED 2
+#define AMR_K (1 << DEF_D)
+#define BM_LEAF 1
+#define BM_NEAR_COARSER 2
+#define BM_NEAR_FINER 4
+#define BM_FEEDS 8
+#define BM_BOUNDARY 16
+#define CM_INTERIOR 0
+#define CM_INTERFACE 2
+#define CM_COVERED 3
+
+// Counters (ctr).
+#define M_CHANGED 0
+#define M_BLOCKED 1
+#define M_NC 2
+#define M_NR 3
+#define M_CANCELLED 4
+#define M_ADDED 5
+#define M_REQUESTED 6
+#define M_LEVEL_START 8
+#define M_LISTS 32
+#define M_XGROUPS 128
+#define M_LEVELS 16
+
+// Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells).
+#define MO_SANITISE 0
+#define MO_CLOSURE 1
+#define MO_CANCEL 2
+#define MO_UNSEED 3
+#define MO_COUNT 4
+#define MO_REVERT 5
+#define MO_FREE 6
+#define MO_FREE_PARENT 7
+#define MO_ALLOC 8
+#define MO_CLEAR 9
+#define MO_FRESH 10
+#define MO_LINKS 11
+#define MO_NBR_CHILD 12
+#define MO_LEAF_MASKS 13
+#define MO_PARENT_MASKS 14
+#define MO_MARK 15
+
+#define MESH_ARGS const u32 cap, const u32 max_level, const u32 frozen, unsigned char* level, int* pos, u32* parent, u32* child, unsigned char* state, u32* nbr, u32* nbr_child, unsigned char* bmask, unsigned char* cmask, u32* id_set, u32* gap, unsigned char* mk, unsigned char* aux, unsigned char* fresh, u32* rl, u32* xl, u32* ctr
+
+__device__ __forceinline__ bool mesh_level_frozen(u32 frozen, u32 l) { return l < 32 && ((frozen >> l) & 1u); }
+
+__device__ __forceinline__ void mesh_dir_offset(int d, int* e) {
+    e[0] = e[1] = e[2] = 0;
+    for (int a = 0; a < DEF_D; a++) { e[a] = d % 3 - 1; d /= 3; }
+}
+
+// Exclusive prefix of v over the threads of a block of 1024 (s: 1024 shared words); the total
+// in *total. Every thread must call it.
+__device__ u32 mesh_block_scan(u32* s, u32 v, u32* total) {
+    const u32 t = threadIdx.x;
+    s[t] = v;
+    __syncthreads();
+    for (u32 off = 1; off < 1024; off <<= 1) {
+        const u32 x = t >= off ? s[t - off] : 0u;
+        __syncthreads();
+        s[t] += x;
+        __syncthreads();
+    }
+    const u32 incl = s[t];
+    *total = s[1023];
+    __syncthreads();
+    return incl - v;
+}
+
+extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, MESH_ARGS) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    // forest.rs refinable / coarsenable (on the states, not the working marks).
+    auto refinable = [&](u32 b) {
+        const unsigned char s = state[b];
+        return s != ST_INACTIVE && s != ST_FROZEN && child[b] == AMR_NONE && level[b] < max_level && !mesh_level_frozen(frozen, level[b] + 1u);
+    };
+    auto coarsenable = [&](u32 b) {
+        const unsigned char s = state[b];
+        const u32 c = child[b];
+        if (s == ST_INACTIVE || s == ST_FROZEN || c == AMR_NONE || mesh_level_frozen(frozen, level[b] + 1u)) return false;
+        for (u32 j = 0; j < AMR_K; j++)
+            if (child[c + j] != AMR_NONE || state[c + j] == ST_FROZEN) return false;
+        return true;
+    };
+    auto keeps_children = [&](u32 b) { return mk[b] == ST_REFINE || (child[b] != AMR_NONE && mk[b] != ST_COARSEN); };
+    switch (op) {
+    case MO_SANITISE: {
+        const unsigned char s = state[t];
+        const unsigned char m = (s == ST_REFINE && refinable(t)) ? ST_REFINE : (s == ST_COARSEN && coarsenable(t)) ? ST_COARSEN : ST_KEEP;
+        mk[t] = m;
+        aux[t] = m == ST_REFINE ? MX_SEED : 0;
+        break;
+    }
+    case MO_CLOSURE: {
+        // A refining leaf's coarser neighbours refine too (or are noted as blocked).
+        if (mk[t] != ST_REFINE) return;
+        for (u32 d = 0; d < AMR_ND; d++) {
+            const u32 v = nbr[(u64)t * AMR_ND + d];
+            if (v == AMR_NONE || !(v & AMR_COARSER)) continue;
+            const u32 x = v & ~AMR_COARSER;
+            if (refinable(x)) {
+                if (mk[x] != ST_REFINE) { mk[x] = ST_REFINE; ctr[M_CHANGED] = 1; }
+            } else {
+                aux[x] |= MX_BLOCKED;
+                ctr[M_BLOCKED] = 1;
+            }
+        }
+        break;
+    }
+    case MO_CANCEL: {
+        if (mk[t] != ST_REFINE) return;
+        for (u32 d = 0; d < AMR_ND; d++) {
+            const u32 v = nbr[(u64)t * AMR_ND + d];
+            if (v == AMR_NONE || !(v & AMR_COARSER)) continue;
+            const u32 x = v & ~AMR_COARSER;
+            if ((aux[x] & MX_BLOCKED) || mk[x] != ST_REFINE) { mk[t] = ST_KEEP; ctr[M_CHANGED] = 1; return; }
+        }
+        break;
+    }
+    case MO_UNSEED:
+        if (mk[t] == ST_REFINE && !(aux[t] & MX_SEED)) mk[t] = ST_KEEP;
+        aux[t] &= MX_SEED;
+        break;
+    case MO_COUNT: {
+        const bool seed = aux[t] & MX_SEED;
+        if (seed && mk[t] != ST_REFINE) atomicAdd(&ctr[M_CANCELLED], 1u);
+        if (!seed && mk[t] == ST_REFINE) atomicAdd(&ctr[M_ADDED], 1u);
+        if (mk[t] == ST_COARSEN) atomicAdd(&ctr[M_REQUESTED], 1u);
+        break;
+    }
+    case MO_REVERT: {
+        // A block keeps its children when a child, or a child's same-level neighbour, will
+        // have children after the adaptation.
+        if (mk[t] != ST_COARSEN) return;
+        const u32 c0 = child[t];
+        for (u32 j = 0; j < AMR_K; j++) {
+            const u32 c = c0 + j;
+            bool bad = keeps_children(c);
+            for (u32 d = 0; d < AMR_ND && !bad; d++) {
+                const u32 v = nbr[(u64)c * AMR_ND + d];
+                if (v != AMR_NONE && !(v & AMR_COARSER)) bad = keeps_children(v);
+            }
+            if (bad) { mk[t] = ST_KEEP; ctr[M_CHANGED] = 1; return; }
+        }
+        break;
+    }
+    case MO_FREE: {
+        // Child j of coarsened block i goes back to the gap set (arg: its length before).
+        const u32 i = t / AMR_K, j = t % AMR_K;
+        const u32 c0 = child[xl[i]], c = c0 + j;
+        state[c] = ST_INACTIVE;
+        parent[c] = AMR_NONE;
+        child[c] = AMR_NONE;
+        level[c] = 0;
+        pos[3 * c] = pos[3 * c + 1] = pos[3 * c + 2] = 0;
+        bmask[c] = 0;
+        for (u32 d = 0; d < AMR_ND; d++) { nbr[(u64)c * AMR_ND + d] = AMR_NONE; nbr_child[(u64)c * AMR_ND + d] = AMR_NONE; }
+        gap[arg + i * AMR_K + j] = c0 + (AMR_K - 1 - j);
+        break;
+    }
+    case MO_FREE_PARENT:
+        child[xl[t]] = AMR_NONE;
+        break;
+    case MO_ALLOC: {
+        // Refined block i takes the group whose first ID is gap[arg - 1 - i K] (arg: the gap
+        // set's length after the frees).
+        const u32 i = t / AMR_K, j = t % AMR_K;
+        const u32 c0 = gap[arg - 1 - i * AMR_K], b = rl[i], c = c0 + j;
+        if (j == 0) child[b] = c0;
+        level[c] = level[b] + 1;
+        parent[c] = b;
+        child[c] = AMR_NONE;
+        state[c] = ST_KEEP;
+        pos[3 * c] = pos[3 * c + 1] = pos[3 * c + 2] = 0;
+        for (int a = 0; a < DEF_D; a++) pos[3 * c + a] = 2 * pos[3 * b + a] + (int)((j >> a) & 1u);
+        break;
+    }
+    case MO_MARK: {
+        // Active block id_set[t] towards the target levels in aux (criterion.rs
+        // mark_to_targets): a leaf below its target refines; a block whose children are all
+        // leaves and all content with its level coarsens. Frozen blocks keep their state.
+        const u32 b = id_set[t], c0 = child[b];
+        if (state[b] == ST_FROZEN) return;
+        if (c0 == AMR_NONE) {
+            if (aux[b] > level[b]) state[b] = ST_REFINE;
+            return;
+        }
+        for (u32 j = 0; j < AMR_K; j++)
+            if (child[c0 + j] != AMR_NONE || aux[c0 + j] > level[b]) return;
+        state[b] = ST_COARSEN;
+        break;
+    }
+    case MO_CLEAR:
+        if (state[t] == ST_REFINE || state[t] == ST_COARSEN) state[t] = ST_KEEP;
+        break;
+    case MO_FRESH:
+        // amr.cu's `fresh`: refined by this adaptation.
+        fresh[t] = mk[t] == ST_REFINE;
+        break;
+    case MO_LINKS:
+    case MO_NBR_CHILD: {
+        // Level arg's blocks x directions (forest.rs rebuild_links / child_link).
+        const u32 ls = ctr[M_LEVEL_START + arg], nl = ctr[M_LEVEL_START + arg + 1] - ls;
+        if (t >= nl * AMR_ND) return;
+        const u32 b = id_set[ls + t / AMR_ND], d = t % AMR_ND;
+        if (op == MO_NBR_CHILD) {
+            const u32 v = nbr[(u64)b * AMR_ND + d];
+            nbr_child[(u64)b * AMR_ND + d] = (v != AMR_NONE && !(v & AMR_COARSER)) ? child[v] : AMR_NONE;
+            return;
+        }
+        const u32 p = parent[b];
+        int e[3], pe[3] = {0, 0, 0};
+        mesh_dir_offset((int)d, e);
+        u32 j = 0;
+        for (int a = 0; a < DEF_D; a++) {
+            const int s = (pos[3 * b + a] & 1) + e[a];
+            pe[a] = s >> 1;
+            j |= (u32)(s & 1) << a;
+        }
+        const u32 v = nbr[(u64)p * AMR_ND + amr_dir(pe)];
+        u32 out = AMR_NONE;
+        if (v != AMR_NONE && !(v & AMR_COARSER)) {
+            const u32 fc = nbr_child[(u64)p * AMR_ND + amr_dir(pe)];
+            out = fc != AMR_NONE ? fc + j : (v | AMR_COARSER);
+        }
+        nbr[(u64)b * AMR_ND + d] = out;
+        break;
+    }
+    case MO_LEAF_MASKS:
+    case MO_PARENT_MASKS: {
+        // Active block t / B (id_set order), cell t % B (forest.rs rebuild_masks): leaves
+        // first, then non-leaves from their children's cell masks.
+        const u32 b = id_set[t / AMR_B], cell = t % AMR_B;
+        const bool leaf = child[b] == AMR_NONE;
+        if (leaf != (op == MO_LEAF_MASKS)) return;
+        unsigned char bits = leaf ? BM_LEAF : 0;
+        for (u32 d = 0; d < AMR_ND; d++) {
+            const u32 v = nbr[(u64)b * AMR_ND + d];
+            if (v == AMR_NONE) bits |= BM_BOUNDARY;
+            else if (v & AMR_COARSER) bits |= leaf ? BM_NEAR_COARSER : 0;
+            else if (leaf && child[v] != AMR_NONE) bits |= BM_NEAR_FINER;
+            else if (!leaf && child[v] == AMR_NONE) bits |= BM_FEEDS;
+        }
+        if (cell == 0) bmask[b] = bits;
+        int c[3];
+        amr_coords((int)cell, c);
+        unsigned char out;
+        if (leaf) {
+            int g_min = 0x7fffffff;
+            if (bits & BM_NEAR_COARSER) {
+                for (u32 d = 0; d < AMR_ND; d++) {
+                    const u32 v = nbr[(u64)b * AMR_ND + d];
+                    if (v == AMR_NONE || !(v & AMR_COARSER)) continue;
+                    int e[3];
+                    mesh_dir_offset((int)d, e);
+                    int g = 0;
+                    for (int a = 0; a < DEF_D; a++) {
+                        const int ga = e[a] == -1 ? c[a] + 1 : e[a] == 1 ? 4 - c[a] : 0;
+                        g = max(g, ga);
+                    }
+                    g_min = min(g_min, g);
+                }
+            }
+            out = g_min <= 2 ? CM_GHOST : g_min <= 4 ? CM_INTERFACE : CM_INTERIOR;
+        } else {
+            int f0[3];
+            const u32 ch = child[b] + amr_child_under((int)cell, f0);
+            out = CM_COVERED;
+            if (child[ch] == AMR_NONE) {
+                const unsigned char m = cmask[(u64)ch * AMR_B + amr_cell(f0[0], f0[1], f0[2])];
+                out = m == CM_GHOST ? CM_POG : m == CM_INTERFACE ? CM_POI : CM_COVERED;
+            }
+        }
+        cmask[(u64)b * AMR_B + cell] = out;
+        break;
+    }
+    }
+}
+
+// The refine and coarsen lists from the working marks, ascending (one block of 1024 threads;
+// forest.rs compact): coarsened blocks into xl, refined ones into rl, their numbers into ctr.
+extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* __restrict__ mk, u32* xl, u32* rl, u32* ctr) {
+    __shared__ u32 s[1024];
+    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    u32 nc = 0, nr = 0;
+    for (u32 b = lo; b < hi; b++) { nc += mk[b] == ST_COARSEN; nr += mk[b] == ST_REFINE; }
+    u32 tc, tr;
+    u32 oc = mesh_block_scan(s, nc, &tc);
+    u32 orf = mesh_block_scan(s, nr, &tr);
+    for (u32 b = lo; b < hi; b++) {
+        if (mk[b] == ST_COARSEN) xl[oc++] = b;
+        if (mk[b] == ST_REFINE) rl[orf++] = b;
+    }
+    if (threadIdx.x == 0) { ctr[M_NC] = tc; ctr[M_NR] = tr; }
+}
+
+// The active IDs by level, ascending within a level (forest.rs rebuild_id_sets: a histogram, a
+// scan and a scatter), and the level starts into ctr. One block of 1024 threads.
+extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
+    __shared__ u32 s[1024];
+    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    u32 cnt[M_LEVELS], at[M_LEVELS];
+    for (int l = 0; l < M_LEVELS; l++) cnt[l] = 0;
+    for (u32 b = lo; b < hi; b++)
+        if (state[b] != ST_INACTIVE) cnt[level[b]]++;
+    u32 base = 0;
+    for (int l = 0; l < M_LEVELS; l++) {
+        u32 total;
+        at[l] = base + mesh_block_scan(s, cnt[l], &total);
+        if (threadIdx.x == 0) ctr[M_LEVEL_START + l] = base;
+        base += total;
+    }
+    if (threadIdx.x == 0) ctr[M_LEVEL_START + M_LEVELS] = base;
+    for (u32 b = lo; b < hi; b++)
+        if (state[b] != ST_INACTIVE) id_set[at[level[b]]++] = b;
+}
+
+// How many of src[0..n) keep(i) holds for, inside one block of 1024 threads.
+template <typename F>
+__device__ u32 mesh_count(u32* s, const u32* src, u32 n, F keep) {
+    const u32 chunk = (n + 1023) / 1024, lo = min(threadIdx.x * chunk, n), hi = min(lo + chunk, n);
+    u32 c = 0;
+    for (u32 i = lo; i < hi; i++) c += keep(src[i]);
+    u32 total;
+    mesh_block_scan(s, c, &total);
+    return total;
+}
+
+// Order-keeping compaction of src[0..n) by keep(i) into dst, inside one block of 1024 threads;
+// returns the count.
+template <typename F>
+__device__ u32 mesh_compact_into(u32* s, const u32* src, u32 n, u32* dst, F keep) {
+    const u32 chunk = (n + 1023) / 1024, lo = min(threadIdx.x * chunk, n), hi = min(lo + chunk, n);
+    u32 c = 0;
+    for (u32 i = lo; i < hi; i++) c += keep(src[i]);
+    u32 total;
+    u32 o = mesh_block_scan(s, c, &total);
+    for (u32 i = lo; i < hi; i++)
+        if (keep(src[i])) dst[o++] = src[i];
+    return total;
+}
+
+// The stepping's launch lists (cuda_amr.rs Lists) per level: all blocks, those next to a
+// coarser level, those feeding a coarser leaf; (offset, count) pairs into ctr at M_LISTS + 6 l.
+// Then the transfer's groups after the coarsened blocks in xl: per level of the refined blocks
+// (coarse first), their children, then themselves; (start, children, parents) into ctr at
+// M_XGROUPS + 3 l. One block of 1024 threads.
+extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ rl, u32* xl, u32* lists, u32* ctr) {
+    __shared__ u32 s[1024];
+    u32 o = 0;
+    for (int l = 0; l < M_LEVELS; l++) {
+        const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
+        const u32 a = mesh_compact_into(s, id_set + ls, nl, lists + o, [](u32) { return true; });
+        const u32 nc = mesh_compact_into(s, id_set + ls, nl, lists + o + a, [&](u32 b) { return (bmask[b] & BM_NEAR_COARSER) != 0; });
+        const u32 fd = mesh_compact_into(s, id_set + ls, nl, lists + o + a + nc, [&](u32 b) { return (bmask[b] & BM_FEEDS) != 0; });
+        if (threadIdx.x == 0) {
+            u32* r = ctr + M_LISTS + 6 * l;
+            r[0] = o; r[1] = a; r[2] = o + a; r[3] = nc; r[4] = o + a + nc; r[5] = fd;
+        }
+        o += a + nc + fd;
+    }
+    const u32 nr = ctr[M_NR];
+    u32 x = ctr[M_NC];
+    for (int l = 0; l < M_LEVELS; l++) {
+        auto on_level = [&](u32 p) { return level[p] == l; };
+        const u32 g = mesh_count(s, rl, nr, on_level);
+        mesh_compact_into(s, rl, nr, xl + x + g * AMR_K, on_level);
+        __syncthreads();
+        for (u32 i = threadIdx.x; i < g * AMR_K; i += 1024) xl[x + i] = child[xl[x + g * AMR_K + i / AMR_K]] + i % AMR_K;
+        if (threadIdx.x == 0) {
+            u32* r = ctr + M_XGROUPS + 3 * l;
+            r[0] = x; r[1] = g * AMR_K; r[2] = g;
+        }
+        x += g * (AMR_K + 1);
+    }
+}
+
+// Obstacle cells in the box of finest-grid cells [a0, a1) from the prefix sums (criterion.rs
+// ObstacleSums::count; sums of (n0 + 1) (n1 + 1) (n2 + 1) words).
+__device__ u32 mesh_obstacles_in(const u32* __restrict__ sums, const u32* n, const u32* a0, const u32* a1) {
+    const u64 sx = n[0] + 1, sy = n[1] + 1;
+    auto s = [&](u32 x, u32 y, u32 z) { return (long long)sums[x + sx * (y + sy * z)]; };
+    const long long c = s(a1[0], a1[1], a1[2]) - s(a0[0], a1[1], a1[2]) - s(a1[0], a0[1], a1[2]) - s(a1[0], a1[1], a0[2]) + s(a0[0], a0[1], a1[2]) + s(a0[0], a1[1], a0[2]) + s(a1[0], a0[1], a0[2]) - s(a0[0], a0[1], a0[2]);
+    return (u32)c;
+}
+
+// criterion.rs target_level.
+__device__ u32 mesh_target_level(float value, float threshold, u32 max_level) {
+    if (!(value > 0.0f) || !(threshold > 0.0f)) return 0;
+    const double l = floor(log2((double)(value / threshold))) + 1.0;
+    if (l <= 0.0) return 0;
+    if (l >= (double)max_level) return max_level;
+    return (u32)l;
+}
+
+// Target level of every leaf into tgt (0 for non-leaves and free IDs; criterion.rs targets):
+// the criterion's block maximum through the log2 mapping, and near-wall refinement (nw_level
+// < 0: none) where an obstacle cell lies within `margin` cells of the block's own level.
+// sums: the obstacle prefix sums of an n0 x n1 x n2 grid of cells of level 0 scaled by `scale`.
+extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restrict__ values, const float threshold, const u32 crit_max, const u32 forest_max, const int nw_level, const double margin, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const double scale, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, const unsigned char* __restrict__ state, unsigned char* tgt) {
+    const u32 b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= cap) return;
+    if (state[b] == ST_INACTIVE || child[b] != AMR_NONE) { tgt[b] = 0; return; }
+    u32 t = mesh_target_level(values[b], threshold, crit_max);
+    const u32 l = level[b];
+    if (nw_level >= 0 && l <= (u32)nw_level) {
+        const double size = 4.0 / (double)(1u << l), m = margin * size / 4.0;
+        const u32 n[3] = {n0, n1, n2};
+        u32 a0[3] = {0, 0, 0}, a1[3] = {1, 1, 1};
+        bool any = true;
+        for (int a = 0; a < DEF_D; a++) {
+            const double lo = (double)pos[3 * b + a] * size;
+            const double nn = (double)n[a];
+            a0[a] = (u32)fmin(fmax(floor((lo - m) * scale), 0.0), nn);
+            a1[a] = (u32)fmin(fmax(ceil((lo + size + m) * scale), 0.0), nn);
+            if (a0[a] >= a1[a]) any = false;
+        }
+        if (any && mesh_obstacles_in(sums, n, a0, a1) > 0) t = max(t, min((u32)nw_level, forest_max));
+    }
+    tgt[b] = (unsigned char)t;
+}
+
+// Obstacle flags of the new children's cells (solver.rs install_solids: a cell is solid when
+// at least half of the finest-grid cells under it are obstacle cells; domain level dl), over
+// the refined blocks rl[0 .. count / (K B)); a cell whose flag changes is set to rest (zero), as
+// lbm.rs update_solids does.
+extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restrict__ rl, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const u32 dl, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, unsigned char* solid, float* f) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const u32 cell = t % AMR_B, c = child[rl[t / (AMR_B * AMR_K)]] + (t / AMR_B) % AMR_K;
+    const u32 l = level[c], sh = dl - min(l, dl), s = 1u << sh;
+    const double size = 4.0 / (double)(1u << l), h = size / 4.0, fine = (double)(1u << dl);
+    const u32 n[3] = {n0, n1, n2};
+    u32 a0[3] = {0, 0, 0}, a1[3] = {1, 1, 1};
+    int k[3];
+    amr_coords((int)cell, k);
+    for (int a = 0; a < DEF_D; a++) {
+        const double centre = (double)pos[3 * c + a] * size + ((double)k[a] + 0.5) * h;
+        const double first = fmax(round(centre * fine - (double)s / 2.0), 0.0);
+        a0[a] = (u32)fmin(first, (double)n[a]);
+        a1[a] = (u32)fmin(first + (double)s, (double)n[a]);
+    }
+    u32 obst = 0;
+    bool empty = false;
+    for (int a = 0; a < 3; a++) empty |= a0[a] >= a1[a];
+    if (!empty) obst = mesh_obstacles_in(sums, n, a0, a1);
+    const unsigned char sol = (u64)obst * 2 >= ((u64)1 << (sh * DEF_D));
+    const u64 at = (u64)c * AMR_B + cell;
+    if (solid[at] != sol) {
+        solid[at] = sol;
+        for (int i = 0; i < DEF_Q; i++) f[((u64)c * DEF_Q + i) * AMR_B + cell] = 0.0f;
+    }
+}

@@ -1,0 +1,348 @@
+//! The forest's adaptation on the device (`kernels/amr_mesh.cu`): marks from the criterion,
+//! the 2:1 balance, the refine and coarsen lists, the gap set, the ID sets, the links, the
+//! masks, the launch lists and the obstacle flags of new children, without the mesh leaving
+//! the GPU. Each pass is the device form of a pass of [`BlockForest::adapt`] (the reference,
+//! array for array); the fixed points of the balance read back one flag per iteration, and a
+//! handful of counters come back once the lists are compacted and once at the end.
+//!
+//! [`BlockForest::adapt`]: crate::amr::BlockForest::adapt
+
+use super::{AmrGpu, Lists, Xf};
+use crate::amr::{AdaptReport, AmrError, AmrLbm, BlockForest, Criterion, NearWall, ObstacleSums, BLOCK};
+use crate::backend::cuda::derr;
+use crate::lattice::Lat;
+use crate::solver::SolverError;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+/// Words of the counter array (`ctr` in `kernels/amr_mesh.cu`).
+pub(super) const CTR: usize = 256;
+const M_CHANGED: usize = 0;
+const M_BLOCKED: usize = 1;
+const M_NC: usize = 2;
+const M_NR: usize = 3;
+const M_CANCELLED: usize = 4;
+const M_ADDED: usize = 5;
+const M_REQUESTED: usize = 6;
+const M_LEVEL_START: usize = 8;
+const M_LISTS: usize = 32;
+const M_XGROUPS: usize = 128;
+const M_LEVELS: usize = 16;
+
+/// Passes of `amr_mesh` (its `MO_*`).
+#[derive(Clone, Copy)]
+enum Mo {
+    Sanitise = 0,
+    Closure = 1,
+    Cancel = 2,
+    Unseed = 3,
+    Count = 4,
+    Revert = 5,
+    Free = 6,
+    FreeParent = 7,
+    Alloc = 8,
+    Clear = 9,
+    Fresh = 10,
+    Links = 11,
+    NbrChild = 12,
+    LeafMasks = 13,
+    ParentMasks = 14,
+    Mark = 15,
+}
+
+/// The obstacles as the device sees them: the prefix sums of the finest grid's obstacle cells
+/// ([`ObstacleSums`]) and that grid's level.
+pub(super) struct Obstacles {
+    sums: CudaSlice<u32>,
+    n: [u32; 3],
+    level: u8,
+}
+
+fn threads(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+const ONE_BLOCK: LaunchConfig = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+
+impl AmrGpu {
+    /// Give the device the obstacles (the solver's [`ObstacleSums`] at the domain level
+    /// `level`), so that it computes near-wall targets and the obstacle flags of new children
+    /// itself ([`Self::adapt_to_criterion`]).
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn set_obstacles(&mut self, sums: &ObstacleSums, level: u8) -> Result<(), SolverError> {
+        let (words, n) = sums.raw();
+        let sums = self.stream.clone_htod(words).map_err(derr("uploading the obstacle sums"))?;
+        self.obstacles = Some(Obstacles { sums, n: n.map(|x| x as u32), level });
+        Ok(())
+    }
+
+    fn mesh_op(&mut self, op: Mo, n: usize, arg: u32) -> Result<(), SolverError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (op, n32, cap, maxl, frozen) = (op as u32, n as u32, self.capacity as u32, u32::from(self.max_level), self.frozen);
+        let mut b = self.stream.launch_builder(&self.mesh_k);
+        b.arg(&op).arg(&n32).arg(&arg).arg(&cap).arg(&maxl).arg(&frozen);
+        b.arg(&mut self.level).arg(&mut self.pos).arg(&mut self.parent).arg(&mut self.child).arg(&mut self.state);
+        b.arg(&mut self.nbr).arg(&mut self.nbr_child).arg(&mut self.bmask).arg(&mut self.cmask).arg(&mut self.id_set);
+        b.arg(&mut self.gap).arg(&mut self.mk).arg(&mut self.aux).arg(&mut self.fresh).arg(&mut self.rl);
+        b.arg(&mut self.xlists).arg(&mut self.ctr);
+        // SAFETY: arguments as amr_mesh declares them; every array holds the capacity (xlists
+        // 3 C, ctr CTR words); threads past n return, and n never exceeds what the pass's
+        // lists hold.
+        unsafe { b.launch(threads(n)) }.map_err(derr("launching a mesh kernel"))?;
+        Ok(())
+    }
+
+    fn counters(&self) -> Result<Vec<u32>, SolverError> {
+        self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))
+    }
+
+    /// Run a pass until it changes nothing (it sets the changed flag).
+    fn fixed_point(&mut self, op: Mo) -> Result<(), SolverError> {
+        let e = derr("balancing the forest");
+        loop {
+            self.stream.memset_zeros(&mut self.ctr.slice_mut(M_CHANGED..M_CHANGED + 1)).map_err(&e)?;
+            self.mesh_op(op, self.capacity, 0)?;
+            let mut c = [0u32];
+            self.stream.memcpy_dtoh(&self.ctr.slice(M_CHANGED..M_CHANGED + 1), &mut c).map_err(&e)?;
+            if c[0] == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Set refine and coarsen marks in the device's forest from the criterion, as the host's
+    /// [`BlockForest::targets`] and [`BlockForest::mark_to_targets`] do: block maxima of the
+    /// field, the log2 mapping, near-wall refinement from the obstacles ([`Self::set_obstacles`]).
+    ///
+    /// # Errors
+    /// CUDA errors; near-wall refinement without obstacles on the device.
+    pub fn mark_from_criterion<L: Lat>(
+        &mut self,
+        lbm: &AmrLbm<L>,
+        crit: &Criterion,
+        near_wall: Option<NearWall>,
+    ) -> Result<(), SolverError> {
+        self.block_maxima(lbm, crit.field == crate::amr::Field::Q)?;
+        let e = derr("computing the target levels");
+        let cap = self.capacity as u32;
+        let crit_max = u32::from(crit.max_level.min(self.max_level));
+        let forest_max = u32::from(self.max_level);
+        let (nw_level, margin) = near_wall.map_or((-1i32, 0.0f64), |nw| (i32::from(nw.level), nw.margin));
+        let Some(obs) = &self.obstacles else {
+            return Err(SolverError::Backend("the device has no obstacles to refine near (AmrGpu::set_obstacles)".into()));
+        };
+        let scale = f64::from(1u32 << obs.level);
+        let mut b = self.stream.launch_builder(&self.targets_k);
+        b.arg(&cap).arg(&self.values).arg(&crit.threshold).arg(&crit_max).arg(&forest_max).arg(&nw_level).arg(&margin);
+        b.arg(&obs.sums).arg(&obs.n[0]).arg(&obs.n[1]).arg(&obs.n[2]).arg(&scale);
+        b.arg(&self.level).arg(&self.pos).arg(&self.child).arg(&self.state).arg(&mut self.aux);
+        // SAFETY: arguments as amr_mesh_targets declares them; one thread per ID below the
+        // capacity; the sums hold (n0 + 1) (n1 + 1) (n2 + 1) words.
+        unsafe { b.launch(threads(self.capacity)) }.map_err(&e)?;
+        self.mesh_op(Mo::Mark, self.active, 0)
+    }
+
+    /// Adapt the device's forest to the marks in its states ([`Self::mark_from_criterion`], or
+    /// [`Self::set_states`]), as [`BlockForest::adapt`] does on the host; with `move_data`, the
+    /// DDFs move with it as [`AmrGpu::transfer`] moves them (restriction into coarsened blocks
+    /// on the old mesh; obstacle flags, interpolation, mass shift and refresh on the new one).
+    /// The host's copy of the forest is out of date afterwards until [`Self::download_mesh`].
+    ///
+    /// # Errors
+    /// CUDA errors (outer); the capacity refusal of [`BlockForest::adapt`] (inner: the forest
+    /// is then unchanged, marks cleared).
+    pub fn adapt_marked(&mut self, move_data: bool) -> Result<Result<AdaptReport, AmrError>, SolverError> {
+        let cap = self.capacity;
+        let dims = self.dims;
+        let k = 1usize << dims;
+        let nd = 3usize.pow(dims as u32);
+        let cells = BLOCK.pow(dims as u32);
+        let e = derr("adapting the forest");
+        let cap32 = cap as u32;
+        self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
+        // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
+        self.mesh_op(Mo::Sanitise, cap, 0)?;
+        self.fixed_point(Mo::Closure)?;
+        if self.counters()?[M_BLOCKED] != 0 {
+            self.fixed_point(Mo::Cancel)?;
+            self.mesh_op(Mo::Unseed, cap, 0)?;
+            self.fixed_point(Mo::Closure)?;
+        }
+        self.mesh_op(Mo::Count, cap, 0)?;
+        self.fixed_point(Mo::Revert)?;
+        {
+            let mut b = self.stream.launch_builder(&self.compact_k);
+            b.arg(&cap32).arg(&self.mk).arg(&mut self.xlists).arg(&mut self.rl).arg(&mut self.ctr);
+            // SAFETY: one block of 1024 threads over the capacity's marks; the lists hold C IDs.
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+        }
+        let c = self.counters()?;
+        let (nc, nr) = (c[M_NC] as usize, c[M_NR] as usize);
+        let mut report = AdaptReport {
+            cancelled: c[M_CANCELLED] as usize,
+            balance_added: c[M_ADDED] as usize,
+            reverted: c[M_REQUESTED] as usize - nc,
+            ..AdaptReport::default()
+        };
+        let active = self.active;
+        let needed = active + nr * k - nc * k;
+        if needed > cap {
+            self.mesh_op(Mo::Clear, cap, 0)?;
+            return Ok(Err(AmrError::Capacity { needed, capacity: cap, active }));
+        }
+        if nr == 0 && nc == 0 {
+            self.mesh_op(Mo::Clear, cap, 0)?;
+            return Ok(Ok(report));
+        }
+        report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
+        report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
+        if move_data {
+            // The old mesh: the cells that hold data, the coarsened blocks from their children.
+            self.stream.memset_zeros(&mut self.valid).map_err(&e)?;
+            for lv in self.levels.clone() {
+                self.transfer_op(Xf::Valid, false, lv.all, dims)?;
+            }
+            self.transfer_op(Xf::Coarsen, true, (0, nc), dims)?;
+        }
+        // Free, allocate, clear the marks.
+        self.mesh_op(Mo::Fresh, cap, 0)?;
+        self.mesh_op(Mo::Free, nc * k, self.gap_len as u32)?;
+        self.mesh_op(Mo::FreeParent, nc, 0)?;
+        self.gap_len += nc * k;
+        self.mesh_op(Mo::Alloc, nr * k, self.gap_len as u32)?;
+        self.gap_len -= nr * k;
+        self.mesh_op(Mo::Clear, cap, 0)?;
+        self.active = needed;
+        // ID sets, links level by level, masks, launch lists.
+        {
+            let mut b = self.stream.launch_builder(&self.id_sets_k);
+            b.arg(&cap32).arg(&self.level).arg(&self.state).arg(&mut self.id_set).arg(&mut self.ctr);
+            // SAFETY: one block of 1024 threads over the capacity; id_set holds C IDs.
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+        }
+        for l in 0..=u32::from(self.max_level) {
+            if l > 0 {
+                self.mesh_op(Mo::Links, needed * nd, l)?;
+            }
+            self.mesh_op(Mo::NbrChild, needed * nd, l)?;
+        }
+        self.mesh_op(Mo::LeafMasks, needed * cells, 0)?;
+        self.mesh_op(Mo::ParentMasks, needed * cells, 0)?;
+        {
+            let mut b = self.stream.launch_builder(&self.lists_k);
+            b.arg(&self.level).arg(&self.child).arg(&self.bmask).arg(&self.id_set).arg(&self.rl);
+            b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr);
+            // SAFETY: one block of 1024 threads; the launch lists hold 3 C IDs, the transfer's
+            // lists nc + nr (K + 1) <= 3 C.
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+        }
+        if let Some(obs) = &self.obstacles {
+            let n = (nr * k * cells) as u32;
+            let dl = u32::from(obs.level);
+            let mut b = self.stream.launch_builder(&self.solids_k);
+            b.arg(&n).arg(&self.rl).arg(&obs.sums).arg(&obs.n[0]).arg(&obs.n[1]).arg(&obs.n[2]).arg(&dl);
+            b.arg(&self.level).arg(&self.pos).arg(&self.child).arg(&mut self.solid).arg(&mut self.f);
+            // SAFETY: one thread per cell of the refined blocks' children (rl holds nr IDs).
+            unsafe { b.launch(threads(n as usize)) }.map_err(&e)?;
+        }
+        let c = self.counters()?;
+        self.level_start = c[M_LEVEL_START..=M_LEVEL_START + M_LEVELS].to_vec();
+        self.levels.clear();
+        for l in 0..M_LEVELS {
+            let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
+            if r[1] == 0 {
+                break;
+            }
+            let p = |i: usize| (r[2 * i] as usize, r[2 * i + 1] as usize);
+            self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2) });
+        }
+        if move_data {
+            let groups: Vec<(usize, usize, usize)> = (0..M_LEVELS)
+                .map(|l| &c[M_XGROUPS + 3 * l..M_XGROUPS + 3 * l + 3])
+                .filter(|g| g[2] > 0)
+                .map(|g| (g[0] as usize, g[1] as usize, g[2] as usize))
+                .collect();
+            self.transfer_new_mesh(nc, &groups, dims)?;
+        }
+        Ok(Ok(report))
+    }
+
+    /// Adapt the device's forest and DDFs to the criterion, the mesh staying on the device:
+    /// [`Self::mark_from_criterion`], then [`Self::adapt_marked`] with the data.
+    ///
+    /// # Errors
+    /// As those two.
+    pub fn adapt_to_criterion<L: Lat>(
+        &mut self,
+        lbm: &AmrLbm<L>,
+        crit: &Criterion,
+        near_wall: Option<NearWall>,
+    ) -> Result<Result<AdaptReport, AmrError>, SolverError> {
+        self.mark_from_criterion(lbm, crit, near_wall)?;
+        self.adapt_marked(true)
+    }
+
+    /// Overwrite the device's refinement states (marks for [`Self::adapt_marked`]; for tests
+    /// that drive the device's forest as [`BlockForest::set_mark`] drives the host's).
+    ///
+    /// # Errors
+    /// A state array of another size; CUDA errors.
+    pub fn set_states(&mut self, states: &[u8]) -> Result<(), SolverError> {
+        if states.len() != self.capacity {
+            return Err(SolverError::Backend(format!("{} states for a forest of {} blocks", states.len(), self.capacity)));
+        }
+        self.stream.memcpy_htod(states, &mut self.state).map_err(derr("uploading the marks"))
+    }
+
+    /// Freeze levels of the device's forest (bit `l`: level `l`), as
+    /// [`BlockForest::freeze_level`] does on the host's (an upload copies the host's).
+    pub fn set_frozen_levels(&mut self, bits: u32) {
+        self.frozen = bits;
+    }
+
+    /// Copy the device's forest into `forest` (same configuration), e.g. to check it or to
+    /// show it.
+    ///
+    /// # Errors
+    /// A forest of another capacity; CUDA errors.
+    pub fn download_forest(&self, forest: &mut BlockForest) -> Result<(), SolverError> {
+        if forest.capacity() != self.capacity {
+            return Err(SolverError::Backend(format!("the forest holds {} blocks, the device {}", forest.capacity(), self.capacity)));
+        }
+        let e = derr("reading the block forest");
+        let s = &self.stream;
+        let a = forest.arrays_mut();
+        s.memcpy_dtoh(&self.level, a.level).map_err(&e)?;
+        s.memcpy_dtoh(&self.pos, bytemuck::cast_slice_mut::<[i32; 3], i32>(a.pos)).map_err(&e)?;
+        s.memcpy_dtoh(&self.parent, a.parent).map_err(&e)?;
+        s.memcpy_dtoh(&self.child, a.child).map_err(&e)?;
+        s.memcpy_dtoh(&self.state, a.state).map_err(&e)?;
+        s.memcpy_dtoh(&self.nbr, a.nbr).map_err(&e)?;
+        s.memcpy_dtoh(&self.nbr_child, a.nbr_child).map_err(&e)?;
+        s.memcpy_dtoh(&self.bmask, a.block_mask).map_err(&e)?;
+        s.memcpy_dtoh(&self.cmask, a.cell_mask).map_err(&e)?;
+        s.memcpy_dtoh(&self.id_set, a.id_set).map_err(&e)?;
+        s.memcpy_dtoh(&self.gap, a.gap).map_err(&e)?;
+        a.level_start[..self.level_start.len()].copy_from_slice(&self.level_start);
+        a.level_start[self.level_start.len()..].fill(*self.level_start.last().unwrap_or(&0));
+        *a.gap_len = self.gap_len;
+        Ok(())
+    }
+
+    /// Copy the device's forest and obstacle flags into a solver after device adaptations
+    /// ([`Self::adapt_to_criterion`]), so that the host's fields, statistics, outlines and
+    /// checkpoints see the mesh the DDFs ([`Self::download`]) belong to.
+    ///
+    /// # Errors
+    /// As [`Self::download_forest`].
+    pub fn download_mesh<L: Lat>(&self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+        let (forest, solid) = lbm.forest_and_solids_mut();
+        self.download_forest(forest)?;
+        let flags = self.stream.clone_dtoh(&self.solid).map_err(derr("reading the obstacle flags"))?;
+        solid.iter_mut().zip(flags).for_each(|(s, f)| *s = f != 0);
+        Ok(())
+    }
+}
