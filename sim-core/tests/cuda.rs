@@ -1234,7 +1234,7 @@ fn gpu_forest_adaptation_matches_the_host() {
         return;
     }
     forest_case::<sim_core::lattice::D2Q9>([5, 4, 1], [true, false, false], 20 + 4 * 60, 7);
-    forest_case::<sim_core::lattice::D3Q19>([3, 3, 2], [false, true, false], 18 + 8 * 80, 11);
+    forest_case::<sim_core::lattice::D3Q19>([3, 3, 2], [false, true, false], 18 + 8 * 400, 11);
 }
 
 fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3], capacity: usize, seed: u64) {
@@ -1251,7 +1251,7 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
         rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (rng >> 33) as u32
     };
-    let (mut refused, mut changed) = (0, 0);
+    let (mut refused, mut changed, mut last_refused) = (0, 0, false);
     for round in 0..40 {
         if round == 12 {
             host.freeze_level(2, true).unwrap();
@@ -1263,7 +1263,18 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
         }
         for id in host.active_ids().to_vec() {
             let r = next() % 100;
-            let m = if r < 18 {
+            // After a refusal, coarsen only (a full forest refuses every refinement); from
+            // round 30 refine every leaf until the capacity refuses.
+            let refine = if last_refused {
+                0
+            } else if round >= 30 {
+                100
+            } else if L::D == 2 {
+                18
+            } else {
+                6
+            };
+            let m = if r < refine {
                 Mark::Refine
             } else if r < 40 {
                 Mark::Coarsen
@@ -1282,6 +1293,7 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
         let want = host.adapt();
         let got = dev.adapt_marked(false).unwrap();
         assert_eq!(got, want, "{}: round {round}: the reports differ", L::KIND);
+        last_refused = want.is_err();
         match &want {
             Ok(r) => changed += usize::from(!r.refined.is_empty() || !r.coarsened.is_empty()),
             Err(_) => refused += 1,

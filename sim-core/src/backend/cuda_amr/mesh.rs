@@ -239,7 +239,7 @@ impl AmrGpu {
             // lists nc + nr (K + 1) <= 3 C.
             unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
         }
-        if let Some(obs) = &self.obstacles {
+        if let Some(obs) = self.obstacles.as_ref().filter(|_| nr > 0) {
             let n = (nr * k * cells) as u32;
             let dl = u32::from(obs.level);
             let mut b = self.stream.launch_builder(&self.solids_k);
