@@ -8,13 +8,12 @@
 //! step). The DDFs live on the device in `AmrLbm`'s layout, FP32, compiled without fused
 //! multiply-adds so that the kernels follow the CPU's arithmetic.
 //!
-//! An adaptation keeps the DDFs on the device: the criterion's block maxima are computed there
-//! ([`AmrGpu::block_values`], one float per block comes back), the host updates the mesh
-//! (marks, balance, links, masks: [`AmrLbm::adapt_mesh`]) and [`AmrGpu::transfer`] moves the
-//! data with device kernels (restriction into coarsened blocks, interpolation into new
-//! children with the mass correction, refresh of exposed cells) around the upload of the new
-//! mesh arrays. Moving the mesh passes themselves to the device is the next slice
-//! (docs/amr-gpu.md).
+//! An adaptation stays on the device, mesh and data ([`AmrGpu::adapt_to_criterion`], the
+//! `mesh` module and `kernels/amr_mesh.cu`): block maxima, targets, marks, balance, the new
+//! forest's arrays, then the data's transfer (restriction into coarsened blocks, interpolation
+//! into new children with the mass correction, refresh of exposed cells). A forest adapted on
+//! the host ([`AmrLbm::adapt_mesh`], for obstacles given as a host closure) moves its data
+//! with [`AmrGpu::transfer`] around an upload of the new mesh arrays.
 
 use super::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
 use crate::amr::{block_mask, AdaptReport, AmrLbm, BLOCK, MAX_LEVELS};
