@@ -42,6 +42,7 @@
 #define M_CANCELLED 4
 #define M_ADDED 5
 #define M_REQUESTED 6
+#define M_SPAN 7
 #define M_LEVEL_START 8
 #define M_LISTS 32
 #define M_XGROUPS 128
@@ -321,7 +322,8 @@ extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* 
 }
 
 // The active IDs by level, ascending within a level (forest.rs rebuild_id_sets: a histogram, a
-// scan and a scatter), and the level starts into ctr. One block of 1024 threads.
+// scan and a scatter), and the level starts into ctr, with the span of the active IDs (the
+// highest plus one). One block of 1024 threads.
 extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
     __shared__ u32 s[1024];
     const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
@@ -337,8 +339,10 @@ extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* 
         base += total;
     }
     if (threadIdx.x == 0) ctr[M_LEVEL_START + M_LEVELS] = base;
+    u32 span = 0;
     for (u32 b = lo; b < hi; b++)
-        if (state[b] != ST_INACTIVE) id_set[at[level[b]]++] = b;
+        if (state[b] != ST_INACTIVE) { id_set[at[level[b]]++] = b; span = b + 1; }
+    if (span) atomicMax(&ctr[M_SPAN], span);
 }
 
 // How many of src[0..n) keep(i) holds for, inside one block of 1024 threads.

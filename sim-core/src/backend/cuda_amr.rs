@@ -131,6 +131,9 @@ pub struct AmrGpu {
     ctr: CudaSlice<u32>,
     /// The device forest's gap-set length, active blocks, level starts (as the host's).
     gap_len: usize,
+    /// Highest active ID plus one, the most since the host's copy was last in step (the IDs
+    /// a download must read).
+    span: usize,
     active: usize,
     level_start: Vec<u32>,
     /// The forest's frozen levels (bits), finest level allowed, dimensions.
@@ -150,6 +153,9 @@ pub struct AmrGpu {
     /// Developer knob `ESOFLOW_AMR_PROFILE=1`: seconds and launches per kernel (collide,
     /// stream, interpolate, average), each launch waited for; printed when dropped.
     profile: Option<[(f64, u64); 4]>,
+    /// With the same knob: seconds of the adaptations' phases (criterion and marks, balance
+    /// and lists, the new mesh, the data's transfer, the host copy's refresh).
+    phases: Option<[f64; 5]>,
 }
 
 impl Drop for AmrGpu {
@@ -159,6 +165,12 @@ impl Drop for AmrGpu {
             let total: f64 = p.iter().map(|x| x.0).sum();
             for (n, (t, c)) in names.iter().zip(p) {
                 eprintln!("amr kernel {n:12} {:9.3} s {:5.1} % {c:8} launches", t, 100.0 * t / total.max(1e-12));
+            }
+        }
+        if let Some(p) = self.phases {
+            let names = ["criterion", "balance", "new mesh", "transfer", "host copy"];
+            for (n, t) in names.iter().zip(p) {
+                eprintln!("amr adaptation {n:10} {t:9.3} s");
             }
         }
     }
@@ -226,6 +238,7 @@ impl AmrGpu {
             rl: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
             ctr: stream.alloc_zeros::<u32>(mesh::CTR).map_err(&a)?,
             gap_len: 0,
+            span: 0,
             active: 0,
             level_start: Vec::new(),
             frozen: 0,
@@ -235,6 +248,7 @@ impl AmrGpu {
             levels: Vec::new(),
             root: [1; 3],
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
+            phases: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([0.0; 5]),
             _ctx: ctx,
             stream,
             _module: module,
@@ -300,6 +314,7 @@ impl AmrGpu {
         let a = forest.arrays();
         self.gap_len = a.gap_len;
         self.active = forest.active();
+        self.span = forest.active_ids().iter().max().map_or(0, |&id| id as usize + 1);
         self.level_start = a.level_start.to_vec();
         self.frozen = a.frozen_levels;
         self.max_level = forest.max_level();

@@ -23,6 +23,7 @@ const M_NR: usize = 3;
 const M_CANCELLED: usize = 4;
 const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
+const M_SPAN: usize = 7;
 const M_LEVEL_START: usize = 8;
 const M_LISTS: usize = 32;
 const M_XGROUPS: usize = 128;
@@ -95,6 +96,17 @@ impl AmrGpu {
         Ok(())
     }
 
+    /// Profiling (`ESOFLOW_AMR_PROFILE=1`): wait for the device and add the time since `t` to
+    /// adaptation phase `i`.
+    fn phase(&mut self, i: usize, t: &mut std::time::Instant) -> Result<(), SolverError> {
+        if let Some(p) = self.phases.as_mut() {
+            self.stream.synchronize().map_err(derr("adapting the forest"))?;
+            p[i] += t.elapsed().as_secs_f64();
+            *t = std::time::Instant::now();
+        }
+        Ok(())
+    }
+
     fn counters(&self) -> Result<Vec<u32>, SolverError> {
         self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))
     }
@@ -162,6 +174,7 @@ impl AmrGpu {
         let cells = BLOCK.pow(dims as u32);
         let e = derr("adapting the forest");
         let cap32 = cap as u32;
+        let mut t = std::time::Instant::now();
         self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
         self.mesh_op(Mo::Sanitise, cap, 0)?;
@@ -199,6 +212,7 @@ impl AmrGpu {
         }
         report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
         report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
+        self.phase(1, &mut t)?;
         if move_data {
             // The old mesh: the cells that hold data, the coarsened blocks from their children.
             self.stream.memset_zeros(&mut self.valid).map_err(&e)?;
@@ -206,6 +220,7 @@ impl AmrGpu {
                 self.transfer_op(Xf::Valid, false, lv.all, dims)?;
             }
             self.transfer_op(Xf::Coarsen, true, (0, nc), dims)?;
+            self.phase(3, &mut t)?;
         }
         // Free, allocate, clear the marks.
         self.mesh_op(Mo::Fresh, cap, 0)?;
@@ -249,7 +264,9 @@ impl AmrGpu {
             unsafe { b.launch(threads(n as usize)) }.map_err(&e)?;
         }
         let c = self.counters()?;
+        self.phase(2, &mut t)?;
         self.level_start = c[M_LEVEL_START..=M_LEVEL_START + M_LEVELS].to_vec();
+        self.span = self.span.max(c[M_SPAN] as usize);
         self.levels.clear();
         for l in 0..M_LEVELS {
             let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
@@ -266,6 +283,7 @@ impl AmrGpu {
                 .map(|g| (g[0] as usize, g[1] as usize, g[2] as usize))
                 .collect();
             self.transfer_new_mesh(nc, &groups, dims)?;
+            self.phase(3, &mut t)?;
         }
         Ok(Ok(report))
     }
@@ -281,7 +299,9 @@ impl AmrGpu {
         crit: &Criterion,
         near_wall: Option<NearWall>,
     ) -> Result<Result<AdaptReport, AmrError>, SolverError> {
+        let mut t = std::time::Instant::now();
         self.mark_from_criterion(lbm, crit, near_wall)?;
+        self.phase(0, &mut t)?;
         self.adapt_marked(true)
     }
 
@@ -303,29 +323,32 @@ impl AmrGpu {
         self.frozen = bits;
     }
 
-    /// Copy the device's forest into `forest` (same configuration), e.g. to check it or to
-    /// show it.
+    /// Copy the device's forest into `forest` (same configuration, and the device's own copy
+    /// the last time the two met: an upload or a download), e.g. to check it or to show it.
+    /// Only the IDs below the highest ever active since then are read (the rest did not
+    /// change), the ID set up to the active blocks and the gap set up to its length.
     ///
     /// # Errors
     /// A forest of another capacity; CUDA errors.
-    pub fn download_forest(&self, forest: &mut BlockForest) -> Result<(), SolverError> {
+    pub fn download_forest(&mut self, forest: &mut BlockForest) -> Result<(), SolverError> {
         if forest.capacity() != self.capacity {
             return Err(SolverError::Backend(format!("the forest holds {} blocks, the device {}", forest.capacity(), self.capacity)));
         }
         let e = derr("reading the block forest");
+        let (n, nd, cells) = (self.span, 3usize.pow(self.dims as u32), BLOCK.pow(self.dims as u32));
         let s = &self.stream;
         let a = forest.arrays_mut();
-        s.memcpy_dtoh(&self.level, a.level).map_err(&e)?;
-        s.memcpy_dtoh(&self.pos, bytemuck::cast_slice_mut::<[i32; 3], i32>(a.pos)).map_err(&e)?;
-        s.memcpy_dtoh(&self.parent, a.parent).map_err(&e)?;
-        s.memcpy_dtoh(&self.child, a.child).map_err(&e)?;
-        s.memcpy_dtoh(&self.state, a.state).map_err(&e)?;
-        s.memcpy_dtoh(&self.nbr, a.nbr).map_err(&e)?;
-        s.memcpy_dtoh(&self.nbr_child, a.nbr_child).map_err(&e)?;
-        s.memcpy_dtoh(&self.bmask, a.block_mask).map_err(&e)?;
-        s.memcpy_dtoh(&self.cmask, a.cell_mask).map_err(&e)?;
-        s.memcpy_dtoh(&self.id_set, a.id_set).map_err(&e)?;
-        s.memcpy_dtoh(&self.gap, a.gap).map_err(&e)?;
+        s.memcpy_dtoh(&self.level.slice(..n), &mut a.level[..n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.pos.slice(..3 * n), bytemuck::cast_slice_mut::<[i32; 3], i32>(&mut a.pos[..n])).map_err(&e)?;
+        s.memcpy_dtoh(&self.parent.slice(..n), &mut a.parent[..n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.child.slice(..n), &mut a.child[..n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.state.slice(..n), &mut a.state[..n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.nbr.slice(..nd * n), &mut a.nbr[..nd * n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.nbr_child.slice(..nd * n), &mut a.nbr_child[..nd * n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.bmask.slice(..n), &mut a.block_mask[..n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.cmask.slice(..cells * n), &mut a.cell_mask[..cells * n]).map_err(&e)?;
+        s.memcpy_dtoh(&self.id_set.slice(..self.active), &mut a.id_set[..self.active]).map_err(&e)?;
+        s.memcpy_dtoh(&self.gap.slice(..self.gap_len), &mut a.gap[..self.gap_len]).map_err(&e)?;
         a.level_start[..self.level_start.len()].copy_from_slice(&self.level_start);
         a.level_start[self.level_start.len()..].fill(*self.level_start.last().unwrap_or(&0));
         *a.gap_len = self.gap_len;
@@ -338,11 +361,14 @@ impl AmrGpu {
     ///
     /// # Errors
     /// As [`Self::download_forest`].
-    pub fn download_mesh<L: Lat>(&self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+    pub fn download_mesh<L: Lat>(&mut self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+        let mut t = std::time::Instant::now();
         let (forest, solid) = lbm.forest_and_solids_mut();
         self.download_forest(forest)?;
-        let flags = self.stream.clone_dtoh(&self.solid).map_err(derr("reading the obstacle flags"))?;
-        solid.iter_mut().zip(flags).for_each(|(s, f)| *s = f != 0);
-        Ok(())
+        let n = self.span * BLOCK.pow(self.dims as u32);
+        let flags = self.stream.clone_dtoh(&self.solid.slice(..n)).map_err(derr("reading the obstacle flags"))?;
+        solid[..n].iter_mut().zip(flags).for_each(|(s, f)| *s = f != 0);
+        self.span = forest.active_ids().iter().max().map_or(0, |&id| id as usize + 1);
+        self.phase(4, &mut t)
     }
 }
