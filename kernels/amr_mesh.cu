@@ -15,6 +15,8 @@
 //             and their parents (the transfer's lists, lbm.rs refined_by_level)
 //   lists     3 C u32: the stepping's launch lists, per level all / near a coarser level /
 //             feeding a coarser leaf
+//   dirty     C bytes: the block's row (its entries in every per-block array, obstacle flags
+//             included) changed since the host's copy last met the device's
 //   ctr       256 u32 of counters and offsets (M_* below), read back by the host in one copy
 
 #define ST_INACTIVE 0
@@ -42,7 +44,7 @@
 #define M_CANCELLED 4
 #define M_ADDED 5
 #define M_REQUESTED 6
-#define M_SPAN 7
+#define M_DIRTY 30
 #define M_LEVEL_START 8
 #define M_LISTS 32
 #define M_XGROUPS 128
@@ -66,7 +68,7 @@
 #define MO_PARENT_MASKS 14
 #define MO_MARK 15
 
-#define MESH_ARGS const u32 cap, const u32 max_level, const u32 frozen, unsigned char* level, int* pos, u32* parent, u32* child, unsigned char* state, u32* nbr, u32* nbr_child, unsigned char* bmask, unsigned char* cmask, u32* id_set, u32* gap, unsigned char* mk, unsigned char* aux, unsigned char* fresh, u32* rl, u32* xl, u32* ctr
+#define MESH_ARGS const u32 cap, const u32 max_level, const u32 frozen, unsigned char* level, int* pos, u32* parent, u32* child, unsigned char* state, u32* nbr, u32* nbr_child, unsigned char* bmask, unsigned char* cmask, u32* id_set, u32* gap, unsigned char* mk, unsigned char* aux, unsigned char* fresh, unsigned char* dirty, u32* rl, u32* xl, u32* ctr
 
 __device__ __forceinline__ bool mesh_level_frozen(u32 frozen, u32 l) { return l < 32 && ((frozen >> l) & 1u); }
 
@@ -183,17 +185,20 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         bmask[c] = 0;
         for (u32 d = 0; d < AMR_ND; d++) { nbr[(u64)c * AMR_ND + d] = AMR_NONE; nbr_child[(u64)c * AMR_ND + d] = AMR_NONE; }
         gap[arg + i * AMR_K + j] = c0 + (AMR_K - 1 - j);
+        dirty[c] = 1;
         break;
     }
     case MO_FREE_PARENT:
         child[xl[t]] = AMR_NONE;
+        dirty[xl[t]] = 1;
         break;
     case MO_ALLOC: {
         // Refined block i takes the group whose first ID is gap[arg - 1 - i K] (arg: the gap
         // set's length after the frees).
         const u32 i = t / AMR_K, j = t % AMR_K;
         const u32 c0 = gap[arg - 1 - i * AMR_K], b = rl[i], c = c0 + j;
-        if (j == 0) child[b] = c0;
+        if (j == 0) { child[b] = c0; dirty[b] = 1; }
+        dirty[c] = 1;
         level[c] = level[b] + 1;
         parent[c] = b;
         child[c] = AMR_NONE;
@@ -232,7 +237,8 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         const u32 b = id_set[ls + t / AMR_ND], d = t % AMR_ND;
         if (op == MO_NBR_CHILD) {
             const u32 v = nbr[(u64)b * AMR_ND + d];
-            nbr_child[(u64)b * AMR_ND + d] = (v != AMR_NONE && !(v & AMR_COARSER)) ? child[v] : AMR_NONE;
+            const u32 nc = (v != AMR_NONE && !(v & AMR_COARSER)) ? child[v] : AMR_NONE;
+            if (nbr_child[(u64)b * AMR_ND + d] != nc) { nbr_child[(u64)b * AMR_ND + d] = nc; dirty[b] = 1; }
             return;
         }
         const u32 p = parent[b];
@@ -250,7 +256,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
             const u32 fc = nbr_child[(u64)p * AMR_ND + amr_dir(pe)];
             out = fc != AMR_NONE ? fc + j : (v | AMR_COARSER);
         }
-        nbr[(u64)b * AMR_ND + d] = out;
+        if (nbr[(u64)b * AMR_ND + d] != out) { nbr[(u64)b * AMR_ND + d] = out; dirty[b] = 1; }
         break;
     }
     case MO_LEAF_MASKS:
@@ -268,7 +274,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
             else if (leaf && child[v] != AMR_NONE) bits |= BM_NEAR_FINER;
             else if (!leaf && child[v] == AMR_NONE) bits |= BM_FEEDS;
         }
-        if (cell == 0) bmask[b] = bits;
+        if (cell == 0 && bmask[b] != bits) { bmask[b] = bits; dirty[b] = 1; }
         int c[3];
         amr_coords((int)cell, c);
         unsigned char out;
@@ -298,7 +304,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
                 out = m == CM_GHOST ? CM_POG : m == CM_INTERFACE ? CM_POI : CM_COVERED;
             }
         }
-        cmask[(u64)b * AMR_B + cell] = out;
+        if (cmask[(u64)b * AMR_B + cell] != out) { cmask[(u64)b * AMR_B + cell] = out; dirty[b] = 1; }
         break;
     }
     }
@@ -322,8 +328,7 @@ extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* 
 }
 
 // The active IDs by level, ascending within a level (forest.rs rebuild_id_sets: a histogram, a
-// scan and a scatter), and the level starts into ctr, with the span of the active IDs (the
-// highest plus one). One block of 1024 threads.
+// scan and a scatter), and the level starts into ctr. One block of 1024 threads.
 extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
     __shared__ u32 s[1024];
     const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
@@ -339,10 +344,8 @@ extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* 
         base += total;
     }
     if (threadIdx.x == 0) ctr[M_LEVEL_START + M_LEVELS] = base;
-    u32 span = 0;
     for (u32 b = lo; b < hi; b++)
-        if (state[b] != ST_INACTIVE) { id_set[at[level[b]]++] = b; span = b + 1; }
-    if (span) atomicMax(&ctr[M_SPAN], span);
+        if (state[b] != ST_INACTIVE) id_set[at[level[b]]++] = b;
 }
 
 // How many of src[0..n) keep(i) holds for, inside one block of 1024 threads.
@@ -480,4 +483,41 @@ extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restric
         solid[at] = sol;
         for (int i = 0; i < DEF_Q; i++) f[((u64)c * DEF_Q + i) * AMR_B + cell] = 0.0f;
     }
+}
+
+// The dirty blocks' IDs, ascending, into out and their number into ctr[M_DIRTY] (one block of
+// 1024 threads), for the host copy's refresh.
+extern "C" __global__ void amr_mesh_dirty(const u32 cap, const unsigned char* __restrict__ dirty, u32* out, u32* ctr) {
+    __shared__ u32 s[1024];
+    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    u32 c = 0;
+    for (u32 b = lo; b < hi; b++) c += dirty[b] != 0;
+    u32 total;
+    u32 o = mesh_block_scan(s, c, &total);
+    for (u32 b = lo; b < hi; b++)
+        if (dirty[b]) out[o++] = b;
+    if (threadIdx.x == 0) ctr[M_DIRTY] = total;
+}
+
+// Gather the rows of the blocks ids[0..n) into packed arrays (one thread per block and row
+// entry, the widest row: B cells): per block level, state, block mask, pos (3), parent, child,
+// nbr and nbr_child (ND each), cell masks and obstacle flags (B each).
+extern "C" __global__ void amr_mesh_gather(const u32 n, const u32* __restrict__ ids, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const unsigned char* __restrict__ state, const u32* __restrict__ nbr, const u32* __restrict__ nbr_child, const unsigned char* __restrict__ bmask, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, unsigned char* g_bytes, int* g_pos, u32* g_words, u32* g_links, unsigned char* g_cells) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n * AMR_B) return;
+    const u32 i = t / AMR_B, k = t % AMR_B, b = ids[i];
+    if (k == 0) {
+        g_bytes[3 * i] = level[b];
+        g_bytes[3 * i + 1] = state[b];
+        g_bytes[3 * i + 2] = bmask[b];
+        g_words[2 * i] = parent[b];
+        g_words[2 * i + 1] = child[b];
+    }
+    if (k < 3) g_pos[3 * i + k] = pos[3 * b + k];
+    if (k < AMR_ND) {
+        g_links[(u64)i * 2 * AMR_ND + k] = nbr[(u64)b * AMR_ND + k];
+        g_links[(u64)i * 2 * AMR_ND + AMR_ND + k] = nbr_child[(u64)b * AMR_ND + k];
+    }
+    g_cells[(u64)i * 2 * AMR_B + k] = cmask[(u64)b * AMR_B + k];
+    g_cells[(u64)i * 2 * AMR_B + AMR_B + k] = solid[(u64)b * AMR_B + k];
 }

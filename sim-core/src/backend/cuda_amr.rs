@@ -74,7 +74,10 @@ pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
     // Per block: DDFs, cell masks + obstacle + valid flags, links + neighbour-children,
     // pos, parent + child, level + fresh + state + mark + aux + block mask, values, id set +
     // gap + refined list, launch and transfer lists (3 C each).
-    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4)) as u64 + 4 * mesh::CTR as u64
+    // The host copy's refresh: dirty flags and room to gather every row.
+    let refresh = 1 + 3 + 3 * 4 + 2 * 4 + 2 * nd * 4 + 2 * b;
+    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh)) as u64
+        + 4 * mesh::CTR as u64
 }
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
@@ -103,6 +106,8 @@ pub struct AmrGpu {
     lists_k: CudaFunction,
     targets_k: CudaFunction,
     solids_k: CudaFunction,
+    dirty_k: CudaFunction,
+    gather_k: CudaFunction,
     device: String,
     capacity: usize,
     pos: CudaSlice<i32>,
@@ -131,9 +136,12 @@ pub struct AmrGpu {
     ctr: CudaSlice<u32>,
     /// The device forest's gap-set length, active blocks, level starts (as the host's).
     gap_len: usize,
-    /// Highest active ID plus one, the most since the host's copy was last in step (the IDs
-    /// a download must read).
-    span: usize,
+    /// The lowest gap-set length since the host's copy last met the device's (the gap set
+    /// changed above it).
+    gap_lo: usize,
+    /// Per block: its row changed since the host's copy last met the device's.
+    dirty: CudaSlice<u8>,
+    gathered: mesh::Gathered,
     active: usize,
     level_start: Vec<u32>,
     /// The forest's frozen levels (bits), finest level allowed, dimensions.
@@ -205,6 +213,7 @@ impl AmrGpu {
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
+        let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
         let stream = ctx.default_stream();
         let d = lattice.dims();
         let b = BLOCK.pow(d as u32);
@@ -238,7 +247,9 @@ impl AmrGpu {
             rl: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
             ctr: stream.alloc_zeros::<u32>(mesh::CTR).map_err(&a)?,
             gap_len: 0,
-            span: 0,
+            gap_lo: 0,
+            dirty: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            gathered: mesh::Gathered::new(&stream, capacity, d).map_err(&a)?,
             active: 0,
             level_start: Vec::new(),
             frozen: 0,
@@ -264,6 +275,8 @@ impl AmrGpu {
             lists_k,
             targets_k,
             solids_k,
+            dirty_k,
+            gather_k,
             device: dev.name,
             capacity,
         })
@@ -314,7 +327,7 @@ impl AmrGpu {
         let a = forest.arrays();
         self.gap_len = a.gap_len;
         self.active = forest.active();
-        self.span = forest.active_ids().iter().max().map_or(0, |&id| id as usize + 1);
+        self.gap_lo = a.gap_len;
         self.level_start = a.level_start.to_vec();
         self.frozen = a.frozen_levels;
         self.max_level = forest.max_level();
@@ -332,6 +345,7 @@ impl AmrGpu {
         s.memcpy_htod(a.block_mask, &mut self.bmask).map_err(&up)?;
         s.memcpy_htod(a.id_set, &mut self.id_set).map_err(&up)?;
         s.memcpy_htod(a.gap, &mut self.gap).map_err(&up)?;
+        s.memset_zeros(&mut self.dirty).map_err(&up)?;
         if !lists.is_empty() {
             s.memcpy_htod(&lists, &mut self.lists.slice_mut(0..lists.len())).map_err(&up)?;
         }

@@ -23,7 +23,7 @@ const M_NR: usize = 3;
 const M_CANCELLED: usize = 4;
 const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
-const M_SPAN: usize = 7;
+const M_DIRTY: usize = 30;
 const M_LEVEL_START: usize = 8;
 const M_LISTS: usize = 32;
 const M_XGROUPS: usize = 128;
@@ -87,7 +87,7 @@ impl AmrGpu {
         b.arg(&op).arg(&n32).arg(&arg).arg(&cap).arg(&maxl).arg(&frozen);
         b.arg(&mut self.level).arg(&mut self.pos).arg(&mut self.parent).arg(&mut self.child).arg(&mut self.state);
         b.arg(&mut self.nbr).arg(&mut self.nbr_child).arg(&mut self.bmask).arg(&mut self.cmask).arg(&mut self.id_set);
-        b.arg(&mut self.gap).arg(&mut self.mk).arg(&mut self.aux).arg(&mut self.fresh).arg(&mut self.rl);
+        b.arg(&mut self.gap).arg(&mut self.mk).arg(&mut self.aux).arg(&mut self.fresh).arg(&mut self.dirty).arg(&mut self.rl);
         b.arg(&mut self.xlists).arg(&mut self.ctr);
         // SAFETY: arguments as amr_mesh declares them; every array holds the capacity (xlists
         // 3 C, ctr CTR words); threads past n return, and n never exceeds what the pass's
@@ -223,6 +223,7 @@ impl AmrGpu {
             self.phase(3, &mut t)?;
         }
         // Free, allocate, clear the marks.
+        self.gap_lo = self.gap_lo.min(self.gap_len);
         self.mesh_op(Mo::Fresh, cap, 0)?;
         self.mesh_op(Mo::Free, nc * k, self.gap_len as u32)?;
         self.mesh_op(Mo::FreeParent, nc, 0)?;
@@ -266,7 +267,6 @@ impl AmrGpu {
         let c = self.counters()?;
         self.phase(2, &mut t)?;
         self.level_start = c[M_LEVEL_START..=M_LEVEL_START + M_LEVELS].to_vec();
-        self.span = self.span.max(c[M_SPAN] as usize);
         self.levels.clear();
         for l in 0..M_LEVELS {
             let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
@@ -314,7 +314,10 @@ impl AmrGpu {
         if states.len() != self.capacity {
             return Err(SolverError::Backend(format!("{} states for a forest of {} blocks", states.len(), self.capacity)));
         }
-        self.stream.memcpy_htod(states, &mut self.state).map_err(derr("uploading the marks"))
+        let e = derr("uploading the marks");
+        self.stream.memcpy_htod(states, &mut self.state).map_err(&e)?;
+        // Frozen blocks may have changed: the host copy reads every row at its next refresh.
+        self.stream.memcpy_htod(&vec![1u8; self.capacity], &mut self.dirty).map_err(&e)
     }
 
     /// Freeze levels of the device's forest (bit `l`: level `l`), as
@@ -323,52 +326,132 @@ impl AmrGpu {
         self.frozen = bits;
     }
 
-    /// Copy the device's forest into `forest` (same configuration, and the device's own copy
-    /// the last time the two met: an upload or a download), e.g. to check it or to show it.
-    /// Only the IDs below the highest ever active since then are read (the rest did not
-    /// change), the ID set up to the active blocks and the gap set up to its length.
+    /// Copy the device's forest into `forest` (same configuration, equal to the device's own
+    /// forest the last time the two met: an upload or a refresh), e.g. to check it. Only the
+    /// rows of the blocks the device changed since are read (gathered on the device), the ID
+    /// set up to the active blocks and the part of the gap set that changed. The obstacle
+    /// flags' changes are read too but not kept: a solver's host copy refreshes with
+    /// [`Self::download_mesh`].
     ///
     /// # Errors
     /// A forest of another capacity; CUDA errors.
     pub fn download_forest(&mut self, forest: &mut BlockForest) -> Result<(), SolverError> {
-        if forest.capacity() != self.capacity {
-            return Err(SolverError::Backend(format!("the forest holds {} blocks, the device {}", forest.capacity(), self.capacity)));
-        }
-        let e = derr("reading the block forest");
-        let (n, nd, cells) = (self.span, 3usize.pow(self.dims as u32), BLOCK.pow(self.dims as u32));
-        let s = &self.stream;
-        let a = forest.arrays_mut();
-        s.memcpy_dtoh(&self.level.slice(..n), &mut a.level[..n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.pos.slice(..3 * n), bytemuck::cast_slice_mut::<[i32; 3], i32>(&mut a.pos[..n])).map_err(&e)?;
-        s.memcpy_dtoh(&self.parent.slice(..n), &mut a.parent[..n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.child.slice(..n), &mut a.child[..n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.state.slice(..n), &mut a.state[..n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.nbr.slice(..nd * n), &mut a.nbr[..nd * n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.nbr_child.slice(..nd * n), &mut a.nbr_child[..nd * n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.bmask.slice(..n), &mut a.block_mask[..n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.cmask.slice(..cells * n), &mut a.cell_mask[..cells * n]).map_err(&e)?;
-        s.memcpy_dtoh(&self.id_set.slice(..self.active), &mut a.id_set[..self.active]).map_err(&e)?;
-        s.memcpy_dtoh(&self.gap.slice(..self.gap_len), &mut a.gap[..self.gap_len]).map_err(&e)?;
-        a.level_start[..self.level_start.len()].copy_from_slice(&self.level_start);
-        a.level_start[self.level_start.len()..].fill(*self.level_start.last().unwrap_or(&0));
-        *a.gap_len = self.gap_len;
-        Ok(())
+        self.refresh_host(forest, None)
     }
 
     /// Copy the device's forest and obstacle flags into a solver after device adaptations
     /// ([`Self::adapt_to_criterion`]), so that the host's fields, statistics, outlines and
-    /// checkpoints see the mesh the DDFs ([`Self::download`]) belong to.
+    /// checkpoints see the mesh the DDFs ([`Self::download`]) belong to: the rows that
+    /// changed, as [`Self::download_forest`].
     ///
     /// # Errors
     /// As [`Self::download_forest`].
     pub fn download_mesh<L: Lat>(&mut self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
         let mut t = std::time::Instant::now();
         let (forest, solid) = lbm.forest_and_solids_mut();
-        self.download_forest(forest)?;
-        let n = self.span * BLOCK.pow(self.dims as u32);
-        let flags = self.stream.clone_dtoh(&self.solid.slice(..n)).map_err(derr("reading the obstacle flags"))?;
-        solid[..n].iter_mut().zip(flags).for_each(|(s, f)| *s = f != 0);
-        self.span = forest.active_ids().iter().max().map_or(0, |&id| id as usize + 1);
+        self.refresh_host(forest, Some(solid))?;
         self.phase(4, &mut t)
+    }
+
+    fn refresh_host(&mut self, forest: &mut BlockForest, solid: Option<&mut [bool]>) -> Result<(), SolverError> {
+        if forest.capacity() != self.capacity {
+            return Err(SolverError::Backend(format!("the forest holds {} blocks, the device {}", forest.capacity(), self.capacity)));
+        }
+        let e = derr("reading the block forest");
+        let (nd, cells) = (3usize.pow(self.dims as u32), BLOCK.pow(self.dims as u32));
+        let cap32 = self.capacity as u32;
+        {
+            let mut b = self.stream.launch_builder(&self.dirty_k);
+            b.arg(&cap32).arg(&self.dirty).arg(&mut self.rl).arg(&mut self.ctr);
+            // SAFETY: one block of 1024 threads over the capacity's flags; rl holds C IDs.
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+        }
+        let n = self.counters()?[M_DIRTY] as usize;
+        let a = forest.arrays_mut();
+        if n > 0 {
+            let n32 = n as u32;
+            let g = &mut self.gathered;
+            let mut b = self.stream.launch_builder(&self.gather_k);
+            b.arg(&n32).arg(&self.rl).arg(&self.level).arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.state);
+            b.arg(&self.nbr).arg(&self.nbr_child).arg(&self.bmask).arg(&self.cmask).arg(&self.solid);
+            b.arg(&mut g.bytes).arg(&mut g.pos).arg(&mut g.words).arg(&mut g.links).arg(&mut g.cells);
+            // SAFETY: one thread per (dirty block, cell); the gathered arrays hold C rows.
+            unsafe { b.launch(threads(n * cells)) }.map_err(&e)?;
+            let s = &self.stream;
+            let ids = s.clone_dtoh(&self.rl.slice(..n)).map_err(&e)?;
+            let bytes = s.clone_dtoh(&g.bytes.slice(..3 * n)).map_err(&e)?;
+            let pos = s.clone_dtoh(&g.pos.slice(..3 * n)).map_err(&e)?;
+            let words = s.clone_dtoh(&g.words.slice(..2 * n)).map_err(&e)?;
+            let links = s.clone_dtoh(&g.links.slice(..2 * nd * n)).map_err(&e)?;
+            let cm = s.clone_dtoh(&g.cells.slice(..2 * cells * n)).map_err(&e)?;
+            let mut solid = solid;
+            for (i, &id) in ids.iter().enumerate() {
+                let b = id as usize;
+                a.level[b] = bytes[3 * i];
+                a.state[b] = bytes[3 * i + 1];
+                a.block_mask[b] = bytes[3 * i + 2];
+                a.pos[b] = [pos[3 * i], pos[3 * i + 1], pos[3 * i + 2]];
+                a.parent[b] = words[2 * i];
+                a.child[b] = words[2 * i + 1];
+                a.nbr[b * nd..(b + 1) * nd].copy_from_slice(&links[2 * nd * i..2 * nd * i + nd]);
+                a.nbr_child[b * nd..(b + 1) * nd].copy_from_slice(&links[2 * nd * i + nd..2 * nd * (i + 1)]);
+                a.cell_mask[b * cells..(b + 1) * cells].copy_from_slice(&cm[2 * cells * i..2 * cells * i + cells]);
+                if let Some(sf) = solid.as_deref_mut() {
+                    for (s, &f) in sf[b * cells..(b + 1) * cells].iter_mut().zip(&cm[2 * cells * i + cells..2 * cells * (i + 1)]) {
+                        *s = f != 0;
+                    }
+                }
+            }
+        }
+        s_copy(&self.stream, &self.id_set, 0..self.active, a.id_set).map_err(&e)?;
+        let lo = self.gap_lo.min(self.gap_len);
+        s_copy(&self.stream, &self.gap, lo..self.gap_len, a.gap).map_err(&e)?;
+        a.level_start[..self.level_start.len()].copy_from_slice(&self.level_start);
+        a.level_start[self.level_start.len()..].fill(*self.level_start.last().unwrap_or(&0));
+        *a.gap_len = self.gap_len;
+        self.stream.memset_zeros(&mut self.dirty).map_err(&e)?;
+        self.gap_lo = self.gap_len;
+        Ok(())
+    }
+}
+
+/// Copy `range` of a device array into the same range of a host array.
+fn s_copy(
+    s: &std::sync::Arc<cudarc::driver::CudaStream>,
+    src: &CudaSlice<u32>,
+    range: std::ops::Range<usize>,
+    dst: &mut [u32],
+) -> Result<(), cudarc::driver::DriverError> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    s.memcpy_dtoh(&src.slice(range.clone()), &mut dst[range])
+}
+
+/// Device buffers the host copy's refresh gathers the changed rows into
+/// (`amr_mesh_gather`).
+pub(super) struct Gathered {
+    bytes: CudaSlice<u8>,
+    pos: CudaSlice<i32>,
+    words: CudaSlice<u32>,
+    links: CudaSlice<u32>,
+    cells: CudaSlice<u8>,
+}
+
+impl Gathered {
+    /// Room for every block of a forest of `capacity` blocks in `dims` dimensions.
+    pub(super) fn new(
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        capacity: usize,
+        dims: usize,
+    ) -> Result<Gathered, cudarc::driver::DriverError> {
+        let (nd, cells) = (3usize.pow(dims as u32), BLOCK.pow(dims as u32));
+        Ok(Gathered {
+            bytes: stream.alloc_zeros(3 * capacity)?,
+            pos: stream.alloc_zeros(3 * capacity)?,
+            words: stream.alloc_zeros(2 * capacity)?,
+            links: stream.alloc_zeros(2 * nd * capacity)?,
+            cells: stream.alloc_zeros(2 * cells * capacity)?,
+        })
     }
 }
