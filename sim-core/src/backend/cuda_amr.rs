@@ -164,6 +164,8 @@ pub struct AmrGpu {
     /// With the same knob: seconds of the adaptations' phases (criterion and marks, balance
     /// and lists, the new mesh, the data's transfer, the host copy's refresh).
     phases: Option<[f64; 5]>,
+    /// With the same knob: host copy refreshes and the rows they read.
+    refreshes: (u64, u64),
 }
 
 impl Drop for AmrGpu {
@@ -180,6 +182,7 @@ impl Drop for AmrGpu {
             for (n, t) in names.iter().zip(p) {
                 eprintln!("amr adaptation {n:10} {t:9.3} s");
             }
+            eprintln!("amr host copy: {} refreshes, {} changed rows", self.refreshes.0, self.refreshes.1);
         }
     }
 }
@@ -260,6 +263,7 @@ impl AmrGpu {
             root: [1; 3],
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
             phases: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([0.0; 5]),
+            refreshes: (0, 0),
             _ctx: ctx,
             stream,
             _module: module,

@@ -367,6 +367,7 @@ impl AmrGpu {
             unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
         }
         let n = self.counters()?[M_DIRTY] as usize;
+        self.refreshes = (self.refreshes.0 + 1, self.refreshes.1 + n as u64);
         let a = forest.arrays_mut();
         if n > 0 {
             let n32 = n as u32;
