@@ -1,8 +1,9 @@
 //! Adaptive blocks behind the [`Solver`] seam: a scene with `[amr] enabled = true` runs
 //! [`AmrLbm`] on a forest over `domain.size`, adapted every `amr.interval` coarse steps to the
 //! criterion, and shows the world the grid of its finest level. [`from_scene_cuda`] runs the
-//! time steps and an adaptation's criterion and data transfer on the GPU ([`AmrGpu`], the same
-//! arithmetic: identical results) while the forest's mesh adapts on the host.
+//! time steps and the whole adaptation (criterion, marks, balance, the new mesh, the data's
+//! transfer) on the GPU ([`AmrGpu`], the same arithmetic: identical results); the host's copy
+//! of the forest is refreshed from the rows the device changed once per `step()` call.
 //!
 //! # How a scene maps onto the forest
 //! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
