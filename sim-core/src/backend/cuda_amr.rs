@@ -16,7 +16,7 @@
 //! with [`AmrGpu::transfer`] around an upload of the new mesh arrays.
 
 use super::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
-use crate::amr::{block_mask, AdaptReport, AmrLbm, BLOCK, MAX_LEVELS};
+use crate::amr::{AdaptReport, AmrLbm, BLOCK, MAX_LEVELS};
 use crate::collision::Collision;
 use crate::lattice::{Lat, Lattice};
 use crate::precision::Precision;
@@ -311,21 +311,6 @@ impl AmrGpu {
             return Err(SolverError::Backend(format!("the forest holds {c} blocks, the device arrays {}", self.capacity)));
         }
         let solid: Vec<u8> = lbm.solid_flags().iter().map(|&s| u8::from(s)).collect();
-        let mut lists = Vec::new();
-        self.levels.clear();
-        for l in 0..=forest.finest_level() {
-            let ids = forest.level_ids(l);
-            let push = |v: &mut Vec<u32>, it: &mut dyn Iterator<Item = u32>| {
-                let start = v.len();
-                v.extend(it);
-                (start, v.len() - start)
-            };
-            let all = push(&mut lists, &mut ids.iter().copied());
-            let near_coarser =
-                push(&mut lists, &mut ids.iter().copied().filter(|&id| forest.block_mask(id) & block_mask::NEAR_COARSER != 0));
-            let feeds = push(&mut lists, &mut ids.iter().copied().filter(|&id| forest.block_mask(id) & block_mask::FEEDS != 0));
-            self.levels.push(Lists { all, near_coarser, feeds });
-        }
         let r = forest.root();
         self.root = [r[0] as i32, r[1] as i32, r[2] as i32];
         let a = forest.arrays();
@@ -350,10 +335,7 @@ impl AmrGpu {
         s.memcpy_htod(a.id_set, &mut self.id_set).map_err(&up)?;
         s.memcpy_htod(a.gap, &mut self.gap).map_err(&up)?;
         s.memset_zeros(&mut self.dirty).map_err(&up)?;
-        if !lists.is_empty() {
-            s.memcpy_htod(&lists, &mut self.lists.slice_mut(0..lists.len())).map_err(&up)?;
-        }
-        Ok(())
+        self.lists_after_upload()
     }
 
     /// The criterion's block maximum of every block (|vorticity| or, with `q`, the Q

@@ -247,14 +247,6 @@ impl AmrGpu {
         }
         self.mesh_op(Mo::LeafMasks, needed * cells, 0)?;
         self.mesh_op(Mo::ParentMasks, needed * cells, 0)?;
-        {
-            let mut b = self.stream.launch_builder(&self.lists_k);
-            b.arg(&self.level).arg(&self.child).arg(&self.bmask).arg(&self.id_set).arg(&self.rl);
-            b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr);
-            // SAFETY: one block of 1024 threads; the launch lists hold 3 C IDs, the transfer's
-            // lists nc + nr (K + 1) <= 3 C.
-            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
-        }
         if let Some(obs) = self.obstacles.as_ref().filter(|_| nr > 0) {
             let n = (nr * k * cells) as u32;
             let dl = u32::from(obs.level);
@@ -264,18 +256,9 @@ impl AmrGpu {
             // SAFETY: one thread per cell of the refined blocks' children (rl holds nr IDs).
             unsafe { b.launch(threads(n as usize)) }.map_err(&e)?;
         }
-        let c = self.counters()?;
+        let c = self.build_lists()?;
         self.phase(2, &mut t)?;
         self.level_start = c[M_LEVEL_START..=M_LEVEL_START + M_LEVELS].to_vec();
-        self.levels.clear();
-        for l in 0..M_LEVELS {
-            let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
-            if r[1] == 0 {
-                break;
-            }
-            let p = |i: usize| (r[2 * i] as usize, r[2 * i + 1] as usize);
-            self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2) });
-        }
         if move_data {
             let groups: Vec<(usize, usize, usize)> = (0..M_LEVELS)
                 .map(|l| &c[M_XGROUPS + 3 * l..M_XGROUPS + 3 * l + 3])
@@ -286,6 +269,39 @@ impl AmrGpu {
             self.phase(3, &mut t)?;
         }
         Ok(Ok(report))
+    }
+
+    /// The stepping's launch lists from the device's ID sets (level starts in the counters)
+    /// and block masks, and after an adaptation the transfer's level groups
+    /// (`amr_mesh_lists`); sets the per-level [`Lists`] and returns the counters.
+    pub(super) fn build_lists(&mut self) -> Result<Vec<u32>, SolverError> {
+        let mut b = self.stream.launch_builder(&self.lists_k);
+        b.arg(&self.level).arg(&self.child).arg(&self.bmask).arg(&self.id_set).arg(&self.rl);
+        b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr);
+        // SAFETY: one block of 1024 threads; the launch lists hold 3 C IDs, the transfer's
+        // lists nc + nr (K + 1) <= 3 C.
+        unsafe { b.launch(ONE_BLOCK) }.map_err(derr("building the launch lists"))?;
+        let c = self.counters()?;
+        self.levels.clear();
+        for l in 0..M_LEVELS {
+            let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
+            if r[1] == 0 {
+                break;
+            }
+            let p = |i: usize| (r[2 * i] as usize, r[2 * i + 1] as usize);
+            self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2) });
+        }
+        Ok(c)
+    }
+
+    /// After an upload: the counters hold the host's level starts and no adaptation's lists,
+    /// then [`Self::build_lists`].
+    pub(super) fn lists_after_upload(&mut self) -> Result<(), SolverError> {
+        let e = derr("uploading the block forest");
+        self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
+        let ls = self.level_start.clone();
+        self.stream.memcpy_htod(&ls, &mut self.ctr.slice_mut(M_LEVEL_START..M_LEVEL_START + ls.len())).map_err(&e)?;
+        self.build_lists().map(|_| ())
     }
 
     /// Adapt the device's forest and DDFs to the criterion, the mesh staying on the device:
