@@ -1,12 +1,13 @@
 // Adaptive octree blocks on the GPU (seed 004; sim-core/src/backend/cuda_amr.rs). One
 // level-step of the block LBM as sim-core/src/amr/lbm.rs does it on the CPU (the reference these
-// kernels are tested against): ghost interpolation from the coarser level, collision into the
-// post-collision copy, pull streaming with bounce-back and outflows, and restriction of the
-// interface cells into their parents. Collision, moments and equilibria are common.cuh's, the
+// kernels are tested against): ghost interpolation from the coarser level, collision and
+// streaming with bounce-back and outflows fused into one pass between the two DDF buffers, and
+// restriction of the interface cells into their parents. Collision, moments and equilibria are common.cuh's, the
 // dense kernels' device functions.
 //
 // Layout (as AmrLbm stores it; capacity C blocks, B = 4^D cells a block, ND = 3^D directions):
-//   f, post        C * Q * B floats, value i of cell c of block id at (id * Q + i) * B + c
+//   fa, fb         C * Q * B floats, value i of cell c of block id at (id * Q + i) * B + c; a
+//                  level's data is in one of the two (it moves to the other with each step)
 //   pos            C * 3 ints, the block's position in blocks of its level
 //   parent, child  C u32, NONE for roots / leaves; children are child .. child + 2^D
 //   nbr            C * ND u32 links: a same-level ID, COARSER | id, or NONE (outside)
@@ -155,7 +156,7 @@ __device__ __forceinline__ void taps_plain(AmrTaps& t) {
 
 // The weighted sum over the tensor product of the taps around `org` in block p (lbm.rs
 // tensor_sum): each cell from amr_cell_at(ghosts), or `fallback` where that has no data (null:
-// the sum fails), rescaled from force fs to fd by r. False if a cell had no data.
+// the sum fails); the sum rescaled from force fs to fd by r. False if a cell had no data.
 __device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
@@ -173,18 +174,19 @@ __device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, co
                 } else {
                     return false;
                 }
-                amr_rescale(g, fs, fd, r);
                 const float w = t.w[0][tx] * t.w[1][ty] * t.w[2][tz];
 #pragma unroll
                 for (int i = 0; i < DEF_Q; i++) acc[i] += w * g[i];
             }
         }
     }
+    amr_rescale(acc, fs, fd, r);
     return true;
 }
 
 // The mean of the cells with data among `count` offsets from org (mode 0: the 3^D cells around
-// org; mode 1: the 2^D cells from org up), rescaled (lbm.rs mean_of_available). False if none.
+// org; mode 1: the 2^D cells from org up), then rescaled (lbm.rs mean_of_available). False if
+// none.
 __device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
@@ -200,7 +202,6 @@ __device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, c
         if (at < 0) continue;
         float g[DEF_Q];
         amr_load(f, at, g);
-        amr_rescale(g, fs, fd, r);
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) acc[i] += g[i];
         n++;
@@ -208,6 +209,7 @@ __device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, c
     if (n == 0) return false;
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) acc[i] = acc[i] / (float)n;
+    amr_rescale(acc, fs, fd, r);
     return true;
 }
 
@@ -221,61 +223,88 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 #define AMR_ARGS const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid
 #define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr}
 
-// Collide the cells of level l's blocks `ids` that are stepped or collided (leaves: every fluid
-// cell; non-leaves: parent-of-ghost and parent-of-interface cells) from f into post.
-extern "C" __global__ void amr_collide(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const u32* __restrict__ child, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const float* __restrict__ f, float* __restrict__ post) {
+// One level-step of level l's blocks `ids` in a single pass (seed 002's fused step; lbm.rs
+// collide_level + stream_level give the same numbers): the DDFs of the level are read from
+// `src` and written to `dst` (fa or fb by sel: bit 0 set, src is fb and dst fa), so each value
+// crosses the memory bus twice, as in the dense kernels. Which cells do what (lbm.rs):
+//   collided  fluid cells of leaves, and the parent-of-ghost and parent-of-interface cells of
+//             non-leaves (a coarse leaf next to them streams from them);
+//   streamed  fluid cells of leaves and parent-of-ghost cells: value i comes from the cell
+//             behind along c_i. A collided cell pushes its post-collision value k to the
+//             streamed cell ahead along c_k; the streamed cell itself fills the values whose
+//             source is no collided cell of its level: half-way bounce-back off obstacles,
+//             walls (moving ones with 6 w_i c_i.u_w, the mean of the walls the link crosses),
+//             the outflow equilibrium where every face the link crosses is an outflow, and
+//             the pre-step value where the source is coarser (ghost cells: stale until the
+//             next interpolation);
+//   the rest  (parent-of-interface, covered and solid cells) keep their values.
+// Every value of dst in these blocks is written exactly once.
+// Minimum resident thread blocks of 256 threads per SM for the stepping kernels (register caps:
+// 4 -> 64 registers, faster on the H100 than 3 (80) or 2 (96) despite a few spilled
+// values; NVRTC defines override them, ESOFLOW_AMR_DEFINES).
+#ifndef AMR_STEP_MINB
+#define AMR_STEP_MINB 4
+#endif
+#ifndef AMR_INTERP_MINB
+#define AMR_INTERP_MINB 2
+#endif
+#ifndef AMR_AVG_MINB
+#define AMR_AVG_MINB 2
+#endif
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, float* fa, float* fb, const u32 sel) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
-    const u32 id = ids[t / AMR_B], cell = (u32)(t % AMR_B);
+    const float* __restrict__ src = (sel & 1u) ? fb : fa;
+    float* __restrict__ dst = (sel & 1u) ? fa : fb;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
     const u64 at = (u64)id * AMR_B + cell;
-    if (solid[at]) return;
+    const u64 own = (u64)id * DEF_Q * AMR_B + cell;
+    const bool leaf = child[id] == AMR_NONE;
     const int mk = cmask[at];
-    if (child[id] != AMR_NONE && mk != CM_POG && mk != CM_POI) return;
+    const bool fluid = !solid[at];
+    const bool collided = fluid && (leaf || mk == CM_POG || mk == CM_POI);
+    const bool streamed = fluid && (leaf || mk == CM_POG);
+    (void)parent;
+    if (!streamed) {
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) dst[own + (u64)i * AMR_B] = src[own + (u64)i * AMR_B];
+        if (!collided) return;
+    }
     Params p;
     float force[3];
     amr_level(prm, l, p.tau, force);
     p.cs = 0.0f;
     p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
     float g[DEF_Q];
-    amr_load(f, (long long)at, g);
+    amr_load(src, (long long)at, g);
     collide(g, p);
-    amr_store(post, (long long)at, g);
-}
-
-// Pull streaming of level l's stepped fluid cells (blocks `ids`) from post into f: half-way
-// bounce-back off obstacles, walls (moving ones with 6 w_i c_i.u_w, the mean of the walls a
-// link crosses) and the outflow equilibrium where every face a link crosses is an outflow;
-// ghost cells next to the coarser level keep what they hold (stale until interpolated).
-extern "C" __global__ void amr_stream(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, const float* __restrict__ post, float* __restrict__ f) {
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)count * AMR_B) return;
-    const u32 id = ids[t / AMR_B];
-    const int cell = (int)(t % AMR_B);
-    const u64 at = (u64)id * AMR_B + cell;
-    if (solid[at]) return;
-    if (child[id] != AMR_NONE && cmask[at] != CM_POG) return;
-    (void)parent;
     const int root[3] = {r0, r1, r2};
     int c[3];
     amr_coords(cell, c);
-    const u64 own = (u64)id * DEF_Q * AMR_B + cell;
-    float tau, force[3];
-    amr_level(prm, l, tau, force);
+    // The outflow equilibrium's density and velocity, once a link needs it (rho_out - 1 in
+    // eq[0]).
     bool have_eq = false;
-    float eq[DEF_Q];
+    float eq[4];
 #pragma unroll
-    for (int i = 0; i < DEF_Q; i++) {
-        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
-        int e[3] = {0, 0, 0}, s[3] = {0, 0, 0};
+    for (int k = 0; k < DEF_Q; k++) {
+        // The neighbour along c_k: the target of this cell's value k, and the source of its
+        // value i = opposite(k).
+        const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
+        int e[3] = {0, 0, 0}, sv[3] = {0, 0, 0};
+#pragma unroll
         for (int a = 0; a < DEF_D; a++) {
-            const int tt = c[a] - ci[a];
+            const int tt = c[a] + ck[a];
             e[a] = amr_floor4(tt);
-            s[a] = tt - 4 * e[a];
+            sv[a] = tt - 4 * e[a];
         }
-        const int sc = amr_cell(s[0], s[1], s[2]);
+        const int sc = amr_cell(sv[0], sv[1], sv[2]);
         const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+        const int i = (int)opposite((u32)k);
         const u64 out = own + (u64)i * AMR_B;
         if (link == AMR_NONE) {
+            if (!streamed) continue;
+            const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
             float uw[3] = {0.0f, 0.0f, 0.0f};
             u32 walls = 0;
             float rho_out = 1.0f;
@@ -289,34 +318,45 @@ extern "C" __global__ void amr_stream(const u32* __restrict__ ids, const u32 cou
                         rho_out = rho;
                     } else {
                         walls++;
-                        for (int k = 0; k < 3; k++) uw[k] += prm[AMR_WALLS + 3 * (2 * a + side) + k];
+                        for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
                     }
                 }
             }
             if (walls == 0) {
                 if (!have_eq) {
-                    float g[DEF_Q];
-                    for (int j = 0; j < DEF_Q; j++) g[j] = post[own + (u64)j * AMR_B];
-                    float rm1, ux, uy, uz;
-                    moments(g, force[0], force[1], force[2], rm1, ux, uy, uz);
-                    equilibrium(rho_out - 1.0f, ux, uy, uz, eq);
+                    float rm1;
+                    moments(g, force[0], force[1], force[2], rm1, eq[1], eq[2], eq[3]);
+                    eq[0] = rho_out - 1.0f;
                     have_eq = true;
                 }
-                f[out] = eq[i];
+                dst[out] = equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]);
             } else {
                 float cu = 0.0f;
                 for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
                 cu = cu / (float)walls;
-                f[out] = post[own + (u64)opposite(i) * AMR_B] + 6.0f * lat_w(i) * cu;
+                dst[out] = g[k] + 6.0f * lat_w(i) * cu;
             }
         } else if (link & AMR_COARSER) {
-            // ghost cell: stale until the next interpolation
-        } else if (solid[(u64)link * AMR_B + sc]) {
-            f[out] = post[own + (u64)opposite(i) * AMR_B];
+            if (streamed) dst[out] = src[out];
         } else {
-            f[out] = post[((u64)link * DEF_Q + i) * AMR_B + sc];
+            const u64 nat = (u64)link * AMR_B + sc;
+            if (solid[nat]) {
+                if (streamed) dst[out] = g[k];
+            } else if (child[link] == AMR_NONE || cmask[nat] == CM_POG) {
+                dst[((u64)link * DEF_Q + k) * AMR_B + sc] = g[k];
+            }
         }
     }
+}
+
+// Copy the DDFs of blocks `ids` from `src` to `dst` (a level's data back into the buffer the
+// rest of the forest is in; AmrGpu::settle).
+extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count, const float* __restrict__ src, float* __restrict__ dst) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 per = (u64)DEF_Q * AMR_B;
+    if (t >= (u64)count * per) return;
+    const u64 at = (u64)ids[t / per] * per + t % per;
+    dst[at] = src[at];
 }
 
 // Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
@@ -371,7 +411,9 @@ __device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const
 
 // Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
 // from level l - 1 (amr_prolong).
-extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
+// The parent level's DDFs are read from fa or fb (sel bit 0), the ghosts' written to fa or fb
+// (sel bit 1).
+extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];
@@ -380,8 +422,8 @@ extern "C" __global__ void amr_interpolate(const u32* __restrict__ ids, const u3
     if (cmask[at] != CM_GHOST || solid[at]) return;
     AMR_MESH;
     float out[DEF_Q];
-    amr_prolong(m, f, prm, l, id, cell, out);
-    amr_store(f, (long long)at, out);
+    amr_prolong(m, (sel & 1u) ? fb : fa, prm, l, id, cell, out);
+    amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
 // The restriction of cell `cell` of block id (level lc) from its children with the plain
@@ -405,7 +447,9 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f
 // l - 1 blocks `ids` (those that feed a coarser leaf; lbm.rs average): per axis (-1, 9, 9,
 // -1)/16 where all four fine cells hold data, one-sided (3/8, 3/4, -1/8) away from the stale
 // ghosts, else the plain average; rescaled by 2 tau_{l-1} / tau_l.
-extern "C" __global__ void amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* f) {
+// The fine level's DDFs are read from fa or fb (sel bit 0), the parents' written to fa or fb
+// (sel bit 1).
+extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];
@@ -432,11 +476,12 @@ extern "C" __global__ void amr_average(const u32* __restrict__ ids, const u32 co
         else if (lo) taps_set(taps, a, 3, -1, -0.125f, 0, 0.75f, 1, 0.375f, 0, 0.0f);
         else taps_set(taps, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
     }
+    const float* f = (sel & 1u) ? fb : fa;
     float out[DEF_Q];
     if (!amr_tensor_sum(m, f, taps, ch, f0, false, nullptr, ff, fc, r, out)) {
         if (!amr_restrict_plain(m, f, prm, l - 1, id, cell, out)) return;
     }
-    amr_store(f, (long long)at, out);
+    amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
 // ---- Adaptation: the criterion and the data transfer (lbm.rs block_max_of_gradient,

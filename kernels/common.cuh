@@ -207,13 +207,17 @@ __device__ __forceinline__ void moments(const float* f, float fx, float fy, floa
     uz = (jz + 0.5f * fz) * inv;
 }
 
-__device__ __forceinline__ void equilibrium(float rho_m1, float ux, float uy, float uz, float* feq) {
+// Equilibrium value i (rho_m1 = rho - 1); `equilibrium` gives all of them with the same
+// arithmetic.
+__device__ __forceinline__ float equilibrium_one(int i, float rho_m1, float ux, float uy, float uz) {
     const float usq = 1.5f * (ux * ux + uy * uy + uz * uz), rho = rho_m1 + 1.0f;
+    const float cu = 3.0f * ((float)lat_cx(i) * ux + (float)lat_cy(i) * uy + (float)lat_cz(i) * uz);
+    return lat_w(i) * (rho_m1 + rho * (cu + 0.5f * cu * cu - usq));
+}
+
+__device__ __forceinline__ void equilibrium(float rho_m1, float ux, float uy, float uz, float* feq) {
 #pragma unroll
-    for (int i = 0; i < DEF_Q; i++) {
-        const float cu = 3.0f * ((float)lat_cx(i) * ux + (float)lat_cy(i) * uy + (float)lat_cz(i) * uz);
-        feq[i] = lat_w(i) * (rho_m1 + rho * (cu + 0.5f * cu * cu - usq));
-    }
+    for (int i = 0; i < DEF_Q; i++) feq[i] = equilibrium_one(i, rho_m1, ux, uy, uz);
 }
 
 __device__ __forceinline__ float guo_source(int i, float ux, float uy, float uz, float fx, float fy, float fz) {

@@ -33,23 +33,23 @@ pub fn bench_amr(
     let t = Instant::now();
     s.step(warmup)?;
     let warm_secs = t.elapsed().as_secs_f64();
-    let a0 = s.amr().context("the solver reports no adaptive blocks")?;
+    let a0 = s.amr_counts().context("the solver reports no adaptive blocks")?;
     let chunk = if a0.settings.interval > 0 { a0.settings.interval } else { 100 };
     let (mut updates, mut steps, mut uniform) = (0u64, 0u64, 0u64);
     let fine_steps = 1u64 << a0.max_level;
     let t = Instant::now();
     loop {
-        let before = s.amr().context("no adaptive blocks")?.updates_per_step;
+        let before = s.amr_counts().context("no adaptive blocks")?.updates_per_step;
         s.step(chunk)?;
         updates += before * chunk;
-        uniform += s.amr().context("no adaptive blocks")?.effective_cells * fine_steps * chunk;
+        uniform += s.amr_counts().context("no adaptive blocks")?.effective_cells * fine_steps * chunk;
         steps += chunk;
         if t.elapsed().as_secs_f64() >= seconds {
             break;
         }
     }
     let wall = t.elapsed().as_secs_f64();
-    let a1 = s.amr().context("no adaptive blocks")?;
+    let a1 = s.amr_counts().context("no adaptive blocks")?;
     let adapt = a1.adapt_secs - a0.adapt_secs;
     let stepping = a1.step_secs - a0.step_secs;
     let mlups = updates as f64 / wall / 1e6;

@@ -256,6 +256,12 @@ pub trait Solver: Send {
     fn amr(&self) -> Option<crate::amr::AmrInfo> {
         None
     }
+    /// [`Self::amr`] without the leaves' boxes (`boxes` empty): the counts and times only.
+    /// Cheap where the forest lives on a device (no copy of the mesh), so a bench can read it
+    /// between every batch of steps.
+    fn amr_counts(&self) -> Option<crate::amr::AmrInfo> {
+        self.amr()
+    }
     /// Change an adaptive run's criterion, finest level asked for, interval and frozen levels;
     /// the forest adapts to them at once. The uniform-grid backends refuse.
     ///

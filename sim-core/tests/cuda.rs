@@ -1063,6 +1063,13 @@ fn gpu_adaptive_blocks_match_cpu() {
         for s in [steps / 4, steps / 4, steps / 4, steps - 3 * (steps / 4)] {
             c.step(s).unwrap();
             g.step(s).unwrap();
+            // The counts from the device's ID sets (no copy of the mesh) are the host's.
+            let (nc, ng) = (c.amr_counts().unwrap(), g.amr_counts().unwrap());
+            assert_eq!(
+                (nc.leaves, nc.blocks, nc.updates_per_step),
+                (ng.leaves, ng.blocks, ng.updates_per_step),
+                "{what}: the device's counts differ from the host's"
+            );
             let (bc, bg) = (c.amr().unwrap().boxes, g.amr().unwrap().boxes);
             assert_eq!(bc, bg, "{what}: the forests differ");
             changed |= bg != start;

@@ -152,3 +152,16 @@ fn adaptive_block_kernels_compile_without_warnings() {
         }
     }
 }
+
+/// Not a check: writes the adaptive-block kernels' full NVRTC sources to
+/// `target/amr-kernels/amr_<lattice>.cu` for `scripts/kernel-registers.py` (registers and
+/// spills per kernel from ptxas, no GPU needed). Run with `--ignored`.
+#[test]
+#[ignore]
+fn dump_adaptive_block_sources() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/amr-kernels");
+    std::fs::create_dir_all(&dir).unwrap();
+    for lattice in [sim_core::lattice::Lattice::D2Q9, sim_core::lattice::Lattice::D3Q19, sim_core::lattice::Lattice::D3Q27] {
+        std::fs::write(dir.join(format!("amr_{lattice}.cu")), sim_core::backend::cuda_amr::amr_source(lattice)).unwrap();
+    }
+}

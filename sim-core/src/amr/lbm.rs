@@ -946,9 +946,11 @@ impl<L: Lat> AmrLbm<L> {
         }
     }
 
-    /// The weighted sum over the tensor product of `taps` around `origin`, each cell's DDFs
-    /// from `get` moved from force `f_src` to `f_dst` with non-equilibrium factor `r`
-    /// ([`Self::rescale`]); `None` if `get` has no data for one of them.
+    /// The weighted sum over the tensor product of `taps` around `origin` of the cells' DDFs
+    /// from `get`, moved from force `f_src` to `f_dst` with non-equilibrium factor `r`
+    /// ([`Self::rescale`], once on the sum: the weights sum to 1, and rescaling each tap would
+    /// cost a moment and two equilibria per tap for a difference of the interpolation error's
+    /// order); `None` if `get` has no data for one of them.
     fn tensor_sum(
         taps: &Taps,
         origin: [i32; 3],
@@ -965,8 +967,7 @@ impl<L: Lat> AmrLbm<L> {
                     let (ox, wx) = t[0][tx];
                     let (oy, wy) = t[1][ty];
                     let (oz, wz) = t[2][tz];
-                    let mut g = get([origin[0] + ox, origin[1] + oy, origin[2] + oz])?;
-                    Self::rescale(&mut g, f_src, f_dst, r);
+                    let g = get([origin[0] + ox, origin[1] + oy, origin[2] + oz])?;
                     let w = wx * wy * wz;
                     for i in 0..L::Q {
                         acc[i] += w * g[i];
@@ -974,11 +975,12 @@ impl<L: Lat> AmrLbm<L> {
                 }
             }
         }
+        Self::rescale(&mut acc, f_src, f_dst, r);
         Some(acc)
     }
 
-    /// The mean of the cells at `cells` that `get` has data for, each moved from force `f_src`
-    /// to `f_dst` with non-equilibrium factor `r`; `None` if it has none.
+    /// The mean of the cells at `cells` that `get` has data for, moved from force `f_src` to
+    /// `f_dst` with non-equilibrium factor `r`; `None` if it has none.
     fn mean_of_available(
         cells: impl Iterator<Item = [i32; 3]>,
         get: impl Fn([i32; 3]) -> Option<[f32; MAX_Q]>,
@@ -989,13 +991,16 @@ impl<L: Lat> AmrLbm<L> {
         let mut acc = [0.0f32; MAX_Q];
         let mut n = 0u32;
         for kk in cells {
-            if let Some(mut g) = get(kk) {
-                Self::rescale(&mut g, f_src, f_dst, r);
+            if let Some(g) = get(kk) {
                 (0..L::Q).for_each(|i| acc[i] += g[i]);
                 n += 1;
             }
         }
-        (n > 0).then(|| acc.map(|x| x / n as f32))
+        (n > 0).then(|| {
+            let mut mean = acc.map(|x| x / n as f32);
+            Self::rescale(&mut mean, f_src, f_dst, r);
+            mean
+        })
     }
 
     /// Move pre-collision DDFs from a level with body force `f_src` to one with `f_dst`:

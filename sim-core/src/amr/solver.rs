@@ -3,7 +3,10 @@
 //! criterion, and shows the world the grid of its finest level. [`from_scene_cuda`] runs the
 //! time steps and the whole adaptation (criterion, marks, balance, the new mesh, the data's
 //! transfer) on the GPU ([`AmrGpu`], the same arithmetic: identical results); the host's copy
-//! of the forest is refreshed from the rows the device changed once per `step()` call.
+//! of the forest and the DDFs is brought up to date only when something reads it (fields,
+//! stats, the leaves' boxes, checkpoints): the mesh from the rows the device changed, then the
+//! DDFs. Between reads nothing crosses the bus but one flag per fixed-point iteration and the
+//! counters of each adaptation.
 //!
 //! # How a scene maps onto the forest
 //! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
@@ -32,6 +35,7 @@ use crate::precision::Precision;
 use crate::scene::{AmrCriterion, FaceKind, LoadedScene, Obstacle, SceneError, Vec3};
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use rayon::prelude::*;
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -162,9 +166,9 @@ pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError>
     fn on_gpu<L: Lat>(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-        let mut gpu = AmrGpu::new(L::KIND, s.lbm.forest().capacity())?;
+        let mut gpu = AmrGpu::new(L::KIND, s.lbm.get_mut().forest().capacity())?;
         gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
-        s.gpu = Some(gpu);
+        *s.gpu.get_mut() = Some(gpu);
         s.gpu_dirty = true;
         Ok(Box::new(s))
     }
@@ -186,7 +190,10 @@ enum FaceRole {
 
 /// Adaptive blocks on the CPU.
 pub struct AmrSolver<L: Lat> {
-    lbm: AmrLbm<L>,
+    /// The forest and the DDFs. With a GPU, the device is ahead of this copy while `stale`
+    /// says so: read it through [`Self::lbm`] (`&self`) or [`Self::lbm_mut`], which bring it up
+    /// to date first.
+    lbm: RefCell<AmrLbm<L>>,
     /// The finest level's grid (flags of the scaled scene).
     dom: Domain,
     /// Finest level allowed.
@@ -201,13 +208,27 @@ pub struct AmrSolver<L: Lat> {
     near_wall_level: u8,
     /// The obstacles for near-wall refinement (prefix sums over the finest grid).
     obstacle_sums: ObstacleSums,
-    /// The time stepping on the GPU, if this run has it; `lbm` then holds the forest and a
-    /// copy of the DDFs that is current after every [`Solver::step`] call.
-    gpu: Option<AmrGpu>,
+    /// The time stepping and adaptation on the GPU, if this run has it; `lbm` then holds the
+    /// forest and a copy of the DDFs, current when `stale` is clear.
+    gpu: RefCell<Option<AmrGpu>>,
     /// Whether the host changed the forest or the DDFs since the last upload.
     gpu_dirty: bool,
-    /// The device adapted the forest since the host's copy was last brought up to date.
-    mesh_on_device: bool,
+    /// What the device changed since the host's copy was last brought up to date.
+    stale: Cell<Stale>,
+    /// Seconds spent bringing the host's copy up to date: the mesh (counted as time in
+    /// refinement) and the DDFs (counted as stepping).
+    sync_secs: Cell<(f64, f64)>,
+    /// A failed refresh of the host's copy, returned by the next [`Solver::step`].
+    sync_error: RefCell<Option<SolverError>>,
+}
+
+/// Which parts of the host's copy the device has moved past.
+#[derive(Clone, Copy, Default, PartialEq)]
+struct Stale {
+    /// An adaptation on the device changed the forest.
+    mesh: bool,
+    /// Steps ran on the device.
+    ddfs: bool,
 }
 
 impl<L: Lat> AmrSolver<L> {
@@ -277,7 +298,7 @@ impl<L: Lat> AmrSolver<L> {
         let near_wall_level = near_wall.map_or(a.max_level, |nw| nw.level);
         let obstacle_sums = ObstacleSums::new(&dom, a.max_level);
         let mut s = AmrSolver {
-            lbm,
+            lbm: RefCell::new(lbm),
             dom,
             max_level: a.max_level,
             crit,
@@ -288,9 +309,11 @@ impl<L: Lat> AmrSolver<L> {
             info: AmrInfo::default(),
             near_wall_level,
             obstacle_sums,
-            gpu: None,
+            gpu: RefCell::new(None),
             gpu_dirty: false,
-            mesh_on_device: false,
+            stale: Cell::new(Stale::default()),
+            sync_secs: Cell::new((0.0, 0.0)),
+            sync_error: RefCell::new(None),
         };
         s.apply_boundaries();
         s.install_solids();
@@ -305,12 +328,13 @@ impl<L: Lat> AmrSolver<L> {
 
     /// Wall, inlet and outlet settings of the faces from the parameters.
     fn apply_boundaries(&mut self) {
+        let lbm = self.lbm.get_mut();
         for (fi, role) in self.faces.iter().enumerate() {
             let (axis, high) = (fi / 2, fi % 2 == 1);
             match *role {
-                FaceRole::Wall(id) => self.lbm.set_wall_velocity(axis, high, self.params.walls[id]),
-                FaceRole::Inlet(id) => self.lbm.set_wall_velocity(axis, high, self.params.inlets[id]),
-                FaceRole::Outlet(id) => self.lbm.set_outflow(axis, high, self.params.outlets[id]),
+                FaceRole::Wall(id) => lbm.set_wall_velocity(axis, high, self.params.walls[id]),
+                FaceRole::Inlet(id) => lbm.set_wall_velocity(axis, high, self.params.inlets[id]),
+                FaceRole::Outlet(id) => lbm.set_outflow(axis, high, self.params.outlets[id]),
                 FaceRole::None => {}
             }
         }
@@ -321,7 +345,7 @@ impl<L: Lat> AmrSolver<L> {
         let dom = self.dom.clone();
         let max = self.max_level;
         let dims = L::D;
-        self.lbm.set_solid(move |c: [f64; 3], l: u8| {
+        self.lbm_mut().set_solid(move |c: [f64; 3], l: u8| {
             obstacle_share(&dom, max, dims, c, l) * 2 >= 1u64 << ((u32::from(max) - u32::from(l.min(max))) * dims as u32)
         });
     }
@@ -331,11 +355,11 @@ impl<L: Lat> AmrSolver<L> {
     fn adapt(&mut self) {
         let t = Instant::now();
         let values = match self.crit.field {
-            Field::Vorticity => self.lbm.block_vorticity(),
-            Field::Q => self.lbm.block_q(),
+            Field::Vorticity => self.lbm_mut().block_vorticity(),
+            Field::Q => self.lbm_mut().block_q(),
         };
         let targets = self.targets(&values);
-        let r = self.lbm.adapt_to(&targets);
+        let r = self.lbm.get_mut().adapt_to(&targets);
         self.report(r);
         self.info.adapt_secs += t.elapsed().as_secs_f64();
         self.gpu_dirty = true;
@@ -344,12 +368,14 @@ impl<L: Lat> AmrSolver<L> {
     /// Adapt the mesh to the criterion now (timed) on the device: block maxima, targets,
     /// marks, balance, the new mesh and the data's transfer all run there
     /// ([`AmrGpu::adapt_to_criterion`]); the host's copy of the forest is brought up to date
-    /// once at the end of the `step()` call.
+    /// when the host next reads it.
     fn adapt_on(&mut self, gpu: &mut AmrGpu) -> Result<(), SolverError> {
         let t = Instant::now();
-        let r = gpu.adapt_to_criterion(&self.lbm, &self.crit, self.near_wall)?;
+        let r = gpu.adapt_to_criterion(self.lbm.get_mut(), &self.crit, self.near_wall)?;
         if let Ok(rep) = &r {
-            self.mesh_on_device |= !rep.refined.is_empty() || !rep.coarsened.is_empty();
+            if !rep.refined.is_empty() || !rep.coarsened.is_empty() {
+                self.stale.set(Stale { mesh: true, ..self.stale.get() });
+            }
         }
         self.report(r);
         gpu.synchronize()?;
@@ -361,7 +387,7 @@ impl<L: Lat> AmrSolver<L> {
     fn targets(&self, values: &[f32]) -> Vec<u8> {
         let sums = &self.obstacle_sums;
         let solid = |lo: [f64; 3], hi: [f64; 3]| sums.any(lo, hi);
-        self.lbm.forest().targets(
+        self.lbm().forest().targets(
             |b| values[b as usize],
             &self.crit,
             self.near_wall.map(|nw| (nw, &solid as super::criterion::SolidQuery<'_>)),
@@ -391,81 +417,151 @@ impl<L: Lat> AmrSolver<L> {
     }
 
     /// [`Solver::step`] on the GPU: upload what the host changed, launch the coarse steps,
-    /// adapt when due ([`Self::adapt_on`]: the DDFs stay on the device; counted as time in
-    /// refinement), and copy the DDFs back at the end so that fields, stats and checkpoints
-    /// read the current state.
+    /// adapt when due ([`Self::adapt_on`]: the mesh and the DDFs stay on the device; counted as
+    /// time in refinement), and wait for the device. Nothing is copied back: the host's copy is
+    /// brought up to date when it is read ([`Self::lbm`]).
     fn step_gpu(&mut self, steps: u64) -> Result<(), SolverError> {
-        let Some(mut gpu) = self.gpu.take() else {
+        if let Some(e) = self.sync_error.get_mut().take() {
+            return Err(e);
+        }
+        let Some(mut gpu) = self.gpu.get_mut().take() else {
             return Ok(());
         };
         let r = self.step_on(&mut gpu, steps);
-        self.gpu = Some(gpu);
+        *self.gpu.get_mut() = Some(gpu);
         r
     }
 
     fn step_on(&mut self, gpu: &mut AmrGpu, steps: u64) -> Result<(), SolverError> {
         let mut t = Instant::now();
-        let mut synced = true;
         for _ in 0..steps {
             if self.gpu_dirty {
                 let u = Instant::now();
-                gpu.upload(&self.lbm)?;
+                gpu.upload(self.lbm.get_mut())?;
                 gpu.synchronize()?;
                 self.info.adapt_secs += u.elapsed().as_secs_f64();
                 self.gpu_dirty = false;
                 t = Instant::now();
             }
-            gpu.step(&self.lbm)?;
-            synced = false;
-            self.lbm.set_time(self.lbm.time() + 1);
-            if self.crit.due(self.lbm.time()) {
+            let lbm = self.lbm.get_mut();
+            gpu.step(lbm)?;
+            self.stale.set(Stale { ddfs: true, ..self.stale.get() });
+            lbm.set_time(lbm.time() + 1);
+            if self.crit.due(lbm.time()) {
                 gpu.synchronize()?;
                 self.info.step_secs += t.elapsed().as_secs_f64();
                 self.adapt_on(gpu)?;
                 t = Instant::now();
             }
         }
-        if self.mesh_on_device {
-            let u = Instant::now();
-            gpu.download_mesh(&mut self.lbm)?;
-            self.mesh_on_device = false;
-            self.info.adapt_secs += u.elapsed().as_secs_f64();
-        }
-        if !synced {
-            gpu.download(&mut self.lbm)?;
-            self.info.step_secs += t.elapsed().as_secs_f64();
-        }
+        gpu.synchronize()?;
+        self.info.step_secs += t.elapsed().as_secs_f64();
         Ok(())
     }
 
-    /// The current forest's numbers for [`AmrInfo`].
-    fn refresh_info(&self) -> AmrInfo {
-        let f = self.lbm.forest();
-        let mut info = self.info.clone();
-        let dims = L::D;
-        info.leaves = vec![0; usize::from(self.max_level) + 1];
-        info.boxes.clear();
-        let mut updates = 0u64;
-        for id in f.leaves() {
-            let l = f.level(id);
-            info.leaves[usize::from(l)] += 1;
-            let s = 1usize << (self.max_level - l);
-            let p = f.pos(id);
-            let mut lo = [0usize; 3];
-            (0..dims).for_each(|a| lo[a] = p[a] as usize * BLOCK * s);
-            info.boxes.push((lo, BLOCK * s, l));
-            updates += (f.cells_per_block() as u64) << l;
+    /// The host's copy of the forest and the DDFs, brought up to date from the device first
+    /// where it moved on ([`Self::sync_host`]).
+    fn lbm(&self) -> Ref<'_, AmrLbm<L>> {
+        if self.stale.get() != Stale::default() {
+            self.sync_host();
         }
-        info.blocks = (f.active(), f.capacity());
+        self.lbm.borrow()
+    }
+
+    /// The same, to change: the host's changes go to the device before the next step
+    /// (`gpu_dirty`, set by the caller where it changes the forest or the DDFs).
+    fn lbm_mut(&mut self) -> &mut AmrLbm<L> {
+        if self.stale.get() != Stale::default() {
+            self.sync_host();
+        }
+        self.lbm.get_mut()
+    }
+
+    /// Copy what the device changed into the host's copy: the mesh from the rows it changed
+    /// ([`AmrGpu::download_mesh`], timed as refinement), then the DDFs (timed as stepping). A
+    /// failure leaves the copy as it was and is returned by the next step.
+    fn sync_host(&self) {
+        let mut gpu = self.gpu.borrow_mut();
+        let Some(gpu) = gpu.as_mut() else {
+            return;
+        };
+        let stale = self.stale.replace(Stale::default());
+        let mut lbm = self.lbm.borrow_mut();
+        let (mut mesh_s, mut ddf_s) = self.sync_secs.get();
+        let t = Instant::now();
+        let mut r = Ok(());
+        if stale.mesh {
+            r = gpu.download_mesh(&mut lbm);
+            mesh_s += t.elapsed().as_secs_f64();
+        }
+        if stale.ddfs || stale.mesh {
+            let u = Instant::now();
+            r = r.and_then(|()| gpu.download(&mut lbm));
+            ddf_s += u.elapsed().as_secs_f64();
+        }
+        self.sync_secs.set((mesh_s, ddf_s));
+        if let Err(e) = r {
+            tracing::warn!("the host's copy of the adaptive run could not be brought up to date: {e}");
+            *self.sync_error.borrow_mut() = Some(e);
+        }
+    }
+
+    /// The current forest's numbers for [`AmrInfo`], with every leaf's box if `boxes`.
+    fn refresh_info(&self, boxes: bool) -> AmrInfo {
+        let mut info = self.info.clone();
+        let (mesh_s, ddf_s) = self.sync_secs.get();
+        info.adapt_secs += mesh_s;
+        info.step_secs += ddf_s;
+        let dims = L::D;
+        let b = BLOCK.pow(dims as u32) as u64;
+        info.boxes.clear();
+        if boxes {
+            let lbm = self.lbm();
+            let f = lbm.forest();
+            for id in f.leaves() {
+                let l = f.level(id);
+                let s = 1usize << (self.max_level - l);
+                let p = f.pos(id);
+                let mut lo = [0usize; 3];
+                (0..dims).for_each(|a| lo[a] = p[a] as usize * BLOCK * s);
+                info.boxes.push((lo, BLOCK * s, l));
+            }
+        }
+        let (leaves, active, capacity) = self.counts();
+        info.updates_per_step = leaves.iter().enumerate().map(|(l, &n)| (n as u64 * b) << l).sum();
+        info.leaves = leaves;
+        info.blocks = (active, capacity);
         info.max_level = self.max_level;
-        info.updates_per_step = updates;
         info.effective_cells = self.dom.cells() as u64;
         info.settings = self.settings();
         info
     }
 
+    /// Leaves per level (levels 0 to the finest allowed), active blocks and the capacity: on
+    /// the GPU from the device's ID sets, without copying the mesh back.
+    fn counts(&self) -> (Vec<usize>, usize, usize) {
+        let levels = usize::from(self.max_level) + 1;
+        if !self.gpu_dirty {
+            if let Some(g) = self.gpu.borrow().as_ref() {
+                let per = g.blocks_per_level();
+                let at = |l: usize| per.get(l).copied().unwrap_or(0);
+                let leaves = (0..levels).map(|l| at(l) - (at(l + 1) >> L::D)).collect();
+                return (leaves, per.iter().sum(), g.capacity());
+            }
+        }
+        let lbm = self.lbm();
+        let f = lbm.forest();
+        let mut leaves = vec![0; levels];
+        for id in f.leaves() {
+            leaves[usize::from(f.level(id))] += 1;
+        }
+        (leaves, f.active(), f.capacity())
+    }
+
     fn settings(&self) -> AmrSettings {
-        let f = self.lbm.forest();
+        // The frozen levels are the host's to set: no refresh needed.
+        let lbm = self.lbm.borrow();
+        let f = lbm.forest();
         AmrSettings {
             field: self.crit.field,
             threshold: self.crit.threshold,
@@ -481,7 +577,9 @@ impl<L: Lat> AmrSolver<L> {
         let cells = self.dom.cells();
         let mut rho = vec![1.0f32; cells];
         let mut u = vec![[0.0f32; 3]; cells];
-        let f = self.lbm.forest();
+        let lbm = self.lbm();
+        let lbm = &*lbm;
+        let f = lbm.forest();
         let b = f.cells_per_block();
         let leaves = f.leaves();
         let max = self.max_level;
@@ -496,7 +594,7 @@ impl<L: Lat> AmrSolver<L> {
                     let c = super::forest::cell_coords(cell, dims);
                     let mut lo = [0usize; 3];
                     (0..dims).for_each(|a| lo[a] = (p[a] as usize * BLOCK + c[a] as usize) * s);
-                    let (r, v) = self.lbm.moments(CellRef { block: id, cell });
+                    let (r, v) = lbm.moments(CellRef { block: id, cell });
                     (lo[0] + n[0] * (lo[1] + n[1] * lo[2]), s, r, v)
                 })
             })
@@ -523,7 +621,8 @@ impl<L: Lat> AmrSolver<L> {
 
     /// The forest's refined blocks, level by level, as (level, position).
     fn refined_blocks(&self) -> Vec<(u8, [i32; 3])> {
-        let f = self.lbm.forest();
+        let lbm = self.lbm();
+        let f = lbm.forest();
         let mut out = Vec::new();
         for l in 0..=f.finest_level() {
             for &id in f.level_ids(l) {
@@ -579,18 +678,19 @@ const CKPT_MAGIC: &[u8; 8] = b"ESOAMR01";
 
 impl<L: Lat> Solver for AmrSolver<L> {
     fn info(&self) -> SolverInfo {
-        let f = self.lbm.forest();
-        let memory = match &self.gpu {
-            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, f.capacity()),
-            None => (f.capacity() * f.cells_per_block() * (2 * L::Q * 4 + 1)) as u64,
+        let (leaves, _, capacity) = self.counts();
+        let gpu = self.gpu.borrow();
+        let memory = match gpu.as_ref() {
+            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, capacity),
+            None => (capacity * BLOCK.pow(L::D as u32) * (2 * L::Q * 4 + 1)) as u64,
         };
-        let (backend, device) = match &self.gpu {
+        let (backend, device) = match gpu.as_ref() {
             Some(g) => ("cuda", g.device().to_string()),
             None => ("cpu", "CPU".to_string()),
         };
         SolverInfo {
             backend,
-            device: format!("{device}, adaptive blocks: {} leaves on levels 0-{}", f.leaves().len(), self.max_level),
+            device: format!("{device}, adaptive blocks: {} leaves on levels 0-{}", leaves.iter().sum::<usize>(), self.max_level),
             lattice: L::KIND,
             scheme: crate::schemes::Scheme::EsotericPull,
             precision: Precision::Fp32,
@@ -606,18 +706,19 @@ impl<L: Lat> Solver for AmrSolver<L> {
     }
 
     fn time_step(&self) -> u64 {
-        self.lbm.time()
+        self.lbm.borrow().time()
     }
 
     fn step(&mut self, steps: u64) -> Result<(), SolverError> {
-        if self.gpu.is_some() {
+        if self.gpu.get_mut().is_some() {
             return self.step_gpu(steps);
         }
         for _ in 0..steps {
             let t = Instant::now();
-            self.lbm.step();
+            let lbm = self.lbm.get_mut();
+            lbm.step();
             self.info.step_secs += t.elapsed().as_secs_f64();
-            if self.crit.due(self.lbm.time()) {
+            if self.crit.due(lbm.time()) {
                 self.adapt();
             }
         }
@@ -629,7 +730,11 @@ impl<L: Lat> Solver for AmrSolver<L> {
     }
 
     fn amr(&self) -> Option<AmrInfo> {
-        Some(self.refresh_info())
+        Some(self.refresh_info(true))
+    }
+
+    fn amr_counts(&self) -> Option<AmrInfo> {
+        Some(self.refresh_info(false))
     }
 
     fn set_amr(&mut self, s: &AmrSettings) -> Result<(), SolverError> {
@@ -647,7 +752,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
             return bad(format!("frozen level {l}: this run has levels 0 to {}", self.max_level));
         }
         for l in 0..=self.max_level {
-            self.lbm.freeze_level(l, s.frozen.contains(&l)).map_err(|e| SolverError::Param(e.to_string()))?;
+            self.lbm_mut().freeze_level(l, s.frozen.contains(&l)).map_err(|e| SolverError::Param(e.to_string()))?;
         }
         self.crit.field = s.field;
         self.crit.threshold = s.threshold;
@@ -662,7 +767,9 @@ impl<L: Lat> Solver for AmrSolver<L> {
     }
 
     fn stats(&self) -> Stats {
-        let f = self.lbm.forest();
+        let lbm = self.lbm();
+        let lbm = &*lbm;
+        let f = lbm.forest();
         let b = f.cells_per_block();
         let leaves = f.leaves();
         let (mass, max_u, bad) = leaves
@@ -674,10 +781,10 @@ impl<L: Lat> Solver for AmrSolver<L> {
                 let mut bad = None;
                 for cell in 0..b {
                     let r = CellRef { block: id, cell };
-                    if self.lbm.is_solid(r) {
+                    if lbm.is_solid(r) {
                         continue;
                     }
-                    let (rho, u) = self.lbm.moments(r);
+                    let (rho, u) = lbm.moments(r);
                     m += f64::from(rho) * vol;
                     let s = f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
                     if !(rho.is_finite() && s.is_finite()) && bad.is_none() {
@@ -704,13 +811,12 @@ impl<L: Lat> Solver for AmrSolver<L> {
         // fine cells belong to); one obstacle takes every solid cell.
         let n_obs = self.dom.obstacles.len();
         let forces: Vec<[f64; 3]> = if n_obs == 1 {
-            vec![self.lbm.obstacle_force()]
+            vec![lbm.obstacle_force()]
         } else {
-            (1..=n_obs)
-                .map(|k| self.lbm.obstacle_force_on(|c, l| footprint_obstacles(&self.dom, self.max_level, L::D, c, l).1 == k))
-                .collect()
+            let (dom, max) = (&self.dom, self.max_level);
+            (1..=n_obs).map(|k| lbm.obstacle_force_on(|c, l| footprint_obstacles(dom, max, L::D, c, l).1 == k)).collect()
         };
-        Stats { step: self.lbm.time(), mass: if first_bad_cell.is_some() { f64::NAN } else { mass }, max_u, forces, first_bad_cell }
+        Stats { step: lbm.time(), mass: if first_bad_cell.is_some() { f64::NAN } else { mass }, max_u, forces, first_bad_cell }
     }
 
     fn params(&self) -> Params {
@@ -728,8 +834,10 @@ impl<L: Lat> Solver for AmrSolver<L> {
         {
             return Err(SolverError::Param("the parameters are for another domain (wall, inlet or outlet counts differ)".into()));
         }
-        self.lbm.set_tau0(p.collide.tau);
-        self.lbm.set_force0(p.collide.force);
+        // Parameters are the host's: the device reads them at the next step.
+        let lbm = self.lbm.get_mut();
+        lbm.set_tau0(p.collide.tau);
+        lbm.set_force0(p.collide.force);
         self.params = p;
         self.apply_boundaries();
         Ok(())
@@ -749,11 +857,12 @@ impl<L: Lat> Solver for AmrSolver<L> {
                 data.extend_from_slice(&v.to_le_bytes());
             }
         }
-        let f = self.lbm.forest();
+        let lbm = self.lbm();
+        let f = lbm.forest();
         let b = f.cells_per_block();
         for (_, id) in ordered_blocks(f) {
             for cell in 0..b {
-                let g = self.lbm.ddfs(CellRef { block: id, cell });
+                let g = lbm.ddfs(CellRef { block: id, cell });
                 for v in &g[..L::Q] {
                     data.extend_from_slice(&v.to_le_bytes());
                 }
@@ -764,7 +873,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
             precision: Precision::Fp32,
             size: self.dom.n,
             flags_crc: crc32fast::hash(&self.dom.flags),
-            step: self.lbm.time(),
+            step: lbm.time(),
             params: self.params.clone(),
             data,
         }
@@ -809,7 +918,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
             forest.adapt().map_err(|e| bad(&e.to_string()))?;
         }
         for l in 0..=self.max_level {
-            if self.lbm.forest().level_frozen(l) {
+            if self.lbm.get_mut().forest().level_frozen(l) {
                 forest.freeze_level(l, true).map_err(|e| bad(&e.to_string()))?;
             }
         }
@@ -829,7 +938,9 @@ impl<L: Lat> Solver for AmrSolver<L> {
             }
         }
         lbm.set_time(c.step);
-        self.lbm = lbm;
+        // The device's state is replaced: nothing of it is to be copied back.
+        *self.lbm.get_mut() = lbm;
+        self.stale.set(Stale::default());
         self.params = c.params.clone();
         self.apply_boundaries();
         self.install_solids();
@@ -1073,7 +1184,7 @@ max = [19, 17]
         s.step(300).unwrap();
         let st = s.stats();
         assert_eq!(st.forces.len(), 2);
-        let total = s.lbm.obstacle_force();
+        let total = s.lbm().obstacle_force();
         for a in 0..2 {
             let sum = st.forces[0][a] + st.forces[1][a];
             assert!((sum - total[a]).abs() <= 1e-9 * total[0].abs(), "axis {a}: {sum} vs {}", total[a]);

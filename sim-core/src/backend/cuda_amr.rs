@@ -64,6 +64,21 @@ pub fn compile_amr(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, S
     compile_source(&amr_source(lattice), &format!("kernels/amr.cu for {lattice} on {arch}"), arch, false)
 }
 
+/// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
+/// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
+fn compile_amr_tuned(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    let Ok(extra) = std::env::var("ESOFLOW_AMR_DEFINES") else {
+        return compile_amr(lattice, arch);
+    };
+    let defines: String = extra.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
+    compile_source(
+        &format!("{defines}{}", amr_source(lattice)),
+        &format!("kernels/amr.cu for {lattice} on {arch} with {extra}"),
+        arch,
+        false,
+    )
+}
+
 /// Device bytes of a forest of `capacity` blocks: two FP32 copies of the DDFs, the cell masks,
 /// obstacle and current-data flags, the links, the block arrays and the launch lists.
 #[must_use]
@@ -94,8 +109,8 @@ pub struct AmrGpu {
     _ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
-    collide: CudaFunction,
-    stream_k: CudaFunction,
+    step_k: CudaFunction,
+    copy_k: CudaFunction,
     interpolate: CudaFunction,
     average: CudaFunction,
     block_max: CudaFunction,
@@ -149,8 +164,13 @@ pub struct AmrGpu {
     max_level: u8,
     dims: usize,
     obstacles: Option<mesh::Obstacles>,
+    /// The two DDF buffers: a level-step moves a level's data from one to the other
+    /// (`amr_step`). At rest (after an upload, [`Self::settle`]) all of it is in `f`.
     f: CudaSlice<f32>,
     post: CudaSlice<f32>,
+    /// Per level: its data is in `post`, not `f` (it made an odd number of steps since the
+    /// last settle; only level 0 can be at the end of a coarse step).
+    odd: [bool; MAX_LEVELS as usize + 1],
     prm: CudaSlice<f32>,
     prm_host: Vec<f32>,
     lists: CudaSlice<u32>,
@@ -158,8 +178,8 @@ pub struct AmrGpu {
     /// The lists of an adaptation's transfer: coarsened blocks, new children, refined blocks.
     xlists: CudaSlice<u32>,
     root: [i32; 3],
-    /// Developer knob `ESOFLOW_AMR_PROFILE=1`: seconds and launches per kernel (collide,
-    /// stream, interpolate, average), each launch waited for; printed when dropped.
+    /// Developer knob `ESOFLOW_AMR_PROFILE=1`: seconds and launches per kernel (step,
+    /// interpolate, average, settle), each launch waited for; printed when dropped.
     profile: Option<[(f64, u64); 4]>,
     /// With the same knob: seconds of the adaptations' phases (criterion and marks, balance
     /// and lists, the new mesh, the data's transfer, the host copy's refresh).
@@ -171,7 +191,7 @@ pub struct AmrGpu {
 impl Drop for AmrGpu {
     fn drop(&mut self) {
         if let Some(p) = self.profile {
-            let names = ["collide", "stream", "interpolate", "average"];
+            let names = ["step", "interpolate", "average", "settle"];
             let total: f64 = p.iter().map(|x| x.0).sum();
             for (n, (t, c)) in names.iter().zip(p) {
                 eprintln!("amr kernel {n:12} {:9.3} s {:5.1} % {c:8} launches", t, 100.0 * t / total.max(1e-12));
@@ -208,11 +228,11 @@ impl AmrGpu {
             )));
         }
         let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-        let ptx = compile_amr(lattice, &arch).map_err(SolverError::Backend)?;
+        let ptx = compile_amr_tuned(lattice, &arch).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
-        let (collide, stream_k, interpolate, average) =
-            (get("amr_collide")?, get("amr_stream")?, get("amr_interpolate")?, get("amr_average")?);
+        let (step_k, copy_k) = (get("amr_step")?, get("amr_copy")?);
+        let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
@@ -236,6 +256,7 @@ impl AmrGpu {
             values: stream.alloc_zeros::<f32>(capacity).map_err(&a)?,
             f: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
+            odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
@@ -267,8 +288,8 @@ impl AmrGpu {
             _ctx: ctx,
             stream,
             _module: module,
-            collide,
-            stream_k,
+            step_k,
+            copy_k,
             interpolate,
             average,
             block_max,
@@ -299,7 +320,62 @@ impl AmrGpu {
     /// A forest of another capacity; CUDA errors.
     pub fn upload<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.upload_mesh(lbm)?;
-        self.stream.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(derr("uploading the DDFs"))
+        self.stream.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(derr("uploading the DDFs"))?;
+        self.odd = [false; MAX_LEVELS as usize + 1];
+        Ok(())
+    }
+
+    /// Bring every level's DDFs into `f` (the buffer the criterion, the adaptation and the
+    /// host's copy read): a level that made an odd number of steps since the last settle is
+    /// copied back from `post` (at the end of a coarse step only level 0, so this costs one
+    /// pass over level 0's blocks, once per adaptation or read, not per step).
+    ///
+    /// # Errors
+    /// CUDA launch errors.
+    pub fn settle(&mut self) -> Result<(), SolverError> {
+        for l in 0..self.odd.len() {
+            if !self.odd[l] {
+                continue;
+            }
+            self.odd[l] = false;
+            let Some(&(off, count)) = self.levels.get(l).map(|lv| &lv.all) else {
+                continue;
+            };
+            if count == 0 {
+                continue;
+            }
+            let n = count * self.f.len() / self.capacity.max(1);
+            let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let ids = self.lists.slice(off..off + count);
+            let count = count as u32;
+            let t0 = self.profile_start()?;
+            let mut b = self.stream.launch_builder(&self.copy_k);
+            b.arg(&ids).arg(&count).arg(&self.post).arg(&mut self.f);
+            // SAFETY: arguments as amr_copy declares them; the list holds IDs below the
+            // capacity both buffers hold; threads past count * Q * B return.
+            unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
+            self.profile_end(Kernel::Settle, t0)?;
+        }
+        Ok(())
+    }
+
+    /// With the profile knob: wait for the device and start a kernel's clock.
+    fn profile_start(&self) -> Result<Option<std::time::Instant>, SolverError> {
+        if self.profile.is_none() {
+            return Ok(None);
+        }
+        self.stream.synchronize().map_err(derr("running the block kernels"))?;
+        Ok(Some(std::time::Instant::now()))
+    }
+
+    /// With the profile knob: wait for the kernel and add its time.
+    fn profile_end(&mut self, k: Kernel, t0: Option<std::time::Instant>) -> Result<(), SolverError> {
+        if let (Some(t0), Some(p)) = (t0, self.profile.as_mut()) {
+            self.stream.synchronize().map_err(derr("running the block kernels"))?;
+            p[k as usize].0 += t0.elapsed().as_secs_f64();
+            p[k as usize].1 += 1;
+        }
+        Ok(())
     }
 
     /// Copy the forest of a solver (block arrays, links, masks, obstacles, launch lists) to the
@@ -352,6 +428,7 @@ impl AmrGpu {
 
     /// [`Self::block_values`] into the device's `values`, not read back.
     fn block_maxima<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<(), SolverError> {
+        self.settle()?;
         self.sync_params(lbm)?;
         let e = derr("computing the refinement criterion");
         self.stream.memset_zeros(&mut self.values).map_err(&e)?;
@@ -402,6 +479,7 @@ impl AmrGpu {
             xl.push(0);
         }
         let e = derr("moving the DDFs through an adaptation");
+        self.settle()?;
         self.sync_params(lbm)?;
         self.stream.memcpy_htod(&xl, &mut self.xlists.slice_mut(0..xl.len())).map_err(&e)?;
         let mut fresh = vec![0u8; self.capacity];
@@ -467,7 +545,8 @@ impl AmrGpu {
     ///
     /// # Errors
     /// A solver of another capacity; CUDA errors.
-    pub fn download<L: Lat>(&self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+    pub fn download<L: Lat>(&mut self, lbm: &mut AmrLbm<L>) -> Result<(), SolverError> {
+        self.settle()?;
         let per_block = L::Q * lbm.forest().cells_per_block();
         let n = lbm.forest().active_ids().iter().max().map_or(0, |&id| (id as usize + 1) * per_block);
         let out = lbm.raw_ddfs_mut();
@@ -475,6 +554,19 @@ impl AmrGpu {
             return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
         }
         self.stream.memcpy_dtoh(&self.f.slice(0..n), &mut out[..n]).map_err(derr("reading the DDFs"))
+    }
+
+    /// Blocks per level (parents included) of the device's forest, from its ID sets: current
+    /// after every upload and adaptation, without copying the mesh back.
+    #[must_use]
+    pub fn blocks_per_level(&self) -> Vec<usize> {
+        self.level_start.windows(2).map(|w| (w[1] - w[0]) as usize).collect()
+    }
+
+    /// Blocks the device's arrays hold.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// Wait for the launched steps.
@@ -527,19 +619,23 @@ impl AmrGpu {
     fn step_level(&mut self, l: usize, dims: usize) -> Result<(), SolverError> {
         let finer = l + 1 < self.levels.len();
         if finer {
-            self.launch(Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims)?;
+            let sel = u32::from(self.odd[l]) | u32::from(self.odd[l + 1]) << 1;
+            self.launch(Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims, sel)?;
         }
-        self.launch(Kernel::Collide, l, self.levels[l].all, dims)?;
-        self.launch(Kernel::Stream, l, self.levels[l].all, dims)?;
+        self.launch(Kernel::Step, l, self.levels[l].all, dims, u32::from(self.odd[l]))?;
+        self.odd[l] = !self.odd[l];
         if finer {
             self.step_level(l + 1, dims)?;
             self.step_level(l + 1, dims)?;
-            self.launch(Kernel::Average, l + 1, self.levels[l].feeds, dims)?;
+            let sel = u32::from(self.odd[l + 1]) | u32::from(self.odd[l]) << 1;
+            self.launch(Kernel::Average, l + 1, self.levels[l].feeds, dims, sel)?;
         }
         Ok(())
     }
 
-    fn launch(&mut self, k: Kernel, l: usize, (off, count): (usize, usize), dims: usize) -> Result<(), SolverError> {
+    /// Launch a stepping kernel over a range of the launch lists; `sel` picks the DDF buffers
+    /// (the kernels' `sel`).
+    fn launch(&mut self, k: Kernel, l: usize, (off, count): (usize, usize), dims: usize, sel: u32) -> Result<(), SolverError> {
         if count == 0 {
             return Ok(());
         }
@@ -547,43 +643,23 @@ impl AmrGpu {
         let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let ids = self.lists.slice(off..off + count);
         let (count, l) = (count as u32, l as u32);
+        let t0 = self.profile_start()?;
         let s = &self.stream;
         let mut b = match k {
-            Kernel::Collide => s.launch_builder(&self.collide),
-            Kernel::Stream => s.launch_builder(&self.stream_k),
+            Kernel::Step => s.launch_builder(&self.step_k),
             Kernel::Interpolate => s.launch_builder(&self.interpolate),
-            Kernel::Average => s.launch_builder(&self.average),
+            Kernel::Average | Kernel::Settle => s.launch_builder(&self.average),
         };
         b.arg(&ids).arg(&count).arg(&l).arg(&self.prm);
-        match k {
-            Kernel::Collide => {
-                b.arg(&self.child).arg(&self.cmask).arg(&self.solid).arg(&self.f).arg(&mut self.post);
-            }
-            Kernel::Stream => {
-                b.arg(&self.root[0]).arg(&self.root[1]).arg(&self.root[2]);
-                b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
-                b.arg(&self.post).arg(&mut self.f);
-            }
-            Kernel::Interpolate | Kernel::Average => {
-                b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
-                b.arg(&mut self.f);
-            }
+        if let Kernel::Step = k {
+            b.arg(&self.root[0]).arg(&self.root[1]).arg(&self.root[2]);
         }
-        let t0 = if self.profile.is_some() {
-            self.stream.synchronize().map_err(derr("running the block kernels"))?;
-            Some(std::time::Instant::now())
-        } else {
-            None
-        };
+        b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+        b.arg(&mut self.f).arg(&mut self.post).arg(&sel);
         // SAFETY: the arguments match the kernels' signatures in kernels/amr.cu; the lists hold
         // IDs below the capacity every array was allocated for; threads past count * B return.
         unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
-        if let (Some(t0), Some(p)) = (t0, self.profile.as_mut()) {
-            self.stream.synchronize().map_err(derr("running the block kernels"))?;
-            p[k as usize].0 += t0.elapsed().as_secs_f64();
-            p[k as usize].1 += 1;
-        }
-        Ok(())
+        self.profile_end(k, t0)
     }
 }
 
@@ -602,8 +678,8 @@ enum Xf {
 
 #[derive(Clone, Copy)]
 enum Kernel {
-    Collide,
-    Stream,
+    Step,
     Interpolate,
     Average,
+    Settle,
 }

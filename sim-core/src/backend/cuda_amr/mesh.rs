@@ -175,6 +175,8 @@ impl AmrGpu {
         let e = derr("adapting the forest");
         let cap32 = cap as u32;
         let mut t = std::time::Instant::now();
+        // The data moves with the old lists: every level's in `f` first.
+        self.settle()?;
         self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
         self.mesh_op(Mo::Sanitise, cap, 0)?;
