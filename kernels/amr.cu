@@ -154,10 +154,45 @@ __device__ __forceinline__ void taps_plain(AmrTaps& t) {
     for (int a = 0; a < DEF_D; a++) taps_set(t, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
 }
 
-// The weighted sum over the tensor product of the taps around `org` in block p (lbm.rs
-// tensor_sum): each cell from amr_cell_at(ghosts), or `fallback` where that has no data (null:
-// the sum fails); the sum rescaled from force fs to fd by r. False if a cell had no data.
-__device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
+// Where interpolation and restriction read the cells of one level: `has(k)` says whether the
+// cell at local coordinates k holds data, `get(k, g)` loads its DDFs if so (false if not).
+// AmrGlobalCells reads them through the mesh (amr_cell_at: block p and its same-level
+// neighbours), AmrRegionCells from a 4^D tile of cells in shared memory (amr_interpolate).
+struct AmrGlobalCells {
+    const AmrMesh& m;
+    const float* __restrict__ f;
+    u32 p;
+    bool ghosts;
+    __device__ bool has(const int* k) const { return amr_cell_at(m, p, k, ghosts) >= 0; }
+    __device__ bool get(const int* k, float* g) const {
+        const long long at = amr_cell_at(m, p, k, ghosts);
+        if (at < 0) return false;
+        amr_load(f, at, g);
+        return true;
+    }
+};
+struct AmrRegionCells {
+    const float* v;          // value i of tile cell c at v[i * AMR_B + c]
+    const unsigned char* h;  // per tile cell: holds data
+    int lo[3];               // local coordinates of the tile's lowest cell
+    __device__ int at(const int* k) const {
+        return amr_cell(k[0] - lo[0], DEF_D >= 2 ? k[1] - lo[1] : 0, DEF_D == 3 ? k[2] - lo[2] : 0);
+    }
+    __device__ bool has(const int* k) const { return h[at(k)] != 0; }
+    __device__ bool get(const int* k, float* g) const {
+        const int c = at(k);
+        if (!h[c]) return false;
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) g[i] = v[i * AMR_B + c];
+        return true;
+    }
+};
+
+// The weighted sum over the tensor product of the taps around `org` (lbm.rs tensor_sum): each
+// cell from `cells`, or `fallback` where it has no data (null: the sum fails); the sum
+// rescaled from force fs to fd by r. False if a cell had no data.
+template <class Cells>
+__device__ bool amr_tensor_sum(const Cells& cells, const AmrTaps& t, const int* org, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
     for (int tz = 0; tz < t.n[2]; tz++) {
@@ -165,14 +200,10 @@ __device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, co
             for (int tx = 0; tx < t.n[0]; tx++) {
                 const int k[3] = {org[0] + t.o[0][tx], org[1] + t.o[1][ty], org[2] + t.o[2][tz]};
                 float g[DEF_Q];
-                const long long at = amr_cell_at(m, p, k, ghosts);
-                if (at >= 0) {
-                    amr_load(f, at, g);
-                } else if (fallback) {
+                if (!cells.get(k, g)) {
+                    if (!fallback) return false;
 #pragma unroll
                     for (int i = 0; i < DEF_Q; i++) g[i] = fallback[i];
-                } else {
-                    return false;
                 }
                 const float w = t.w[0][tx] * t.w[1][ty] * t.w[2][tz];
 #pragma unroll
@@ -183,11 +214,15 @@ __device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, co
     amr_rescale(acc, fs, fd, r);
     return true;
 }
+__device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
+    return amr_tensor_sum(AmrGlobalCells{m, f, p, ghosts}, t, org, fallback, fs, fd, r, acc);
+}
 
 // The mean of the cells with data among `count` offsets from org (mode 0: the 3^D cells around
 // org; mode 1: the 2^D cells from org up), then rescaled (lbm.rs mean_of_available). False if
 // none.
-__device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
+template <class Cells>
+__device__ bool amr_mean(const Cells& cells, const int* org, int mode, const float* fs, const float* fd, float r, float* acc) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
     const int count = mode == 0 ? AMR_ND : (1 << DEF_D);
@@ -198,10 +233,8 @@ __device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, c
         for (int a = 0; a < DEF_D; a++) {
             if (mode == 0) { k[a] += q3 % 3 - 1; q3 /= 3; } else { k[a] += (j >> a) & 1; }
         }
-        const long long at = amr_cell_at(m, p, k, ghosts);
-        if (at < 0) continue;
         float g[DEF_Q];
-        amr_load(f, at, g);
+        if (!cells.get(k, g)) continue;
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) acc[i] += g[i];
         n++;
@@ -211,6 +244,9 @@ __device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, c
     for (int i = 0; i < DEF_Q; i++) acc[i] = acc[i] / (float)n;
     amr_rescale(acc, fs, fd, r);
     return true;
+}
+__device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
+    return amr_mean(AmrGlobalCells{m, f, p, ghosts}, org, mode, fs, fd, r, acc);
 }
 
 __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, float& tau, float* force) {
@@ -240,10 +276,15 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 //   the rest  (parent-of-interface, covered and solid cells) keep their values.
 // Every value of dst in these blocks is written exactly once.
 // Minimum resident thread blocks of 256 threads per SM for the stepping kernels (register caps:
-// 4 -> 64 registers, faster on the H100 than 3 (80) or 2 (96) despite a few spilled
-// values; NVRTC defines override them, ESOFLOW_AMR_DEFINES).
+// 4 -> 64 registers: for D3Q19 faster on the H100 than 3 (80) or 2 (96) despite a few spilled
+// values; D3Q27 spills too much at 4 and takes 3; NVRTC defines override them,
+// ESOFLOW_AMR_DEFINES).
 #ifndef AMR_STEP_MINB
+#if DEF_Q > 19
+#define AMR_STEP_MINB 3
+#else
 #define AMR_STEP_MINB 4
+#endif
 #endif
 #ifndef AMR_INTERP_MINB
 #define AMR_INTERP_MINB 2
@@ -369,29 +410,22 @@ extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count
 // they hold data, else linear towards the fine centre, else constant; non-equilibrium rescaled
 // by tau_l / (2 tau_{l-1}). Where the parent cell has no data, the mean of the cells around it
 // that have, or the rest state.
-__device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 l, u32 id, int cell, float* out) {
+// The same from the parent level's cells around k (the parent cell under the fine cell, its
+// local coordinates in the parent block), the fine cell on `side` of it per axis.
+template <class Cells>
+__device__ void amr_prolong_from(const Cells& cells, const float* __restrict__ prm, u32 l, const int* k, const int* side, float* out) {
     float tf, tc, ff[3], fc[3];
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = tf / (2.0f * tc);
-    const u32 p = m.parent[id];
-    int c[3];
-    amr_coords(cell, c);
-    int k[3] = {0, 0, 0}, side[3] = {0, 0, 0};
-    for (int a = 0; a < DEF_D; a++) {
-        k[a] = 2 * (m.pos[3 * (u64)id + a] & 1) + c[a] / 2;
-        side[a] = c[a] % 2 == 0 ? -1 : 1;
-    }
-    const long long base_at = amr_cell_at(m, p, k, true);
-    if (base_at < 0) {
-        if (!amr_mean(m, f, p, k, 0, true, fc, ff, r, out)) {
+    float base[DEF_Q];
+    if (!cells.get(k, base)) {
+        if (!amr_mean(cells, k, 0, fc, ff, r, out)) {
 #pragma unroll
             for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
         }
         return;
     }
-    float base[DEF_Q];
-    amr_load(f, base_at, base);
     AmrTaps taps;
     taps_one(taps);
     for (int a = 0; a < DEF_D; a++) {
@@ -400,29 +434,75 @@ __device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const
         kp[a] += 1;
         ks[a] += side[a];
         const float s = 0.25f * (float)side[a];
-        if (amr_cell_at(m, p, km, true) >= 0 && amr_cell_at(m, p, kp, true) >= 0) {
+        if (cells.has(km) && cells.has(kp)) {
             taps_set(taps, a, 3, -1, s * (s - 1.0f) / 2.0f, 0, 1.0f - s * s, 1, s * (s + 1.0f) / 2.0f, 0, 0.0f);
-        } else if (amr_cell_at(m, p, ks, true) >= 0) {
+        } else if (cells.has(ks)) {
             taps_set(taps, a, 2, 0, 0.75f, side[a], 0.25f, 0, 0.0f, 0, 0.0f);
         }
     }
-    amr_tensor_sum(m, f, taps, p, k, true, base, fc, ff, r, out);
+    amr_tensor_sum(cells, taps, k, base, fc, ff, r, out);
+}
+
+// The parent cell's local coordinates k and the fine cell's side of its centre per axis, for
+// cell `cell` of block id.
+__device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32 id, int cell, int* k, int* side) {
+    int c[3];
+    amr_coords(cell, c);
+    k[0] = k[1] = k[2] = 0;
+    side[0] = side[1] = side[2] = 0;
+    for (int a = 0; a < DEF_D; a++) {
+        k[a] = 2 * (pos[3 * (u64)id + a] & 1) + c[a] / 2;
+        side[a] = c[a] % 2 == 0 ? -1 : 1;
+    }
+}
+
+__device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 l, u32 id, int cell, float* out) {
+    int k[3], side[3];
+    amr_parent_cell(m.pos, id, cell, k, side);
+    amr_prolong_from(AmrGlobalCells{m, f, m.parent[id], true}, prm, l, k, side, out);
 }
 
 // Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
-// from level l - 1 (amr_prolong).
+// from level l - 1 (amr_prolong). The parent level's cells a fine block's ghosts read lie in a
+// tile of 4^D cells of its parent (and its neighbours) around the 2^D parent cells under it:
+// each thread loads one tile cell into shared memory, then the ghost cells interpolate from
+// the tile (the same arithmetic as amr_prolong, without its 27 mesh lookups and loads a cell).
 // The parent level's DDFs are read from fa or fb (sel bit 0), the ghosts' written to fa or fb
-// (sel bit 1).
+// (sel bit 1). Launched with 256 threads a thread block.
 extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
+    __shared__ float tile_v[256 / AMR_B][DEF_Q * AMR_B];
+    __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)count * AMR_B) return;
-    const u32 id = ids[t / AMR_B];
-    const int cell = (int)(t % AMR_B);
+    const bool in = t < (u64)count * AMR_B;
+    const int lb = threadIdx.x / AMR_B;
+    const int cell = threadIdx.x % AMR_B;
+    const u32 id = in ? ids[t / AMR_B] : 0;
+    AMR_MESH;
+    AmrRegionCells tile = {tile_v[lb], tile_h[lb], {0, 0, 0}};
+    if (in) {
+        const float* f = (sel & 1u) ? fb : fa;
+        int c[3], k[3] = {0, 0, 0};
+        amr_coords(cell, c);
+        for (int a = 0; a < DEF_D; a++) {
+            tile.lo[a] = 2 * (pos[3 * (u64)id + a] & 1) - 1;
+            k[a] = tile.lo[a] + c[a];
+        }
+        const long long at = amr_cell_at(m, parent[id], k, true);
+        tile_h[lb][cell] = at >= 0;
+        if (at >= 0) {
+            const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = f[base + (u64)i * AMR_B];
+        }
+    }
+    __syncthreads();
+    if (!in) return;
     const u64 at = (u64)id * AMR_B + cell;
     if (cmask[at] != CM_GHOST || solid[at]) return;
-    AMR_MESH;
+    int k[3], side[3];
+    amr_parent_cell(pos, id, cell, k, side);
     float out[DEF_Q];
-    amr_prolong(m, (sel & 1u) ? fb : fa, prm, l, id, cell, out);
+    amr_prolong_from(tile, prm, l, k, side, out);
     amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
