@@ -21,6 +21,8 @@ $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --sec
 # Where an adaptation's time goes (every launch waited for: slower than the runs above).
 ESOFLOW_AMR_PROFILE=1 $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 3 \
   --set amr.enabled=true --set amr.max_level=1 > "$OUT/amr-sphere-profile.log" 2>&1
+ESOFLOW_AMR_PROFILE=1 $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 100 --seconds 2 \
+  --set amr.enabled=true --set amr.max_level=1 --set amr.interval=0 > "$OUT/amr-sphere-fixed-profile.log" 2>&1
 $S/esoflow bench --amr $S/scenes/square_cylinder_amr_2d.toml --backend cuda --steps 500 --seconds 5 --csv "$OUT/amr-cyl.csv" > "$OUT/amr-cyl.log" 2>&1
 $S/esoflow bench --amr $S/scenes/lid_driven_cavity_amr_2d.toml --backend cuda --steps 500 --seconds 3 --csv "$OUT/amr-cavity.csv" > "$OUT/amr-cavity.log" 2>&1
 # Square cylinder, same physical time: 20,000 coarse steps adaptive, 40,000 on the fine grid.
@@ -33,5 +35,6 @@ echo "== summary"
 for t in forest amr; do tail -n 2 "$OUT/test-$t.log"; done
 grep -h "MLUPS\|refinement\|leaves per level\|updates" "$OUT"/amr-{sphere,sphere-fixed,cyl,cavity}.log
 grep -h "amr adaptation" "$OUT/amr-sphere-profile.log"
+grep -h "amr kernel" "$OUT/amr-sphere-fixed-profile.log"
 grep -h "D3Q19" "$OUT/dense.log" | tail -2
 grep -h "^real" "$OUT"/cyl-*.log
