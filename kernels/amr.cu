@@ -564,6 +564,42 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
     amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
+// The field planes of the finest grid (nx * ny * nz cells; plane p at p * N: rho, ux, uy, uz,
+// velocity with half the level's force) from the leaves among blocks `ids` (level l, finest
+// level lmax): each leaf cell fills the 2^(lmax - l) finest cells per axis it covers (the
+// solver's fill_fields); the finest grid's obstacle cells (`flags` nonzero) get rho 1, u 0.
+extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 count, const u32 l, const u32 lmax, const float* __restrict__ prm, const int* __restrict__ pos, const u32* __restrict__ child, const float* __restrict__ f, const unsigned char* __restrict__ flags, const u32 nx, const u32 ny, const u32 nz, float* __restrict__ planes) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    if (child[id] != AMR_NONE) return;
+    const int cell = (int)(t % AMR_B);
+    float tau, force[3], g[DEF_Q];
+    amr_level(prm, l, tau, force);
+    amr_load(f, (long long)((u64)id * AMR_B + cell), g);
+    float rm1, u[3];
+    moments(g, force[0], force[1], force[2], rm1, u[0], u[1], u[2]);
+    int c[3];
+    amr_coords(cell, c);
+    const u32 s = 1u << (lmax - l);
+    u32 lo[3] = {0, 0, 0}, ext[3] = {1, 1, 1};
+    for (int a = 0; a < DEF_D; a++) {
+        lo[a] = ((u32)pos[3 * (u64)id + a] * 4u + (u32)c[a]) * s;
+        ext[a] = s;
+    }
+    const u64 n = (u64)nx * ny * nz;
+    for (u32 z = lo[2]; z < lo[2] + ext[2] && z < nz; z++)
+        for (u32 y = lo[1]; y < lo[1] + ext[1] && y < ny; y++)
+            for (u32 x = lo[0]; x < lo[0] + ext[0] && x < nx; x++) {
+                const u64 at = (u64)x + (u64)nx * ((u64)y + (u64)ny * z);
+                const bool obstacle = flags[at] != 0;
+                planes[at] = obstacle ? 1.0f : rm1 + 1.0f;
+                planes[n + at] = obstacle ? 0.0f : u[0];
+                planes[2 * n + at] = obstacle ? 0.0f : u[1];
+                planes[3 * n + at] = obstacle ? 0.0f : u[2];
+            }
+}
+
 // ---- Adaptation: the criterion and the data transfer (lbm.rs block_max_of_gradient,
 // adapt_to, refresh_exposed). The forest's mesh passes still run on the host; these kernels
 // keep the DDFs on the device through an adaptation.

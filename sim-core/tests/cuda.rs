@@ -1038,6 +1038,73 @@ threshold = 0.004
 interval = 20
 "#;
 
+/// Adaptive blocks: frames written on the device (amr_planes + the frame kernels, the
+/// viewer's path) equal those the host writes from the same run's fields, for every cell and
+/// for slice planes, in 2D and 3D.
+#[test]
+fn gpu_adaptive_frames_match_the_host() {
+    if !gpu() {
+        return;
+    }
+    use sim_core::fields::FieldKind;
+    use sim_core::frame::{write_host, FrameLayout, FrameRegion, FrameTarget};
+    let cases = [
+        ("square cylinder D2Q9", shipped_scene("square_cylinder_amr_2d.toml", &[("amr.interval", "50")]), 300u64),
+        ("sphere D3Q19", scene(SCENE_AMR_3D, &[]), 100),
+    ];
+    // A frame carries at most 4 fields: the moments, then the derived ones.
+    let groups: [&[FieldKind]; 2] =
+        [&[FieldKind::Density, FieldKind::Ux, FieldKind::Uy, FieldKind::Uz], &[FieldKind::Speed, FieldKind::Vorticity, FieldKind::Q]];
+    for (what, ls, steps) in cases {
+        let mut g = sim_core::amr::solver::from_scene_cuda(&ls).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(g.shares_device_memory(), "{what}: a GPU adaptive run writes frames on the device");
+        g.step(steps).unwrap();
+        let n = g.domain().n;
+        let mid = [Some(n[0] / 3), None, if n[2] > 1 { Some(n[2] / 2) } else { None }];
+        for (region, kinds) in [FrameRegion::All, FrameRegion::Planes(mid)].into_iter().flat_map(|r| groups.map(|g| (r, g))) {
+            let derived = kinds[0] == FieldKind::Speed;
+            let layout = FrameLayout::new(n, kinds.len(), 256).with_region(region);
+            let mut dev = vec![0.0f32; layout.floats()];
+            let rd = g.write_frame(kinds, &layout, FrameTarget::Host(&mut dev)).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut host = vec![0.0f32; layout.floats()];
+            let rh = write_host(&g.fields(), kinds, &layout, &mut host);
+            assert!(rd.finite && rh.finite, "{what}: non-finite frame");
+            // Every cell the region writes (slices: the planes' cells).
+            let written = |x: usize, y: usize, z: usize| match region {
+                FrameRegion::Planes(p) => p[0] == Some(x) || p[1] == Some(y) || p[2] == Some(z),
+                _ => true,
+            };
+            for (k, kind) in kinds.iter().enumerate() {
+                let scale = rh.min_max[k].0.abs().max(rh.min_max[k].1.abs()).max(1e-6);
+                // Density and velocity: the same moments; derived fields: the same central
+                // differences, in another order of operations.
+                let tol = if derived { 1e-4 } else { 1e-6 } * f64::from(scale);
+                let mut worst = 0.0f64;
+                let mut cells = 0usize;
+                for z in 0..n[2] {
+                    for y in 0..n[1] {
+                        for x in 0..n[0] {
+                            if !written(x, y, z) {
+                                continue;
+                            }
+                            let at = k * layout.plane_floats() + (z * n[1] + y) * layout.row_pitch + x;
+                            worst = worst.max(f64::from((dev[at] - host[at]).abs()));
+                            cells += 1;
+                        }
+                    }
+                }
+                eprintln!("{what} {region:?} {kind:?}: {cells} cells, largest difference {worst:.2e} (scale {scale:.3e})");
+                assert!(worst <= tol, "{what} {region:?} {kind:?}: device and host frames differ by {worst:e} (tolerance {tol:e})");
+                let (d, h) = (rd.min_max[k], rh.min_max[k]);
+                assert!(
+                    (f64::from(d.0 - h.0)).abs() <= tol && (f64::from(d.1 - h.1)).abs() <= tol,
+                    "{what} {region:?} {kind:?}: ranges {d:?} on the device, {h:?} on the host"
+                );
+            }
+        }
+    }
+}
+
 /// Adaptive blocks: the GPU steps (interpolation, collision, streaming, restriction) follow
 /// the CPU reference through adaptations, with walls, a lid, inlets, outflows, obstacles and a
 /// body force, in 2D and 3D.

@@ -636,7 +636,7 @@ impl<L: Lat> AmrSolver<L> {
 }
 
 /// Whether a flag marks an obstacle cell (not a boundary layer).
-fn is_obstacle(flag: u8) -> bool {
+pub(crate) fn is_obstacle(flag: u8) -> bool {
     kind_of(flag) == kind::SOLID && id_of(flag) > 0
 }
 
@@ -764,6 +764,29 @@ impl<L: Lat> Solver for AmrSolver<L> {
         // At once, so that a paused run shows what the settings do (one level per adaptation).
         self.adapt();
         Ok(())
+    }
+
+    fn write_frame(
+        &mut self,
+        kinds: &[crate::fields::FieldKind],
+        layout: &crate::frame::FrameLayout,
+        target: crate::frame::FrameTarget<'_>,
+    ) -> Result<crate::frame::FrameRanges, SolverError> {
+        crate::frame::check_request(&self.dom, kinds, layout, target.floats())?;
+        let Some(gpu) = self.gpu.get_mut().as_mut() else {
+            return match target {
+                crate::frame::FrameTarget::Host(out) => Ok(crate::frame::write_host(&self.fill_fields(), kinds, layout, out)),
+                crate::frame::FrameTarget::Device { .. } => {
+                    Err(SolverError::Backend("the cpu backend writes frames only to host memory".into()))
+                }
+            };
+        };
+        // On the device from its DDFs: nothing of the state comes back.
+        gpu.write_frame(self.lbm.get_mut(), &self.dom, kinds, layout, target)
+    }
+
+    fn shares_device_memory(&self) -> bool {
+        self.gpu.borrow().is_some()
     }
 
     fn stats(&self) -> Stats {

@@ -1115,20 +1115,11 @@ impl CudaSolver {
         out: u64,
         sync: Option<crate::frame::FrameSync<'_>>,
     ) -> Result<FrameRanges, SolverError> {
-        let cells = self.mirror.domain().cells();
         if self.frame_range.is_none() {
             self.frame_range = Some(self.stream.alloc_zeros::<u32>(9).map_err(derr("allocating frame ranges"))?);
         }
-        let mut init = [0u32; 9];
-        for k in 0..4 {
-            init[2 * k] = u32::MAX;
-        }
         let range = self.frame_range.as_mut().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
-        self.stream.memcpy_htod(&init, range).map_err(derr("clearing frame ranges"))?;
-        let codes = kinds.iter().enumerate().fold(0u32, |acc, (k, &kind)| acc | (frame_code(kind) << (4 * k)));
-        let nk = kinds.len() as u32;
-        let pitch = layout.row_pitch as u64;
-        let plane = layout.plane_floats() as u64;
+        self.stream.memcpy_htod(&FRAME_RANGE_INIT, range).map_err(derr("clearing frame ranges"))?;
         let mut range = self.frame_range.take().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
         let mut lag = 0;
         let launched = (|| {
@@ -1150,47 +1141,15 @@ impl CudaSolver {
                     s.read.wait(&self.stream, s.read_value)?;
                 }
             }
-            match layout.region {
-                FrameRegion::All => {
-                    let mut b = self.stream.launch_builder(&self.k.frame);
-                    b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
-                    // SAFETY: arguments match frame_fields; `out` holds the layout's floats
-                    // (checked by the caller), the planes hold 4 x cells floats, the range
-                    // buffer 9 words.
-                    unsafe { b.launch(threads(cells)) }.map_err(derr("launching frame_fields"))?;
-                }
-                FrameRegion::Planes(_) | FrameRegion::Sampled { .. } => {
-                    let n = self.mirror.domain().n;
-                    if let FrameRegion::Sampled { stride, .. } = layout.region {
-                        let (s, m) = lattice_dims(n, stride);
-                        let mut b = self.stream.launch_builder(&self.k.frame_lattice);
-                        b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
-                        b.arg(&s).arg(&m[0]).arg(&m[1]).arg(&m[2]);
-                        // SAFETY: as frame_fields; the lattice's points lie in the grid.
-                        unsafe { b.launch(threads(m.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_lattice"))?;
-                    }
-                    let k = layout.region.planes().unwrap_or_default();
-                    for (a, i) in k.iter().enumerate().filter_map(|(a, i)| i.map(|i| (a, i))) {
-                        let (origin, ext) = slab_box(n, a, i, 0);
-                        let mut b = self.stream.launch_builder(&self.k.frame_box);
-                        b.arg(planes).arg(&self.flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut range);
-                        b.arg(&origin[0]).arg(&origin[1]).arg(&origin[2]).arg(&ext[0]).arg(&ext[1]).arg(&ext[2]);
-                        // SAFETY: as frame_fields; the box is one plane of the grid.
-                        unsafe { b.launch(threads(ext.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_box"))?;
-                    }
-                }
-            }
+            let fk = FrameKernels { frame: &self.k.frame, frame_box: &self.k.frame_box, frame_lattice: &self.k.frame_lattice };
+            launch_frame(&self.stream, &fk, planes, &self.flags, self.mirror.domain().n, kinds, layout, out, &mut range)?;
             if let Some(s) = sync {
                 s.written.signal(&self.stream, s.written_value)?;
             }
             self.stream.clone_dtoh(&range).map_err(derr("reading frame ranges"))
         })();
         self.frame_range = Some(range);
-        let keys = launched?;
-        let min_max = (0..kinds.len())
-            .map(|k| if keys[2 * k] == u32::MAX { (0.0, 0.0) } else { (key_float(keys[2 * k]), key_float(keys[2 * k + 1])) })
-            .collect();
-        Ok(FrameRanges { min_max, finite: keys[8] == 0, lag })
+        Ok(frame_ranges(&launched?, kinds.len(), lag))
     }
 
     /// The raw device address of the frame staging buffer, grown to `floats`.
@@ -1204,6 +1163,107 @@ impl CudaSolver {
         let (ptr, _sync) = b.device_ptr(&self.stream);
         Ok(ptr)
     }
+}
+
+/// The frame kernels of a compiled module (`frame_fields`, `frame_box`, `frame_lattice`).
+pub(super) struct FrameKernels<'a> {
+    pub frame: &'a CudaFunction,
+    pub frame_box: &'a CudaFunction,
+    pub frame_lattice: &'a CudaFunction,
+}
+
+/// The start of a frame's range buffer (9 words; see frame_cell in stream_collide.cu).
+pub(super) const FRAME_RANGE_INIT: [u32; 9] = [u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, 0];
+
+/// Launch the frame kernels of a grid `n` for `kinds` from the field planes (rho, ux, uy, uz,
+/// ... of every cell) into `out` (a device address) as `layout` says: every cell, the slice
+/// planes, or the isosurface's lattice and the slices; the ranges into `range` (cleared with
+/// [`FRAME_RANGE_INIT`] before).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_frame(
+    stream: &Arc<CudaStream>,
+    k: &FrameKernels<'_>,
+    planes: &CudaSlice<f32>,
+    flags: &CudaSlice<u8>,
+    n: [usize; 3],
+    kinds: &[FieldKind],
+    layout: &FrameLayout,
+    out: u64,
+    range: &mut CudaSlice<u32>,
+) -> Result<(), SolverError> {
+    let codes = kinds.iter().enumerate().fold(0u32, |acc, (k, &kind)| acc | (frame_code(kind) << (4 * k)));
+    let nk = kinds.len() as u32;
+    let pitch = layout.row_pitch as u64;
+    let plane = layout.plane_floats() as u64;
+    match layout.region {
+        FrameRegion::All => {
+            let mut b = stream.launch_builder(k.frame);
+            b.arg(planes).arg(flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(range);
+            // SAFETY: arguments match frame_fields; `out` holds the layout's floats (checked by
+            // the caller), the planes hold 4 x cells floats at least, the range buffer 9 words.
+            unsafe { b.launch(threads(n.iter().product())) }.map_err(derr("launching frame_fields"))?;
+        }
+        FrameRegion::Planes(_) | FrameRegion::Sampled { .. } => {
+            if let FrameRegion::Sampled { stride, .. } = layout.region {
+                let (s, m) = lattice_dims(n, stride);
+                let mut b = stream.launch_builder(k.frame_lattice);
+                b.arg(planes).arg(flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut *range);
+                b.arg(&s).arg(&m[0]).arg(&m[1]).arg(&m[2]);
+                // SAFETY: as frame_fields; the lattice's points lie in the grid.
+                unsafe { b.launch(threads(m.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_lattice"))?;
+            }
+            let planes_at = layout.region.planes().unwrap_or_default();
+            for (a, i) in planes_at.iter().enumerate().filter_map(|(a, i)| i.map(|i| (a, i))) {
+                let (origin, ext) = slab_box(n, a, i, 0);
+                let mut b = stream.launch_builder(k.frame_box);
+                b.arg(planes).arg(flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(&mut *range);
+                b.arg(&origin[0]).arg(&origin[1]).arg(&origin[2]).arg(&ext[0]).arg(&ext[1]).arg(&ext[2]);
+                // SAFETY: as frame_fields; the box is one plane of the grid.
+                unsafe { b.launch(threads(ext.iter().map(|&e| e as usize).product())) }.map_err(derr("launching frame_box"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A frame's ranges from its range buffer's words (`nk` fields).
+pub(super) fn frame_ranges(keys: &[u32], nk: usize, lag: u64) -> FrameRanges {
+    let min_max =
+        (0..nk).map(|k| if keys[2 * k] == u32::MAX { (0.0, 0.0) } else { (key_float(keys[2 * k]), key_float(keys[2 * k + 1])) }).collect();
+    FrameRanges { min_max, finite: keys[8] == 0, lag }
+}
+
+/// Compile the uniform-grid kernels of `lattice` for a grid `n` and take their frame kernels
+/// (for a backend that fills field planes its own way: adaptive blocks fill the finest grid's).
+///
+/// # Errors
+/// NVRTC or module errors.
+pub(super) fn load_frame_module(
+    ctx: &Arc<CudaContext>,
+    lattice: Lattice,
+    n: [usize; 3],
+    dev: &DeviceInfo,
+) -> Result<(Arc<CudaModule>, [CudaFunction; 3]), SolverError> {
+    let brick = if lattice.dims() == 3 { BRICK_SHAPES[0].0 } else { BRICK_SHAPES[0].1 };
+    let cfg = KernelConfig {
+        lattice,
+        scheme: Scheme::EsotericPull,
+        precision: Precision::Fp32,
+        collision: Collision::Bgk,
+        force: false,
+        n,
+        brick,
+        rows: false,
+        ghost_block: 0,
+        boxed: false,
+        halo: 0,
+    };
+    let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
+    let ptx = compile(&cfg, &arch).map_err(SolverError::Backend)?;
+    let module = ctx.load_module(ptx).map_err(derr("loading the frame kernels"))?;
+    let get = |name: &str| module.load_function(name).map_err(|e| SolverError::Backend(format!("kernel {name} missing: {e:?}")));
+    let f = [get("frame_fields")?, get("frame_box")?, get("frame_lattice")?];
+    Ok((module, f))
 }
 
 /// The lattice of every `stride`-th cell of grid `n`: the stride and its points per axis.

@@ -25,6 +25,7 @@ use crate::solver::SolverError;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
+mod frame;
 mod mesh;
 
 /// The block-LBM kernels.
@@ -111,6 +112,10 @@ pub struct AmrGpu {
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
     copy_k: CudaFunction,
+    planes_k: CudaFunction,
+    /// The lattice (for the frame kernels) and what frames need, made on the first one.
+    lattice: Lattice,
+    frame: Option<frame::FrameKit>,
     interpolate: CudaFunction,
     average: CudaFunction,
     block_max: CudaFunction,
@@ -231,7 +236,7 @@ impl AmrGpu {
         let ptx = compile_amr_tuned(lattice, &arch).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
-        let (step_k, copy_k) = (get("amr_step")?, get("amr_copy")?);
+        let (step_k, copy_k, planes_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?);
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
@@ -290,6 +295,9 @@ impl AmrGpu {
             _module: module,
             step_k,
             copy_k,
+            planes_k,
+            lattice,
+            frame: None,
             interpolate,
             average,
             block_max,
