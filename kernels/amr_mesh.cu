@@ -329,21 +329,23 @@ extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* 
 
 // The active IDs by level, ascending within a level (forest.rs rebuild_id_sets: a histogram, a
 // scan and a scatter), and the level starts into ctr. One block of 1024 threads.
-extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
+extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const u32 maxl, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
     __shared__ u32 s[1024];
     const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
     u32 cnt[M_LEVELS], at[M_LEVELS];
     for (int l = 0; l < M_LEVELS; l++) cnt[l] = 0;
     for (u32 b = lo; b < hi; b++)
         if (state[b] != ST_INACTIVE) cnt[level[b]]++;
+    // Levels above the finest allowed (maxl) hold no blocks: one scan per level in use.
     u32 base = 0;
-    for (int l = 0; l < M_LEVELS; l++) {
+    for (u32 l = 0; l <= maxl && l < M_LEVELS; l++) {
         u32 total;
         at[l] = base + mesh_block_scan(s, cnt[l], &total);
         if (threadIdx.x == 0) ctr[M_LEVEL_START + l] = base;
         base += total;
     }
-    if (threadIdx.x == 0) ctr[M_LEVEL_START + M_LEVELS] = base;
+    if (threadIdx.x == 0)
+        for (u32 l = maxl + 1; l <= M_LEVELS; l++) ctr[M_LEVEL_START + l] = base;
     for (u32 b = lo; b < hi; b++)
         if (state[b] != ST_INACTIVE) id_set[at[level[b]]++] = b;
 }
@@ -380,8 +382,12 @@ __device__ u32 mesh_compact_into(u32* s, const u32* src, u32 n, u32* dst, F keep
 // M_XGROUPS + 3 l. One block of 1024 threads.
 extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ rl, u32* xl, u32* lists, u32* ctr) {
     __shared__ u32 s[1024];
+    // Levels are contiguous from 0: the first empty one ends both loops (the refined blocks
+    // lie below the finest level), so an empty level costs no scans.
+    int levels = 0;
+    while (levels < M_LEVELS && ctr[M_LEVEL_START + levels + 1] > ctr[M_LEVEL_START + levels]) levels++;
     u32 o = 0;
-    for (int l = 0; l < M_LEVELS; l++) {
+    for (int l = 0; l < levels; l++) {
         const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
         const u32 a = mesh_compact_into(s, id_set + ls, nl, lists + o, [](u32) { return true; });
         const u32 nc = mesh_compact_into(s, id_set + ls, nl, lists + o + a, [&](u32 b) { return (bmask[b] & BM_NEAR_COARSER) != 0; });
@@ -394,7 +400,7 @@ extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ leve
     }
     const u32 nr = ctr[M_NR];
     u32 x = ctr[M_NC];
-    for (int l = 0; l < M_LEVELS; l++) {
+    for (int l = 0; l < levels; l++) {
         auto on_level = [&](u32 p) { return level[p] == l; };
         const u32 g = mesh_count(s, rl, nr, on_level);
         mesh_compact_into(s, rl, nr, xl + x + g * AMR_K, on_level);

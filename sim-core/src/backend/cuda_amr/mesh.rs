@@ -237,7 +237,8 @@ impl AmrGpu {
         // ID sets, links level by level, masks, launch lists.
         {
             let mut b = self.stream.launch_builder(&self.id_sets_k);
-            b.arg(&cap32).arg(&self.level).arg(&self.state).arg(&mut self.id_set).arg(&mut self.ctr);
+            let maxl = u32::from(self.max_level);
+            b.arg(&cap32).arg(&maxl).arg(&self.level).arg(&self.state).arg(&mut self.id_set).arg(&mut self.ctr);
             // SAFETY: one block of 1024 threads over the capacity; id_set holds C IDs.
             unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
         }
