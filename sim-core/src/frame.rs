@@ -343,6 +343,26 @@ pub fn fluid_range(values: impl Iterator<Item = f32>, solid: impl Iterator<Item 
     }
 }
 
+/// A frame from host fields for a backend that writes none on a device (`backend` names it
+/// in the refusal of a device target): [`write_host`] of `fields()` into host memory.
+///
+/// # Errors
+/// A device target.
+pub fn write_from_fields(
+    fields: impl FnOnce() -> crate::solver::Fields,
+    backend: &str,
+    kinds: &[FieldKind],
+    layout: &FrameLayout,
+    target: FrameTarget<'_>,
+) -> Result<FrameRanges, crate::solver::SolverError> {
+    match target {
+        FrameTarget::Host(out) => Ok(write_host(&fields(), kinds, layout, out)),
+        FrameTarget::Device { .. } => {
+            Err(crate::solver::SolverError::Backend(format!("the {backend} backend writes frames only to host memory")))
+        }
+    }
+}
+
 /// The host implementation every backend can use: density and velocity once, each field from
 /// them, written into `out` in `layout` (padding left as it is; every cell, whatever the
 /// region), with the ranges over the region's fluid cells.

@@ -214,12 +214,8 @@ pub trait Solver: Send {
         target: crate::frame::FrameTarget<'_>,
     ) -> Result<crate::frame::FrameRanges, SolverError> {
         crate::frame::check_request(self.domain(), kinds, layout, target.floats())?;
-        match target {
-            crate::frame::FrameTarget::Host(out) => Ok(crate::frame::write_host(&self.fields(), kinds, layout, out)),
-            crate::frame::FrameTarget::Device { .. } => {
-                Err(SolverError::Backend(format!("the {} backend writes frames only to host memory", self.info().backend)))
-            }
-        }
+        let backend = self.info().backend;
+        crate::frame::write_from_fields(|| self.fields(), backend, kinds, layout, target)
     }
     /// Let the last step of every [`Solver::step`] call store the fields of the state it starts
     /// from on the way (the step reads every DDF anyway), so that a frame or the stats taken

@@ -157,7 +157,7 @@ fn adaptive_block_kernels_compile_without_warnings() {
 /// `target/amr-kernels/amr_<lattice>.cu` for `scripts/kernel-registers.py` (registers and
 /// spills per kernel from ptxas, no GPU needed). Run with `--ignored`.
 #[test]
-#[ignore]
+#[ignore = "not a check: writes the kernel sources for scripts/kernel-registers.py"]
 fn dump_adaptive_block_sources() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/amr-kernels");
     std::fs::create_dir_all(&dir).unwrap();

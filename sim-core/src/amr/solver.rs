@@ -773,16 +773,11 @@ impl<L: Lat> Solver for AmrSolver<L> {
         target: crate::frame::FrameTarget<'_>,
     ) -> Result<crate::frame::FrameRanges, SolverError> {
         crate::frame::check_request(&self.dom, kinds, layout, target.floats())?;
-        let Some(gpu) = self.gpu.get_mut().as_mut() else {
-            return match target {
-                crate::frame::FrameTarget::Host(out) => Ok(crate::frame::write_host(&self.fill_fields(), kinds, layout, out)),
-                crate::frame::FrameTarget::Device { .. } => {
-                    Err(SolverError::Backend("the cpu backend writes frames only to host memory".into()))
-                }
-            };
-        };
-        // On the device from its DDFs: nothing of the state comes back.
-        gpu.write_frame(self.lbm.get_mut(), &self.dom, kinds, layout, target)
+        match self.gpu.get_mut().as_mut() {
+            // On the device from its DDFs: nothing of the state comes back.
+            Some(gpu) => gpu.write_frame(self.lbm.get_mut(), &self.dom, kinds, layout, target),
+            None => crate::frame::write_from_fields(|| self.fill_fields(), "cpu", kinds, layout, target),
+        }
     }
 
     fn shares_device_memory(&self) -> bool {
