@@ -1102,6 +1102,16 @@ fn gpu_adaptive_frames_match_the_host() {
                 );
             }
         }
+        // A restore while paused: the next frame shows the restored state, not the device's.
+        let ck = g.checkpoint();
+        g.step(20).unwrap();
+        g.restore(&ck).unwrap();
+        let layout = FrameLayout::new(n, 4, 256);
+        let mut dev = vec![0.0f32; layout.floats()];
+        let rd = g.write_frame(groups[0], &layout, FrameTarget::Host(&mut dev)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut host = vec![0.0f32; layout.floats()];
+        let rh = write_host(&g.fields(), groups[0], &layout, &mut host);
+        assert!(dev == host && rd.min_max == rh.min_max, "{what}: the frame after a restore is not the restored state");
     }
 }
 

@@ -774,8 +774,16 @@ impl<L: Lat> Solver for AmrSolver<L> {
     ) -> Result<crate::frame::FrameRanges, SolverError> {
         crate::frame::check_request(&self.dom, kinds, layout, target.floats())?;
         match self.gpu.get_mut().as_mut() {
-            // On the device from its DDFs: nothing of the state comes back.
-            Some(gpu) => gpu.write_frame(self.lbm.get_mut(), &self.dom, kinds, layout, target),
+            // On the device from its DDFs: nothing of the state comes back. What the host
+            // changed since the last step (a restore, settings adapted while paused) goes up
+            // first, as the next step would take it.
+            Some(gpu) => {
+                if self.gpu_dirty {
+                    gpu.upload(self.lbm.get_mut())?;
+                    self.gpu_dirty = false;
+                }
+                gpu.write_frame(self.lbm.get_mut(), &self.dom, kinds, layout, target)
+            }
             None => crate::frame::write_from_fields(|| self.fill_fields(), "cpu", kinds, layout, target),
         }
     }
