@@ -44,6 +44,7 @@
 #define M_CANCELLED 4
 #define M_ADDED 5
 #define M_REQUESTED 6
+#define M_ANY 7
 #define M_DIRTY 30
 #define M_LEVEL_START 8
 #define M_LISTS 32
@@ -118,6 +119,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         const unsigned char m = (s == ST_REFINE && refinable(t)) ? ST_REFINE : (s == ST_COARSEN && coarsenable(t)) ? ST_COARSEN : ST_KEEP;
         mk[t] = m;
         aux[t] = m == ST_REFINE ? MX_SEED : 0;
+        if (m != ST_KEEP) ctr[M_ANY] = 1;
         break;
     }
     case MO_CLOSURE: {

@@ -23,6 +23,7 @@ const M_NR: usize = 3;
 const M_CANCELLED: usize = 4;
 const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
+const M_ANY: usize = 7;
 const M_DIRTY: usize = 30;
 const M_LEVEL_START: usize = 8;
 const M_LISTS: usize = 32;
@@ -57,6 +58,9 @@ pub(super) struct Obstacles {
     n: [u32; 3],
     level: u8,
 }
+
+/// Passes of a fixed point run between two reads of its changed flag ([`AmrGpu::fixed_point`]).
+const FIXED_POINT_BATCH: usize = 2;
 
 fn threads(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
@@ -111,16 +115,22 @@ impl AmrGpu {
         self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))
     }
 
-    /// Run a pass until it changes nothing (it sets the changed flag).
-    fn fixed_point(&mut self, op: Mo) -> Result<(), SolverError> {
+    /// Run a pass until it changes nothing (it sets the changed flag), then `after` (a pass
+    /// that may run early: it is run again after each batch); returns the counters. The
+    /// passes only ever change marks one way, so a pass after the fixed point changes
+    /// nothing: they run [`FIXED_POINT_BATCH`] at a time, the flag of the batch's last one
+    /// read back (one round trip a batch, not one a pass).
+    fn fixed_point(&mut self, op: Mo, mut after: impl FnMut(&mut Self) -> Result<(), SolverError>) -> Result<Vec<u32>, SolverError> {
         let e = derr("balancing the forest");
         loop {
-            self.stream.memset_zeros(&mut self.ctr.slice_mut(M_CHANGED..M_CHANGED + 1)).map_err(&e)?;
-            self.mesh_op(op, self.capacity, 0)?;
-            let mut c = [0u32];
-            self.stream.memcpy_dtoh(&self.ctr.slice(M_CHANGED..M_CHANGED + 1), &mut c).map_err(&e)?;
-            if c[0] == 0 {
-                return Ok(());
+            for _ in 0..FIXED_POINT_BATCH {
+                self.stream.memset_zeros(&mut self.ctr.slice_mut(M_CHANGED..M_CHANGED + 1)).map_err(&e)?;
+                self.mesh_op(op, self.capacity, 0)?;
+            }
+            after(self)?;
+            let c = self.counters()?;
+            if c[M_CHANGED] == 0 {
+                return Ok(c);
             }
         }
     }
@@ -180,21 +190,26 @@ impl AmrGpu {
         self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
         self.mesh_op(Mo::Sanitise, cap, 0)?;
-        self.fixed_point(Mo::Closure)?;
-        if self.counters()?[M_BLOCKED] != 0 {
-            self.fixed_point(Mo::Cancel)?;
+        let c = self.fixed_point(Mo::Closure, |_| Ok(()))?;
+        if c[M_ANY] == 0 {
+            // Nothing to refine or coarsen (the usual case in a settled flow): one round trip.
+            self.mesh_op(Mo::Clear, cap, 0)?;
+            self.phase(1, &mut t)?;
+            return Ok(Ok(AdaptReport::default()));
+        }
+        if c[M_BLOCKED] != 0 {
+            self.fixed_point(Mo::Cancel, |_| Ok(()))?;
             self.mesh_op(Mo::Unseed, cap, 0)?;
-            self.fixed_point(Mo::Closure)?;
+            self.fixed_point(Mo::Closure, |_| Ok(()))?;
         }
         self.mesh_op(Mo::Count, cap, 0)?;
-        self.fixed_point(Mo::Revert)?;
-        {
-            let mut b = self.stream.launch_builder(&self.compact_k);
-            b.arg(&cap32).arg(&self.mk).arg(&mut self.xlists).arg(&mut self.rl).arg(&mut self.ctr);
+        let c = self.fixed_point(Mo::Revert, |g| {
+            let mut b = g.stream.launch_builder(&g.compact_k);
+            b.arg(&cap32).arg(&g.mk).arg(&mut g.xlists).arg(&mut g.rl).arg(&mut g.ctr);
             // SAFETY: one block of 1024 threads over the capacity's marks; the lists hold C IDs.
-            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
-        }
-        let c = self.counters()?;
+            unsafe { b.launch(ONE_BLOCK) }.map_err(derr("adapting the forest"))?;
+            Ok(())
+        })?;
         let (nc, nr) = (c[M_NC] as usize, c[M_NR] as usize);
         let mut report = AdaptReport {
             cancelled: c[M_CANCELLED] as usize,
@@ -210,6 +225,7 @@ impl AmrGpu {
         }
         if nr == 0 && nc == 0 {
             self.mesh_op(Mo::Clear, cap, 0)?;
+            self.phase(1, &mut t)?;
             return Ok(Ok(report));
         }
         report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
