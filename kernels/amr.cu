@@ -600,6 +600,88 @@ extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 cou
             }
 }
 
+// Statistics on the device (solver.rs stats, without a host copy): over blocks `ids` (any
+// levels; level l's DDFs in fa or fb by bit l of `odd`): out[0] the mass of the leaves' fluid
+// cells (rho times the cell volume 2^{-lD}), out[1] (the bits of a non-negative double) their
+// largest |u|, out[2] (bits) nonzero where a density or speed is not finite; with `forces`,
+// out[3 ..] the momentum exchanged with solid cells of same-level neighbours (lbm.rs
+// obstacle_force). The sums are double atomics: the host's numbers up to the order of the
+// additions. 256 threads a thread block.
+extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const float* __restrict__ fa, const float* __restrict__ fb, const u32 odd, const u32 forces, double* out) {
+    __shared__ double red[4][256];
+    __shared__ double top[256];
+    __shared__ int any_bad;
+    if (threadIdx.x == 0) any_bad = 0;
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    double m = 0.0, sp = 0.0, fr[3] = {0.0, 0.0, 0.0};
+    __syncthreads();
+    if (t < (u64)count * AMR_B) {
+        const u32 id = ids[t / AMR_B];
+        const int cell = (int)(t % AMR_B);
+        const u64 at = (u64)id * AMR_B + cell;
+        const u32 l = level[id];
+        const float* __restrict__ f = ((odd >> l) & 1u) ? fb : fa;
+        const bool leaf = child[id] == AMR_NONE, fluid = !solid[at];
+        const u64 own = (u64)id * DEF_Q * AMR_B + cell;
+        if (leaf && fluid) {
+            float tau, force[3], g[DEF_Q], rm1, u[3];
+            amr_level(prm, l, tau, force);
+            amr_load(f, (long long)at, g);
+            moments(g, force[0], force[1], force[2], rm1, u[0], u[1], u[2]);
+            const float rho = rm1 + 1.0f;
+            const double s = sqrt((double)(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]));
+            if (!isfinite(rho) || !isfinite(s)) {
+                any_bad = 1;
+            } else {
+                m = (double)rho * (1.0 / (double)(1u << (l * DEF_D)));
+                sp = s;
+            }
+        }
+        const int mk = cmask[at];
+        if (forces && fluid && (leaf ? mk != CM_GHOST : mk == CM_POG)) {
+            const double scale = 1.0 / (double)(1u << (l * (DEF_D - 1)));
+            int c[3];
+            amr_coords(cell, c);
+#pragma unroll
+            for (int i = 1; i < DEF_Q; i++) {
+                const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+                int e[3] = {0, 0, 0}, sv[3] = {0, 0, 0};
+#pragma unroll
+                for (int a = 0; a < DEF_D; a++) {
+                    const int tt = c[a] + ci[a];
+                    e[a] = amr_floor4(tt);
+                    sv[a] = tt - 4 * e[a];
+                }
+                const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+                if (link == AMR_NONE || (link & AMR_COARSER) || !solid[(u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2])]) continue;
+                const double back = (double)(f[own + (u64)opposite((u32)i) * AMR_B] + lat_w(i));
+#pragma unroll
+                for (int a = 0; a < DEF_D; a++) fr[a] += 2.0 * back * (double)ci[a] * scale;
+            }
+        }
+    }
+    red[0][threadIdx.x] = m;
+    red[1][threadIdx.x] = fr[0];
+    red[2][threadIdx.x] = fr[1];
+    red[3][threadIdx.x] = fr[2];
+    top[threadIdx.x] = sp;
+    __syncthreads();
+    for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) {
+            for (int r = 0; r < 4; r++) red[r][threadIdx.x] += red[r][threadIdx.x + k];
+            top[threadIdx.x] = fmax(top[threadIdx.x], top[threadIdx.x + k]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        atomicAdd(&out[0], red[0][0]);
+        atomicMax((unsigned long long*)&out[1], (unsigned long long)__double_as_longlong(top[0]));
+        if (any_bad) atomicMax((unsigned long long*)&out[2], 1ull);
+        if (forces)
+            for (int a = 0; a < 3; a++) atomicAdd(&out[3 + a], red[1 + a][0]);
+    }
+}
+
 // ---- Adaptation: the criterion and the data transfer (lbm.rs block_max_of_gradient,
 // adapt_to, refresh_exposed). The forest's mesh passes still run on the host; these kernels
 // keep the DDFs on the device through an adaptation.

@@ -1173,6 +1173,26 @@ fn gpu_adaptive_blocks_match_cpu() {
         for a in 0..3 {
             assert!((fc[a] - fg[a]).abs() <= 1e-4 * fc[a].abs().max(1e-2), "{what}: force cpu {fc:?} gpu {fg:?}");
         }
+        // Statistics from the device (its state ahead of the host's copy) are the host copy's
+        // up to the order of the sums.
+        g.step(10).unwrap();
+        let sd = g.stats();
+        let _ = g.fields();
+        let sh = g.stats();
+        eprintln!(
+            "{what}: statistics on the device {:.12e} {:e} {:?}, from the host's copy {:.12e} {:e} {:?}",
+            sd.mass, sd.max_u, sd.forces, sh.mass, sh.max_u, sh.forces
+        );
+        assert!(
+            sd.step == sh.step && sd.max_u == sh.max_u && sd.forces.len() == sh.forces.len(),
+            "{what}: device statistics {sd:?}, host {sh:?}"
+        );
+        assert!(((sd.mass - sh.mass) / sh.mass).abs() < 1e-12, "{what}: mass on the device {}, host {}", sd.mass, sh.mass);
+        for (a, b) in sd.forces.iter().zip(&sh.forces) {
+            for k in 0..3 {
+                assert!((a[k] - b[k]).abs() <= 1e-12 * b[k].abs().max(1.0), "{what}: force on the device {a:?}, host {b:?}");
+            }
+        }
         // A GPU checkpoint continues on the CPU exactly where the GPU run is.
         let ck = g.checkpoint();
         let mut c2 = cpu::from_scene(&ls).unwrap();

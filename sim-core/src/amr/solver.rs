@@ -459,6 +459,30 @@ impl<L: Lat> AmrSolver<L> {
         Ok(())
     }
 
+    /// [`Solver::stats`] computed on the device while the host's copy is behind it (no copy
+    /// of the DDFs comes back: the viewer asks every frame). `None` where the host's copy is
+    /// current, there is no device, several obstacles share the force (the host splits it by
+    /// footprint), or a value is not finite (the host's copy finds the first such cell).
+    fn device_stats(&self) -> Option<Stats> {
+        let n_obs = self.dom.obstacles.len();
+        if !self.stale.get().ddfs || n_obs > 1 {
+            return None;
+        }
+        let mut gpu = self.gpu.borrow_mut();
+        let s = match gpu.as_mut()?.stats(n_obs == 1) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("statistics on the device failed, taking them from the host's copy: {e}");
+                return None;
+            }
+        };
+        if s.not_finite {
+            return None;
+        }
+        let forces = if n_obs == 1 { vec![s.force] } else { Vec::new() };
+        Some(Stats { step: self.lbm.borrow().time(), mass: s.mass, max_u: s.max_u, forces, first_bad_cell: None })
+    }
+
     /// The host's copy of the forest and the DDFs, brought up to date from the device first
     /// where it moved on ([`Self::sync_host`]).
     fn lbm(&self) -> Ref<'_, AmrLbm<L>> {
@@ -466,6 +490,36 @@ impl<L: Lat> AmrSolver<L> {
             self.sync_host();
         }
         self.lbm.borrow()
+    }
+
+    /// The host's copy with its forest (and obstacle flags) up to date, its DDFs maybe not: for
+    /// what reads only the mesh (the viewer's block outlines, every frame), no DDFs come back.
+    fn lbm_mesh(&self) -> Ref<'_, AmrLbm<L>> {
+        if self.stale.get().mesh {
+            self.sync_mesh();
+        }
+        self.lbm.borrow()
+    }
+
+    /// Copy the forest the device changed into the host's copy ([`AmrGpu::download_mesh`],
+    /// timed as refinement); the DDFs stay stale (the next [`Self::sync_host`] copies them
+    /// for the new forest).
+    fn sync_mesh(&self) {
+        let mut gpu = self.gpu.borrow_mut();
+        let Some(gpu) = gpu.as_mut() else {
+            return;
+        };
+        let t = Instant::now();
+        let r = gpu.download_mesh(&mut self.lbm.borrow_mut());
+        let (mesh_s, ddf_s) = self.sync_secs.get();
+        self.sync_secs.set((mesh_s + t.elapsed().as_secs_f64(), ddf_s));
+        match r {
+            Ok(()) => self.stale.set(Stale { mesh: false, ddfs: true }),
+            Err(e) => {
+                tracing::warn!("the host's copy of the adaptive run could not be brought up to date: {e}");
+                *self.sync_error.borrow_mut() = Some(e);
+            }
+        }
     }
 
     /// The same, to change: the host's changes go to the device before the next step
@@ -516,7 +570,7 @@ impl<L: Lat> AmrSolver<L> {
         let b = BLOCK.pow(dims as u32) as u64;
         info.boxes.clear();
         if boxes {
-            let lbm = self.lbm();
+            let lbm = self.lbm_mesh();
             let f = lbm.forest();
             for id in f.leaves() {
                 let l = f.level(id);
@@ -793,6 +847,9 @@ impl<L: Lat> Solver for AmrSolver<L> {
     }
 
     fn stats(&self) -> Stats {
+        if let Some(s) = self.device_stats() {
+            return s;
+        }
         let lbm = self.lbm();
         let lbm = &*lbm;
         let f = lbm.forest();

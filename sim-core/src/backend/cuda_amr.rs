@@ -113,6 +113,9 @@ pub struct AmrGpu {
     step_k: CudaFunction,
     copy_k: CudaFunction,
     planes_k: CudaFunction,
+    stats_k: CudaFunction,
+    /// amr_stats' sums (mass, largest speed, not-finite flag, force).
+    stat: CudaSlice<f64>,
     /// The lattice (for the frame kernels) and what frames need, made on the first one.
     lattice: Lattice,
     frame: Option<frame::FrameKit>,
@@ -236,7 +239,7 @@ impl AmrGpu {
         let ptx = compile_amr_tuned(lattice, &arch).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
-        let (step_k, copy_k, planes_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?);
+        let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
@@ -263,6 +266,7 @@ impl AmrGpu {
             post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
+            stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
             xlists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
@@ -296,6 +300,7 @@ impl AmrGpu {
             step_k,
             copy_k,
             planes_k,
+            stats_k,
             lattice,
             frame: None,
             interpolate,
@@ -571,6 +576,33 @@ impl AmrGpu {
         self.level_start.windows(2).map(|w| (w[1] - w[0]) as usize).collect()
     }
 
+    /// Statistics of the current state computed on the device (`amr_stats`, over every active
+    /// block; no copy of the DDFs comes back): what the host's copy would give, the sums up
+    /// to the order of their additions.
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn stats(&mut self, forces: bool) -> Result<DeviceStats, SolverError> {
+        let e = derr("computing the statistics");
+        self.stream.memset_zeros(&mut self.stat).map_err(&e)?;
+        let count = self.active;
+        if count > 0 {
+            let cells = count * BLOCK.pow(self.dims as u32);
+            let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let odd = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+            let (count32, forces32) = (count as u32, u32::from(forces));
+            let ids = self.id_set.slice(0..count);
+            let mut b = self.stream.launch_builder(&self.stats_k);
+            b.arg(&ids).arg(&count32).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.nbr).arg(&self.cmask);
+            b.arg(&self.solid).arg(&self.f).arg(&self.post).arg(&odd).arg(&forces32).arg(&mut self.stat);
+            // SAFETY: arguments as amr_stats declares them; the ID set holds the active
+            // blocks' IDs (below the capacity); threads past count * B only reduce zeros.
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+        }
+        let v = self.stream.clone_dtoh(&self.stat).map_err(&e)?;
+        Ok(DeviceStats { mass: v[0], max_u: v[1], not_finite: v[2].to_bits() != 0, force: [v[3], v[4], v[5]] })
+    }
+
     /// Blocks the device's arrays hold.
     #[must_use]
     pub fn capacity(&self) -> usize {
@@ -669,6 +701,20 @@ impl AmrGpu {
         unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
         self.profile_end(k, t0)
     }
+}
+
+/// [`AmrGpu::stats`]: the mass of the fluid leaf cells, their largest speed, whether a
+/// density or speed is not finite (then the host's copy finds the cell), the obstacle force.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceStats {
+    /// Mass of the fluid leaf cells (each weighted by its volume in cells of level 0).
+    pub mass: f64,
+    /// Largest speed of the fluid leaf cells.
+    pub max_u: f64,
+    /// A density or speed is not finite.
+    pub not_finite: bool,
+    /// The momentum exchanged with obstacle cells per coarse step (lbm.rs obstacle_force).
+    pub force: [f64; 3],
 }
 
 /// Operations of `amr_transfer` (its `XF_*`).
