@@ -46,6 +46,9 @@
 #define M_REQUESTED 6
 #define M_ANY 7
 #define M_DIRTY 30
+// One more than the highest ID ever active since the upload (the allocation raises it): the
+// one-block scans stop there, not at the capacity.
+#define M_HW 31
 #define M_LEVEL_START 8
 #define M_LISTS 32
 #define M_XGROUPS 128
@@ -199,7 +202,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         // set's length after the frees).
         const u32 i = t / AMR_K, j = t % AMR_K;
         const u32 c0 = gap[arg - 1 - i * AMR_K], b = rl[i], c = c0 + j;
-        if (j == 0) { child[b] = c0; dirty[b] = 1; }
+        if (j == 0) { child[b] = c0; dirty[b] = 1; atomicMax(&ctr[M_HW], c0 + AMR_K); }
         dirty[c] = 1;
         level[c] = level[b] + 1;
         parent[c] = b;
@@ -316,7 +319,8 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
 // forest.rs compact): coarsened blocks into xl, refined ones into rl, their numbers into ctr.
 extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* __restrict__ mk, u32* xl, u32* rl, u32* ctr) {
     __shared__ u32 s[1024];
-    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    const u32 n = min(cap, ctr[M_HW]);
+    const u32 chunk = (n + 1023) / 1024, lo = min(threadIdx.x * chunk, n), hi = min(lo + chunk, n);
     u32 nc = 0, nr = 0;
     for (u32 b = lo; b < hi; b++) { nc += mk[b] == ST_COARSEN; nr += mk[b] == ST_REFINE; }
     u32 tc, tr;
@@ -333,7 +337,8 @@ extern "C" __global__ void amr_mesh_compact(const u32 cap, const unsigned char* 
 // scan and a scatter), and the level starts into ctr. One block of 1024 threads.
 extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const u32 maxl, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, u32* id_set, u32* ctr) {
     __shared__ u32 s[1024];
-    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    const u32 n = min(cap, ctr[M_HW]);
+    const u32 chunk = (n + 1023) / 1024, lo = min(threadIdx.x * chunk, n), hi = min(lo + chunk, n);
     u32 cnt[M_LEVELS], at[M_LEVELS];
     for (int l = 0; l < M_LEVELS; l++) cnt[l] = 0;
     for (u32 b = lo; b < hi; b++)
@@ -497,7 +502,9 @@ extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restric
 // 1024 threads), for the host copy's refresh.
 extern "C" __global__ void amr_mesh_dirty(const u32 cap, const unsigned char* __restrict__ dirty, u32* out, u32* ctr) {
     __shared__ u32 s[1024];
-    const u32 chunk = (cap + 1023) / 1024, lo = min(threadIdx.x * chunk, cap), hi = min(lo + chunk, cap);
+    // Rows above the high-water mark never changed since the upload.
+    const u32 n = min(cap, ctr[M_HW]);
+    const u32 chunk = (n + 1023) / 1024, lo = min(threadIdx.x * chunk, n), hi = min(lo + chunk, n);
     u32 c = 0;
     for (u32 b = lo; b < hi; b++) c += dirty[b] != 0;
     u32 total;

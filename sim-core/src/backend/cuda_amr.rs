@@ -424,7 +424,8 @@ impl AmrGpu {
         s.memcpy_htod(a.id_set, &mut self.id_set).map_err(&up)?;
         s.memcpy_htod(a.gap, &mut self.gap).map_err(&up)?;
         s.memset_zeros(&mut self.dirty).map_err(&up)?;
-        self.lists_after_upload()
+        let high_water = forest.active_ids().iter().max().map_or(0, |&id| id + 1);
+        self.lists_after_upload(high_water)
     }
 
     /// The criterion's block maximum of every block (|vorticity| or, with `q`, the Q

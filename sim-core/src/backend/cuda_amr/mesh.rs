@@ -25,6 +25,9 @@ const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
 const M_ANY: usize = 7;
 const M_DIRTY: usize = 30;
+/// One more than the highest ID active since the upload (kernels: `M_HW`); kept across
+/// adaptations ([`AmrGpu::clear_counters`]).
+const M_HW: usize = 31;
 const M_LEVEL_START: usize = 8;
 const M_LISTS: usize = 32;
 const M_XGROUPS: usize = 128;
@@ -115,6 +118,13 @@ impl AmrGpu {
         self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))
     }
 
+    /// Zero the counters but the high-water mark.
+    fn clear_counters(&mut self) -> Result<(), SolverError> {
+        let e = derr("adapting the forest");
+        self.stream.memset_zeros(&mut self.ctr.slice_mut(..M_HW)).map_err(&e)?;
+        self.stream.memset_zeros(&mut self.ctr.slice_mut(M_HW + 1..)).map_err(&e)
+    }
+
     /// Run a pass until it changes nothing (it sets the changed flag), then `after` (a pass
     /// that may run early: it is run again after each batch); returns the counters. The
     /// passes only ever change marks one way, so a pass after the fixed point changes
@@ -187,7 +197,7 @@ impl AmrGpu {
         let mut t = std::time::Instant::now();
         // The data moves with the old lists: every level's in `f` first.
         self.settle()?;
-        self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
+        self.clear_counters()?;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
         self.mesh_op(Mo::Sanitise, cap, 0)?;
         let c = self.fixed_point(Mo::Closure, |_| Ok(()))?;
@@ -313,13 +323,15 @@ impl AmrGpu {
         Ok(c)
     }
 
-    /// After an upload: the counters hold the host's level starts and no adaptation's lists,
-    /// then [`Self::build_lists`].
-    pub(super) fn lists_after_upload(&mut self) -> Result<(), SolverError> {
+    /// After an upload: the counters hold the host's level starts, the high-water mark of its
+    /// active IDs and no adaptation's lists, then [`Self::build_lists`].
+    pub(super) fn lists_after_upload(&mut self, high_water: u32) -> Result<(), SolverError> {
         let e = derr("uploading the block forest");
         self.stream.memset_zeros(&mut self.ctr).map_err(&e)?;
         let ls = self.level_start.clone();
         self.stream.memcpy_htod(&ls, &mut self.ctr.slice_mut(M_LEVEL_START..M_LEVEL_START + ls.len())).map_err(&e)?;
+        let hw = [high_water];
+        self.stream.memcpy_htod(&hw, &mut self.ctr.slice_mut(M_HW..=M_HW)).map_err(&e)?;
         self.build_lists().map(|_| ())
     }
 
