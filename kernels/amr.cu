@@ -61,6 +61,18 @@ __device__ __forceinline__ void amr_coords(int cell, int* c) {
     c[1] = DEF_D >= 2 ? (cell >> 2) & 3 : 0;
     c[2] = DEF_D == 3 ? (cell >> 4) & 3 : 0;
 }
+// The cell at local coordinates c + d (d a lattice velocity): its block's offset e (-1, 0, 1
+// per axis) and its local coordinates s in that block.
+__device__ __forceinline__ void amr_offset(const int* c, const int* d, int* e, int* s) {
+    e[0] = e[1] = e[2] = 0;
+    s[0] = s[1] = s[2] = 0;
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) {
+        const int tt = c[a] + d[a];
+        e[a] = amr_floor4(tt);
+        s[a] = tt - 4 * e[a];
+    }
+}
 __device__ __forceinline__ int amr_dir(const int* e) {
     int d = 0, m = 1;
 #pragma unroll
@@ -332,13 +344,8 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         // The neighbour along c_k: the target of this cell's value k, and the source of its
         // value i = opposite(k).
         const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
-        int e[3] = {0, 0, 0}, sv[3] = {0, 0, 0};
-#pragma unroll
-        for (int a = 0; a < DEF_D; a++) {
-            const int tt = c[a] + ck[a];
-            e[a] = amr_floor4(tt);
-            sv[a] = tt - 4 * e[a];
-        }
+        int e[3], sv[3];
+        amr_offset(c, ck, e, sv);
         const int sc = amr_cell(sv[0], sv[1], sv[2]);
         const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
         const int i = (int)opposite((u32)k);
@@ -645,13 +652,8 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
 #pragma unroll
             for (int i = 1; i < DEF_Q; i++) {
                 const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
-                int e[3] = {0, 0, 0}, sv[3] = {0, 0, 0};
-#pragma unroll
-                for (int a = 0; a < DEF_D; a++) {
-                    const int tt = c[a] + ci[a];
-                    e[a] = amr_floor4(tt);
-                    sv[a] = tt - 4 * e[a];
-                }
+                int e[3], sv[3];
+                amr_offset(c, ci, e, sv);
                 const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
                 if (link == AMR_NONE || (link & AMR_COARSER) || !solid[(u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2])]) continue;
                 const double back = (double)(f[own + (u64)opposite((u32)i) * AMR_B] + lat_w(i));

@@ -505,21 +505,34 @@ impl<L: Lat> AmrSolver<L> {
     /// timed as refinement); the DDFs stay stale (the next [`Self::sync_host`] copies them
     /// for the new forest).
     fn sync_mesh(&self) {
+        if self.copy_back(0, AmrGpu::download_mesh) {
+            self.stale.set(Stale { mesh: false, ddfs: true });
+        }
+    }
+
+    /// Run a copy from the device into the host's copy, its time added to the mesh's (`which`
+    /// 0) or the DDFs' (1) share of the sync time; a failure is kept for the next step. False
+    /// if it failed (or there is no device).
+    fn copy_back(&self, which: usize, copy: impl FnOnce(&mut AmrGpu, &mut AmrLbm<L>) -> Result<(), SolverError>) -> bool {
         let mut gpu = self.gpu.borrow_mut();
         let Some(gpu) = gpu.as_mut() else {
-            return;
+            return false;
         };
         let t = Instant::now();
-        let r = gpu.download_mesh(&mut self.lbm.borrow_mut());
-        let (mesh_s, ddf_s) = self.sync_secs.get();
-        self.sync_secs.set((mesh_s + t.elapsed().as_secs_f64(), ddf_s));
-        match r {
-            Ok(()) => self.stale.set(Stale { mesh: false, ddfs: true }),
-            Err(e) => {
-                tracing::warn!("the host's copy of the adaptive run could not be brought up to date: {e}");
-                *self.sync_error.borrow_mut() = Some(e);
-            }
+        let r = copy(gpu, &mut self.lbm.borrow_mut());
+        let mut secs = self.sync_secs.get();
+        if which == 0 {
+            secs.0 += t.elapsed().as_secs_f64();
+        } else {
+            secs.1 += t.elapsed().as_secs_f64();
         }
+        self.sync_secs.set(secs);
+        if let Err(e) = r {
+            tracing::warn!("the host's copy of the adaptive run could not be brought up to date: {e}");
+            *self.sync_error.borrow_mut() = Some(e);
+            return false;
+        }
+        true
     }
 
     /// The same, to change: the host's changes go to the device before the next step
@@ -535,28 +548,13 @@ impl<L: Lat> AmrSolver<L> {
     /// ([`AmrGpu::download_mesh`], timed as refinement), then the DDFs (timed as stepping). A
     /// failure leaves the copy as it was and is returned by the next step.
     fn sync_host(&self) {
-        let mut gpu = self.gpu.borrow_mut();
-        let Some(gpu) = gpu.as_mut() else {
+        if self.gpu.borrow().is_none() {
             return;
-        };
+        }
         let stale = self.stale.replace(Stale::default());
-        let mut lbm = self.lbm.borrow_mut();
-        let (mut mesh_s, mut ddf_s) = self.sync_secs.get();
-        let t = Instant::now();
-        let mut r = Ok(());
-        if stale.mesh {
-            r = gpu.download_mesh(&mut lbm);
-            mesh_s += t.elapsed().as_secs_f64();
-        }
-        if stale.ddfs || stale.mesh {
-            let u = Instant::now();
-            r = r.and_then(|()| gpu.download(&mut lbm));
-            ddf_s += u.elapsed().as_secs_f64();
-        }
-        self.sync_secs.set((mesh_s, ddf_s));
-        if let Err(e) = r {
-            tracing::warn!("the host's copy of the adaptive run could not be brought up to date: {e}");
-            *self.sync_error.borrow_mut() = Some(e);
+        let mesh_ok = !stale.mesh || self.copy_back(0, AmrGpu::download_mesh);
+        if mesh_ok && (stale.ddfs || stale.mesh) {
+            self.copy_back(1, AmrGpu::download);
         }
     }
 
