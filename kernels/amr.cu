@@ -463,20 +463,22 @@ __device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32
     }
 }
 
-__device__ void amr_prolong(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 l, u32 id, int cell, float* out) {
-    int k[3], side[3];
-    amr_parent_cell(m.pos, id, cell, k, side);
-    amr_prolong_from(AmrGlobalCells{m, f, m.parent[id], true}, prm, l, k, side, out);
-}
-
-// Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
-// from level l - 1 (amr_prolong). The parent level's cells a fine block's ghosts read lie in a
-// tile of 4^D cells of its parent (and its neighbours) around the 2^D parent cells under it:
-// each thread loads one tile cell into shared memory, then the ghost cells interpolate from
-// the tile (the same arithmetic as amr_prolong, without its 27 mesh lookups and loads a cell).
-// The parent level's DDFs are read from fa or fb (sel bit 0), the ghosts' written to fa or fb
-// (sel bit 1). Launched with 256 threads a thread block.
-extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
+// What amr_interpolate fills (mode): the fluid ghost cells of level l_step blocks `ids` from
+// their parent level (stepping); every cell of new children, from the parents just refined
+// (amr_transfer's XF_NEW: obstacle cells get zeros); the exposed cells of leaves of levels >= 1
+// that hold no current data after an adaptation (XF_LEAF, current cells by `valid`). The latter
+// two take each block's level from `level`.
+#define AMR_PROLONG_GHOSTS 0
+#define AMR_PROLONG_NEW 1
+#define AMR_PROLONG_EXPOSED 2
+// Fill the cells of `mode` in blocks `ids` from their parent level (amr_prolong_from). The
+// parent level's cells a fine block's cells read lie in a tile of 4^D cells of its parent (and
+// its neighbours) around the 2^D parent cells under it: each thread loads one tile cell into
+// shared memory, then the cells interpolate from the tile (the same arithmetic as through the
+// mesh, AmrGlobalCells, without its 27 mesh lookups and loads a cell). The parent level's
+// DDFs are read from fa or fb (sel bit 0), the filled cells' written to fa or fb (sel bit 1).
+// Launched with 256 threads a thread block.
+extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
     __shared__ float tile_v[256 / AMR_B][DEF_Q * AMR_B];
     __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -484,7 +486,18 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
     const int lb = threadIdx.x / AMR_B;
     const int cell = threadIdx.x % AMR_B;
     const u32 id = in ? ids[t / AMR_B] : 0;
-    AMR_MESH;
+    AmrMesh m = {pos, parent, child, nbr, cmask, solid, mode == AMR_PROLONG_NEW ? AMR_OK_FRESH : mode == AMR_PROLONG_EXPOSED ? AMR_OK_VALID : AMR_OK_MASKS, valid, fresh};
+    const u64 at = (u64)id * AMR_B + cell;
+    const u32 l = mode == AMR_PROLONG_GHOSTS ? l_step : level[id];
+    bool mine = false;
+    if (in) {
+        const int mk = cmask[at];
+        if (mode == AMR_PROLONG_GHOSTS) mine = mk == CM_GHOST && !solid[at];
+        else if (mode == AMR_PROLONG_NEW) mine = true;
+        else mine = child[id] == AMR_NONE && l > 0 && mk != CM_GHOST && !valid[at] && !solid[at];
+    }
+    // Thread blocks with nothing to fill (most of them in an adaptation's refresh) stop here.
+    if (!__syncthreads_or(mine)) return;
     AmrRegionCells tile = {tile_v[lb], tile_h[lb], {0, 0, 0}};
     if (in) {
         const float* f = (sel & 1u) ? fb : fa;
@@ -494,22 +507,25 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
             tile.lo[a] = 2 * (pos[3 * (u64)id + a] & 1) - 1;
             k[a] = tile.lo[a] + c[a];
         }
-        const long long at = amr_cell_at(m, parent[id], k, true);
-        tile_h[lb][cell] = at >= 0;
-        if (at >= 0) {
-            const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
+        const long long src = amr_cell_at(m, parent[id], k, true);
+        tile_h[lb][cell] = src >= 0;
+        if (src >= 0) {
+            const u64 base = (u64)(src / AMR_B) * DEF_Q * AMR_B + (u64)(src % AMR_B);
 #pragma unroll
             for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = f[base + (u64)i * AMR_B];
         }
     }
     __syncthreads();
-    if (!in) return;
-    const u64 at = (u64)id * AMR_B + cell;
-    if (cmask[at] != CM_GHOST || solid[at]) return;
-    int k[3], side[3];
-    amr_parent_cell(pos, id, cell, k, side);
+    if (!mine) return;
     float out[DEF_Q];
-    amr_prolong_from(tile, prm, l, k, side, out);
+    if (mode == AMR_PROLONG_NEW && solid[at]) {
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
+    } else {
+        int k[3], side[3];
+        amr_parent_cell(pos, id, cell, k, side);
+        amr_prolong_from(tile, prm, l, k, side, out);
+    }
     amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
@@ -758,10 +774,10 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
 // update (each over its own list of blocks, one thread per (block, cell)):
 #define XF_VALID 0       // old mesh, every active block: whether each cell holds current data
 #define XF_COARSEN 1     // old mesh, blocks being coarsened: every cell from its old children
-#define XF_NEW 2         // new mesh, new children: interpolated from their parent's level
+#define XF_NEW 2         // new mesh, new children: interpolated from their parent's level (amr_interpolate)
 #define XF_MASS 3        // new mesh, refined blocks: children shifted to the parent cell's mass
 #define XF_CURRENT 4     // coarsened blocks and new children: every cell holds current data
-#define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again
+#define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again (amr_interpolate)
 #define XF_LEAF_MARK 6   // the same cells marked current (a pass of its own: XF_LEAF reads flags)
 #define XF_PARENT 7      // non-leaves: stale stepped or averaged cells from their children
 
@@ -785,16 +801,6 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
         if (solid[at] || !amr_restrict_plain(m, f, prm, l, id, cell, out)) {
 #pragma unroll
             for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
-        }
-        amr_store(f, (long long)at, out);
-        return;
-    case XF_NEW:
-        m.ok = AMR_OK_FRESH;
-        if (solid[at]) {
-#pragma unroll
-            for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
-        } else {
-            amr_prolong(m, f, prm, l, id, cell, out);
         }
         amr_store(f, (long long)at, out);
         return;
@@ -839,16 +845,9 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
     case XF_CURRENT:
         valid[at] = 1;
         return;
-    case XF_LEAF:
     case XF_LEAF_MARK:
         if (!leaf || l == 0 || mk == CM_GHOST || valid[at] || solid[at]) return;
-        if (op == XF_LEAF_MARK) {
-            valid[at] = 1;
-            return;
-        }
-        m.ok = AMR_OK_VALID;
-        amr_prolong(m, f, prm, l, id, cell, out);
-        amr_store(f, (long long)at, out);
+        valid[at] = 1;
         return;
     case XF_PARENT:
         if (leaf || (mk != CM_POG && mk != CM_POI) || valid[at] || solid[at]) return;

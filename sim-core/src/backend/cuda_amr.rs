@@ -543,6 +543,24 @@ impl AmrGpu {
         let cells = count * BLOCK.pow(dims as u32);
         let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let ids = if x { &self.xlists } else { &self.lists }.slice(off..off + count);
+        // New children and exposed leaf cells are interpolated as ghost cells are, through
+        // the parent tile of amr_interpolate (its modes; the level is each block's own).
+        let prolong = match op {
+            Xf::New => Some(PROLONG_NEW),
+            Xf::Leaf => Some(PROLONG_EXPOSED),
+            _ => None,
+        };
+        if let Some(mode) = prolong {
+            let (count, l, sel) = (count as u32, 0u32, 0u32);
+            let mut b = self.stream.launch_builder(&self.interpolate);
+            b.arg(&ids).arg(&count).arg(&l).arg(&self.prm);
+            b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+            b.arg(&mut self.f).arg(&mut self.post).arg(&sel).arg(&mode).arg(&self.level).arg(&self.valid).arg(&self.fresh);
+            // SAFETY: arguments as amr_interpolate declares them; the list holds IDs below the
+            // capacity; threads past count * B load and write nothing.
+            unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
+            return Ok(());
+        }
         let (count, op) = (count as u32, op as u32);
         let mut b = self.stream.launch_builder(&self.transfer_k);
         b.arg(&ids).arg(&count).arg(&op).arg(&self.prm).arg(&self.level);
@@ -683,7 +701,7 @@ impl AmrGpu {
         let cells = count * BLOCK.pow(dims as u32);
         let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let ids = self.lists.slice(off..off + count);
-        let (count, l) = (count as u32, l as u32);
+        let (count, l, ghosts) = (count as u32, l as u32, PROLONG_GHOSTS);
         let t0 = self.profile_start()?;
         let s = &self.stream;
         let mut b = match k {
@@ -697,6 +715,9 @@ impl AmrGpu {
         }
         b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
         b.arg(&mut self.f).arg(&mut self.post).arg(&sel);
+        if let Kernel::Interpolate = k {
+            b.arg(&ghosts).arg(&self.level).arg(&self.valid).arg(&self.fresh);
+        }
         // SAFETY: the arguments match the kernels' signatures in kernels/amr.cu; the lists hold
         // IDs below the capacity every array was allocated for; threads past count * B return.
         unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
@@ -718,7 +739,12 @@ pub struct DeviceStats {
     pub force: [f64; 3],
 }
 
-/// Operations of `amr_transfer` (its `XF_*`).
+/// `amr_interpolate`'s modes (its `AMR_PROLONG_*`): ghost cells, new children, exposed cells.
+const PROLONG_GHOSTS: u32 = 0;
+const PROLONG_NEW: u32 = 1;
+const PROLONG_EXPOSED: u32 = 2;
+
+/// Operations of `amr_transfer` (its `XF_*`; `New` and `Leaf` run in `amr_interpolate`).
 #[derive(Clone, Copy)]
 enum Xf {
     Valid = 0,
