@@ -271,6 +271,87 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 #define AMR_ARGS const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid
 #define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr}
 
+// What a cell of a level-step does with each of its values (amr_codes works it out once per
+// mesh, amr_step reads it): 3 bits per direction k, the target of the cell's post-collision
+// value k and the source of its value opposite(k), 20 directions a 64-bit word (word k / 20,
+// bits 3 (k % 20)); bits 60 and 61 of word 0: the cell is streamed, collided. Zero (no flags,
+// every direction skipped): the cell's values are copied as they are.
+#define AMR_CW ((DEF_Q + 19) / 20)
+#define AMR_C_SKIP 0     // nothing to write
+#define AMR_C_SAME 1     // push into the streamed cell c + c_k of this block
+#define AMR_C_NEXT 2     // push into the streamed cell c + c_k of a same-level neighbour block
+#define AMR_C_BOUNCE 3   // the target is an obstacle cell: half-way bounce-back
+#define AMR_C_COARSER 4  // the source is coarser: the value keeps its pre-step value
+#define AMR_C_EDGE 5     // outside the domain: walls and outflows (amr_step works out which)
+#define AMR_C_STREAMED 60
+#define AMR_C_COLLIDED 61
+__device__ __forceinline__ u32 amr_code(const unsigned long long* w, int k) { return (u32)(w[k / 20] >> (3 * (k % 20))) & 7u; }
+
+// The codes of every cell of blocks `ids` into codes[(id * AMR_CW + word) * B + cell], from the
+// masks, links and obstacle flags (which amr_step's comment describes in words). With `epoch`
+// nonzero only blocks whose own row or a same-level neighbour's carries that adaptation's
+// number in `dirty` (amr_mesh.cu M_EPOCH): the codes of the others did not change.
+extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 count, AMR_ARGS, const unsigned char* __restrict__ dirty, const u32 epoch, unsigned long long* __restrict__ codes) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool in = t < (u64)count * AMR_B;
+    const u32 id = in ? ids[t / AMR_B] : 0;
+    if (epoch != 0) {
+        // The threads of a block (one warp in 3D, half of one in 2D) each look at one of its
+        // 3^D links (the block itself after them).
+        const int lane = threadIdx.x & 31, d = (int)(t % AMR_B) % 32;
+        bool hit = false;
+        if (in && d < AMR_ND) {
+            const u32 link = nbr[(u64)id * AMR_ND + d];
+            hit = link != AMR_NONE && !(link & AMR_COARSER) && dirty[link] == epoch;
+        } else if (in && d == AMR_ND) {
+            hit = dirty[id] == epoch;
+        }
+        const u32 mine = AMR_B >= 32 ? 0xffffffffu : ((1u << AMR_B) - 1u) << (lane / AMR_B * AMR_B);
+        if ((__ballot_sync(0xffffffffu, hit) & mine) == 0) return;
+    }
+    if (!in) return;
+    const int cell = (int)(t % AMR_B);
+    const u64 at = (u64)id * AMR_B + cell;
+    const bool leaf = child[id] == AMR_NONE;
+    const int mk = cmask[at];
+    const bool fluid = !solid[at];
+    const bool collided = fluid && (leaf || mk == CM_POG || mk == CM_POI);
+    const bool streamed = fluid && (leaf || mk == CM_POG);
+    (void)pos;
+    (void)parent;
+    unsigned long long w[AMR_CW];
+#pragma unroll
+    for (int j = 0; j < AMR_CW; j++) w[j] = 0ull;
+    if (collided) {
+        w[0] = (unsigned long long)streamed << AMR_C_STREAMED | 1ull << AMR_C_COLLIDED;
+        int c[3];
+        amr_coords(cell, c);
+#pragma unroll
+        for (int k = 0; k < DEF_Q; k++) {
+            const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
+            int e[3], sv[3];
+            amr_offset(c, ck, e, sv);
+            const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+            u32 code = AMR_C_SKIP;
+            if (link == AMR_NONE) {
+                if (streamed) code = AMR_C_EDGE;
+            } else if (link & AMR_COARSER) {
+                if (streamed) code = AMR_C_COARSER;
+            } else {
+                const u64 nat = (u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2]);
+                if (solid[nat]) {
+                    if (streamed) code = AMR_C_BOUNCE;
+                } else if (child[link] == AMR_NONE || cmask[nat] == CM_POG) {
+                    code = (e[0] == 0 && e[1] == 0 && e[2] == 0) ? AMR_C_SAME : AMR_C_NEXT;
+                }
+            }
+            w[k / 20] |= (unsigned long long)code << (3 * (k % 20));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < AMR_CW; j++) codes[((u64)id * AMR_CW + j) * AMR_B + cell] = w[j];
+}
+
 // One level-step of level l's blocks `ids` in a single pass (seed 002's fused step; lbm.rs
 // collide_level + stream_level give the same numbers): the DDFs of the level are read from
 // `src` and written to `dst` (fa or fb by sel: bit 0 set, src is fb and dst fa), so each value
@@ -287,38 +368,45 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 //             next interpolation);
 //   the rest  (parent-of-interface, covered and solid cells) keep their values.
 // Every value of dst in these blocks is written exactly once.
+// What each cell does, direction by direction, comes from its codes (amr_codes), worked out
+// once per mesh: the step reads one word a cell instead of each target's masks and flags.
 // Minimum resident thread blocks of 256 threads per SM for the stepping kernels (register caps:
-// 4 -> 64 registers: for D3Q19 faster on the H100 than 3 (80) or 2 (96) despite a few spilled
-// values; D3Q27 spills too much at 4 and takes 3; NVRTC defines override them,
-// ESOFLOW_AMR_DEFINES).
+// 3 -> 80 registers: with the codes, D3Q19 on the H100 runs the fixed-mesh sphere at 6,792
+// MLUPS against 6,240 at 4 (64 registers, spills); before them 4 was the faster; NVRTC
+// defines override them, ESOFLOW_AMR_DEFINES).
 #ifndef AMR_STEP_MINB
-#if DEF_Q > 19
 #define AMR_STEP_MINB 3
-#else
-#define AMR_STEP_MINB 4
 #endif
-#endif
+// Interpolation: 3 (80 registers, no spills for D3Q19) measured 43 against 46 us a launch
+// at 2 on the H100 (every launch waited for; no difference in the sphere's MLUPS); D3Q27
+// needs more registers.
 #ifndef AMR_INTERP_MINB
+#if DEF_Q > 19
 #define AMR_INTERP_MINB 2
+#else
+#define AMR_INTERP_MINB 3
+#endif
 #endif
 #ifndef AMR_AVG_MINB
 #define AMR_AVG_MINB 2
 #endif
-extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, float* fa, float* fb, const u32 sel) {
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, float* fa, float* fb, const u32 sel, const unsigned long long* __restrict__ codes) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const float* __restrict__ src = (sel & 1u) ? fb : fa;
     float* __restrict__ dst = (sel & 1u) ? fa : fb;
     const u32 id = ids[t / AMR_B];
     const int cell = (int)(t % AMR_B);
-    const u64 at = (u64)id * AMR_B + cell;
     const u64 own = (u64)id * DEF_Q * AMR_B + cell;
-    const bool leaf = child[id] == AMR_NONE;
-    const int mk = cmask[at];
-    const bool fluid = !solid[at];
-    const bool collided = fluid && (leaf || mk == CM_POG || mk == CM_POI);
-    const bool streamed = fluid && (leaf || mk == CM_POG);
+    unsigned long long w[AMR_CW];
+#pragma unroll
+    for (int j = 0; j < AMR_CW; j++) w[j] = codes[((u64)id * AMR_CW + j) * AMR_B + cell];
+    const bool streamed = (w[0] >> AMR_C_STREAMED) & 1ull;
+    const bool collided = (w[0] >> AMR_C_COLLIDED) & 1ull;
     (void)parent;
+    (void)cmask;
+    (void)solid;
+    (void)child;
     if (!streamed) {
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) dst[own + (u64)i * AMR_B] = src[own + (u64)i * AMR_B];
@@ -330,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     p.cs = 0.0f;
     p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
     float g[DEF_Q];
-    amr_load(src, (long long)at, g);
+    amr_load(src, (long long)((u64)id * AMR_B + cell), g);
     collide(g, p);
     const int root[3] = {r0, r1, r2};
     int c[3];
@@ -341,17 +429,25 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     float eq[4];
 #pragma unroll
     for (int k = 0; k < DEF_Q; k++) {
-        // The neighbour along c_k: the target of this cell's value k, and the source of its
-        // value i = opposite(k).
+        const u32 code = amr_code(w, k);
+        if (code == AMR_C_SKIP) continue;
         const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
-        int e[3], sv[3];
-        amr_offset(c, ck, e, sv);
-        const int sc = amr_cell(sv[0], sv[1], sv[2]);
-        const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
         const int i = (int)opposite((u32)k);
         const u64 out = own + (u64)i * AMR_B;
-        if (link == AMR_NONE) {
-            if (!streamed) continue;
+        if (code == AMR_C_SAME) {
+            dst[own + (u64)k * AMR_B + (ck[0] + 4 * ck[1] + 16 * ck[2])] = g[k];
+        } else if (code == AMR_C_NEXT) {
+            int e[3], sv[3];
+            amr_offset(c, ck, e, sv);
+            const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+            dst[((u64)link * DEF_Q + k) * AMR_B + amr_cell(sv[0], sv[1], sv[2])] = g[k];
+        } else if (code == AMR_C_BOUNCE) {
+            dst[out] = g[k];
+        } else if (code == AMR_C_COARSER) {
+            dst[out] = src[out];
+        } else {
+            int e[3], sv[3];
+            amr_offset(c, ck, e, sv);
             const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
             float uw[3] = {0.0f, 0.0f, 0.0f};
             u32 walls = 0;
@@ -383,15 +479,6 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                 for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
                 cu = cu / (float)walls;
                 dst[out] = g[k] + 6.0f * lat_w(i) * cu;
-            }
-        } else if (link & AMR_COARSER) {
-            if (streamed) dst[out] = src[out];
-        } else {
-            const u64 nat = (u64)link * AMR_B + sc;
-            if (solid[nat]) {
-                if (streamed) dst[out] = g[k];
-            } else if (child[link] == AMR_NONE || cmask[nat] == CM_POG) {
-                dst[((u64)link * DEF_Q + k) * AMR_B + sc] = g[k];
             }
         }
     }
@@ -552,39 +639,139 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f
 // ghosts, else the plain average; rescaled by 2 tau_{l-1} / tau_l.
 // The fine level's DDFs are read from fa or fb (sel bit 0), the parents' written to fa or fb
 // (sel bit 1).
+// A thread block of 256 threads takes 64 cells (one block in 3D, four in 2D), lists the ones
+// to restrict in shared memory, and gives each AMR_AVG_G threads (a group, inside one warp):
+// the group's thread j sums the taps of rows j, j + G, ... (row ty + 4 tz: (ty, tz) of the
+// tensor product) in order, the first 2 D threads check whether the fine cells beyond the
+// children hold data (the taps per axis), and the threads' sums are added pairwise across the
+// group (lowest bit of j first: lbm.rs tensor_sum_rows adds them in the same order; the
+// plain average, where a cell of the taps holds no data, goes through the group the same
+// way). One thread a cell walked 64 taps of dependent mesh lookups and loads one after another (ncu:
+// 69 us, 9 active threads a warp; 16 threads a cell, one row each: 40 us).
+#ifndef AMR_AVG_G
+#if DEF_D == 3
+#define AMR_AVG_G 8
+#else
+#define AMR_AVG_G 4
+#endif
+#endif
 extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)count * AMR_B) return;
-    const u32 id = ids[t / AMR_B];
-    const int cell = (int)(t % AMR_B);
-    const u64 at = (u64)id * AMR_B + cell;
-    if (cmask[at] != CM_POI || solid[at]) return;
+    __shared__ unsigned char todo[64];
+    __shared__ u32 wmask[2];
+    const u32 b0 = blockIdx.x * (64 / AMR_B);
+    const int tid = threadIdx.x;
+    if (tid < 64) {
+        const u32 j = b0 + tid / AMR_B;
+        bool keep = false;
+        if (j < count) {
+            const u64 at = (u64)ids[j] * AMR_B + tid % AMR_B;
+            keep = cmask[at] == CM_POI && !solid[at];
+        }
+        const u32 b = __ballot_sync(0xffffffffu, keep);
+        if ((tid & 31) == 0) wmask[tid >> 5] = b;
+    }
+    __syncthreads();
+    const u32 n0 = __popc(wmask[0]), n = n0 + __popc(wmask[1]);
+    if (tid < 64) {
+        const u32 mine = wmask[tid >> 5], lt = (1u << (tid & 31)) - 1u;
+        if ((mine >> (tid & 31)) & 1u) todo[(tid >> 5 ? n0 : 0) + __popc(mine & lt)] = (unsigned char)tid;
+    }
+    __syncthreads();
+    if (n == 0) return;
     AMR_MESH;
     float tf, tc, ff[3], fc[3];
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = 2.0f * tc / tf;
-    int f0[3];
-    const u32 j = amr_child_under(cell, f0);
-    const u32 ch = child[id] + j;
-    AmrTaps taps;
-    taps_one(taps);
-    for (int a = 0; a < DEF_D; a++) {
-        int km[3] = {f0[0], f0[1], f0[2]}, kp[3] = {f0[0], f0[1], f0[2]};
-        km[a] -= 1;
-        kp[a] += 2;
-        const bool lo = amr_cell_at(m, ch, km, false) >= 0, hi = amr_cell_at(m, ch, kp, false) >= 0;
-        if (lo && hi) taps_set(taps, a, 4, -1, -1.0f / 16.0f, 0, 9.0f / 16.0f, 1, 9.0f / 16.0f, 2, -1.0f / 16.0f);
-        else if (hi) taps_set(taps, a, 3, 0, 0.375f, 1, 0.75f, 2, -0.125f, 0, 0.0f);
-        else if (lo) taps_set(taps, a, 3, -1, -0.125f, 0, 0.75f, 1, 0.375f, 0, 0.0f);
-        else taps_set(taps, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
-    }
     const float* f = (sel & 1u) ? fb : fa;
-    float out[DEF_Q];
-    if (!amr_tensor_sum(m, f, taps, ch, f0, false, nullptr, ff, fc, r, out)) {
-        if (!amr_restrict_plain(m, f, prm, l - 1, id, cell, out)) return;
+    const int lane = tid % AMR_AVG_G;
+    const int first = (tid & 31) - lane;  // the group's first lane in its warp
+    for (u32 w0 = 0; w0 < n; w0 += 256 / AMR_AVG_G) {
+        const u32 w = w0 + tid / AMR_AVG_G;
+        const bool act = w < n;
+        const int slot = act ? todo[w] : 0;
+        const u32 id = act ? ids[b0 + slot / AMR_B] : 0;
+        const int cell = slot % AMR_B;
+        int f0[3];
+        const u32 ch = act ? child[id] + amr_child_under(cell, f0) : 0;
+        if (!act) f0[0] = f0[1] = f0[2] = 0;
+        // Whether the fine cells one below and two above the children hold data, per axis.
+        bool chk = false;
+        if (act && lane < 2 * DEF_D) {
+            int kk[3] = {f0[0], f0[1], f0[2]};
+            kk[lane / 2] += (lane & 1) ? 2 : -1;
+            chk = amr_cell_at(m, ch, kk, false) >= 0;
+        }
+        const u32 have = __ballot_sync(0xffffffffu, chk) >> first;
+        AmrTaps full;
+        taps_one(full);
+        for (int a = 0; a < DEF_D; a++) {
+            const bool lo = (have >> (2 * a)) & 1u, hi = (have >> (2 * a + 1)) & 1u;
+            if (lo && hi) taps_set(full, a, 4, -1, -1.0f / 16.0f, 0, 9.0f / 16.0f, 1, 9.0f / 16.0f, 2, -1.0f / 16.0f);
+            else if (hi) taps_set(full, a, 3, 0, 0.375f, 1, 0.75f, 2, -0.125f, 0, 0.0f);
+            else if (lo) taps_set(full, a, 3, -1, -0.125f, 0, 0.75f, 1, 0.375f, 0, 0.0f);
+            else taps_set(full, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
+        }
+        // These taps, else (a cell of their tensor product holds no data: a ghost or obstacle
+        // cell) the plain average of the 2^D children, both through the group; else the mean of
+        // the fluid children (one thread).
+        bool pending = act;
+        float acc[DEF_Q];
+        for (int attempt = 0; attempt < 2; attempt++) {
+            if (!__any_sync(0xffffffffu, pending)) break;
+            AmrTaps taps = full;
+            if (attempt == 1) taps_plain(taps);
+            // This thread's rows: the cells first (independent lookups), then their DDFs.
+            constexpr int RPT = (DEF_D == 3 ? 16 : 4) / AMR_AVG_G;  // rows a thread
+            long long at[RPT][4];
+            bool ok = true;
+#pragma unroll
+            for (int row = 0; row < RPT; row++) {
+                const int j = lane + row * AMR_AVG_G, ty = j % 4, tz = j / 4;
+                const bool in_taps = pending && ty < taps.n[1] && tz < taps.n[2];
+#pragma unroll
+                for (int tx = 0; tx < 4; tx++) {
+                    at[row][tx] = -1;
+                    if (in_taps && tx < taps.n[0]) {
+                        const int k[3] = {f0[0] + taps.o[0][tx], f0[1] + taps.o[1][ty], f0[2] + taps.o[2][tz]};
+                        at[row][tx] = amr_cell_at(m, ch, k, false);
+                        ok = ok && at[row][tx] >= 0;
+                    }
+                }
+            }
+            const bool all = ((__ballot_sync(0xffffffffu, !ok) >> first) & ((1u << (AMR_AVG_G - 1) << 1) - 1u)) == 0;
+#pragma unroll
+            for (int i = 0; i < DEF_Q; i++) acc[i] = 0.0f;
+#pragma unroll
+            for (int row = 0; row < RPT; row++) {
+                const int j = lane + row * AMR_AVG_G, ty = j % 4, tz = j / 4;
+                if (!all || !pending || ty >= taps.n[1] || tz >= taps.n[2]) continue;
+#pragma unroll
+                for (int tx = 0; tx < 4; tx++) {
+                    if (tx < taps.n[0]) {
+                        const float wt = taps.w[0][tx] * taps.w[1][ty] * taps.w[2][tz];
+                        const u64 base = (u64)(at[row][tx] / AMR_B) * DEF_Q * AMR_B + (u64)(at[row][tx] % AMR_B);
+#pragma unroll
+                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * f[base + (u64)i * AMR_B];
+                    }
+                }
+            }
+#pragma unroll
+            for (int s = 1; s < AMR_AVG_G; s <<= 1) {
+#pragma unroll
+                for (int i = 0; i < DEF_Q; i++) acc[i] = acc[i] + __shfl_xor_sync(0xffffffffu, acc[i], s);
+            }
+            if (pending && all) {
+                if (lane == 0) {
+                    amr_rescale(acc, ff, fc, r);
+                    amr_store((sel & 2u) ? fb : fa, (long long)((u64)id * AMR_B + cell), acc);
+                }
+                pending = false;
+            }
+        }
+        if (pending && lane == 0 && amr_mean(m, f, ch, f0, 1, false, ff, fc, r, acc))
+            amr_store((sel & 2u) ? fb : fa, (long long)((u64)id * AMR_B + cell), acc);
     }
-    amr_store((sel & 2u) ? fb : fa, (long long)at, out);
 }
 
 // The field planes of the finest grid (nx * ny * nz cells; plane p at p * N: rho, ux, uy, uz,

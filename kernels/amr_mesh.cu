@@ -45,6 +45,10 @@
 #define M_ADDED 5
 #define M_REQUESTED 6
 #define M_ANY 7
+// The adaptation's number (1 .. 255, cycling; MO_SANITISE sets it from its arg): the rows it
+// changes get it in `dirty` (nonzero: the host copy's refresh), so that amr_codes can tell
+// the blocks whose neighbourhood this adaptation changed.
+#define M_EPOCH 29
 #define M_DIRTY 30
 // One more than the highest ID ever active since the upload (the allocation raises it): the
 // one-block scans stop there, not at the capacity.
@@ -54,7 +58,8 @@
 #define M_XGROUPS 128
 #define M_LEVELS 16
 
-// Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells).
+// Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells;
+// MO_REVERT: blocks x children).
 #define MO_SANITISE 0
 #define MO_CLOSURE 1
 #define MO_CANCEL 2
@@ -99,6 +104,8 @@ __device__ u32 mesh_block_scan(u32* s, u32 v, u32* total) {
     return incl - v;
 }
 
+__device__ __forceinline__ unsigned char mesh_epoch(const u32* ctr) { return (unsigned char)max(ctr[M_EPOCH], 1u); }
+
 extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, MESH_ARGS) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
@@ -123,6 +130,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         mk[t] = m;
         aux[t] = m == ST_REFINE ? MX_SEED : 0;
         if (m != ST_KEEP) ctr[M_ANY] = 1;
+        if (t == 0) ctr[M_EPOCH] = arg;
         break;
     }
     case MO_CLOSURE: {
@@ -164,18 +172,16 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
     }
     case MO_REVERT: {
         // A block keeps its children when a child, or a child's same-level neighbour, will
-        // have children after the adaptation.
-        if (mk[t] != ST_COARSEN) return;
-        const u32 c0 = child[t];
-        for (u32 j = 0; j < AMR_K; j++) {
-            const u32 c = c0 + j;
-            bool bad = keeps_children(c);
-            for (u32 d = 0; d < AMR_ND && !bad; d++) {
-                const u32 v = nbr[(u64)c * AMR_ND + d];
-                if (v != AMR_NONE && !(v & AMR_COARSER)) bad = keeps_children(v);
-            }
-            if (bad) { mk[t] = ST_KEEP; ctr[M_CHANGED] = 1; return; }
+        // have children after the adaptation. One thread per (block t / K, child t % K).
+        const u32 b = t / AMR_K;
+        if (mk[b] != ST_COARSEN) return;
+        const u32 c = child[b] + t % AMR_K;
+        bool bad = keeps_children(c);
+        for (u32 d = 0; d < AMR_ND && !bad; d++) {
+            const u32 v = nbr[(u64)c * AMR_ND + d];
+            if (v != AMR_NONE && !(v & AMR_COARSER)) bad = keeps_children(v);
         }
+        if (bad) { mk[b] = ST_KEEP; ctr[M_CHANGED] = 1; }
         break;
     }
     case MO_FREE: {
@@ -190,20 +196,20 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         bmask[c] = 0;
         for (u32 d = 0; d < AMR_ND; d++) { nbr[(u64)c * AMR_ND + d] = AMR_NONE; nbr_child[(u64)c * AMR_ND + d] = AMR_NONE; }
         gap[arg + i * AMR_K + j] = c0 + (AMR_K - 1 - j);
-        dirty[c] = 1;
+        dirty[c] = mesh_epoch(ctr);
         break;
     }
     case MO_FREE_PARENT:
         child[xl[t]] = AMR_NONE;
-        dirty[xl[t]] = 1;
+        dirty[xl[t]] = mesh_epoch(ctr);
         break;
     case MO_ALLOC: {
         // Refined block i takes the group whose first ID is gap[arg - 1 - i K] (arg: the gap
         // set's length after the frees).
         const u32 i = t / AMR_K, j = t % AMR_K;
         const u32 c0 = gap[arg - 1 - i * AMR_K], b = rl[i], c = c0 + j;
-        if (j == 0) { child[b] = c0; dirty[b] = 1; atomicMax(&ctr[M_HW], c0 + AMR_K); }
-        dirty[c] = 1;
+        if (j == 0) { child[b] = c0; dirty[b] = mesh_epoch(ctr); atomicMax(&ctr[M_HW], c0 + AMR_K); }
+        dirty[c] = mesh_epoch(ctr);
         level[c] = level[b] + 1;
         parent[c] = b;
         child[c] = AMR_NONE;
@@ -243,7 +249,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         if (op == MO_NBR_CHILD) {
             const u32 v = nbr[(u64)b * AMR_ND + d];
             const u32 nc = (v != AMR_NONE && !(v & AMR_COARSER)) ? child[v] : AMR_NONE;
-            if (nbr_child[(u64)b * AMR_ND + d] != nc) { nbr_child[(u64)b * AMR_ND + d] = nc; dirty[b] = 1; }
+            if (nbr_child[(u64)b * AMR_ND + d] != nc) { nbr_child[(u64)b * AMR_ND + d] = nc; dirty[b] = mesh_epoch(ctr); }
             return;
         }
         const u32 p = parent[b];
@@ -261,7 +267,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
             const u32 fc = nbr_child[(u64)p * AMR_ND + amr_dir(pe)];
             out = fc != AMR_NONE ? fc + j : (v | AMR_COARSER);
         }
-        if (nbr[(u64)b * AMR_ND + d] != out) { nbr[(u64)b * AMR_ND + d] = out; dirty[b] = 1; }
+        if (nbr[(u64)b * AMR_ND + d] != out) { nbr[(u64)b * AMR_ND + d] = out; dirty[b] = mesh_epoch(ctr); }
         break;
     }
     case MO_LEAF_MASKS:
@@ -270,16 +276,28 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         // first, then non-leaves from their children's cell masks.
         const u32 b = id_set[t / AMR_B], cell = t % AMR_B;
         const bool leaf = child[b] == AMR_NONE;
+        // The block's 3^D links, one a thread of the block (its cells are one warp in 3D and
+        // half of one in 2D; n is a multiple of B, so every thread of a block is here), put
+        // together with ballots: outside, coarser (as bits by direction), finer, leaf.
+        const u32 am = __activemask();
+        const u32 lane = threadIdx.x & 31u, d_mine = cell % 32u;
+        const u32 sh = AMR_B >= 32 ? 0u : lane / AMR_B * AMR_B;
+        const u32 grp = AMR_B >= 32 ? 0xffffffffu : ((1u << AMR_B) - 1u) << sh;
+        const bool has = d_mine < AMR_ND;
+        const u32 v = has ? nbr[(u64)b * AMR_ND + d_mine] : AMR_NONE;
+        const bool same = has && v != AMR_NONE && !(v & AMR_COARSER);
+        const bool v_leaf = same && child[v] == AMR_NONE;
+        const u32 outside = __ballot_sync(am, has && v == AMR_NONE) & grp;
+        const u32 coarser = (__ballot_sync(am, has && v != AMR_NONE && (v & AMR_COARSER)) & grp) >> sh;
+        const u32 finer = __ballot_sync(am, same && !v_leaf) & grp;
+        const u32 leaves = __ballot_sync(am, v_leaf) & grp;
         if (leaf != (op == MO_LEAF_MASKS)) return;
         unsigned char bits = leaf ? BM_LEAF : 0;
-        for (u32 d = 0; d < AMR_ND; d++) {
-            const u32 v = nbr[(u64)b * AMR_ND + d];
-            if (v == AMR_NONE) bits |= BM_BOUNDARY;
-            else if (v & AMR_COARSER) bits |= leaf ? BM_NEAR_COARSER : 0;
-            else if (leaf && child[v] != AMR_NONE) bits |= BM_NEAR_FINER;
-            else if (!leaf && child[v] == AMR_NONE) bits |= BM_FEEDS;
-        }
-        if (cell == 0 && bmask[b] != bits) { bmask[b] = bits; dirty[b] = 1; }
+        if (outside) bits |= BM_BOUNDARY;
+        if (leaf && coarser) bits |= BM_NEAR_COARSER;
+        if (leaf && finer) bits |= BM_NEAR_FINER;
+        if (!leaf && leaves) bits |= BM_FEEDS;
+        if (cell == 0 && bmask[b] != bits) { bmask[b] = bits; dirty[b] = mesh_epoch(ctr); }
         int c[3];
         amr_coords((int)cell, c);
         unsigned char out;
@@ -287,8 +305,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
             int g_min = 0x7fffffff;
             if (bits & BM_NEAR_COARSER) {
                 for (u32 d = 0; d < AMR_ND; d++) {
-                    const u32 v = nbr[(u64)b * AMR_ND + d];
-                    if (v == AMR_NONE || !(v & AMR_COARSER)) continue;
+                    if (!((coarser >> d) & 1u)) continue;
                     int e[3];
                     mesh_dir_offset((int)d, e);
                     int g = 0;
@@ -309,7 +326,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
                 out = m == CM_GHOST ? CM_POG : m == CM_INTERFACE ? CM_POI : CM_COVERED;
             }
         }
-        if (cmask[(u64)b * AMR_B + cell] != out) { cmask[(u64)b * AMR_B + cell] = out; dirty[b] = 1; }
+        if (cmask[(u64)b * AMR_B + cell] != out) { cmask[(u64)b * AMR_B + cell] = out; dirty[b] = mesh_epoch(ctr); }
         break;
     }
     }
@@ -396,7 +413,9 @@ extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ leve
     u32 o = 0;
     for (int l = 0; l < levels; l++) {
         const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
-        const u32 a = mesh_compact_into(s, id_set + ls, nl, lists + o, [](u32) { return true; });
+        // All of the level's blocks: a copy of its ID set (no scan).
+        for (u32 i = threadIdx.x; i < nl; i += 1024) lists[o + i] = id_set[ls + i];
+        const u32 a = nl;
         const u32 nc = mesh_compact_into(s, id_set + ls, nl, lists + o + a, [&](u32 b) { return (bmask[b] & BM_NEAR_COARSER) != 0; });
         const u32 fd = mesh_compact_into(s, id_set + ls, nl, lists + o + a + nc, [&](u32 b) { return (bmask[b] & BM_FEEDS) != 0; });
         if (threadIdx.x == 0) {

@@ -979,6 +979,52 @@ impl<L: Lat> AmrLbm<L> {
         Some(acc)
     }
 
+    /// The same sum as [`Self::tensor_sum`], added up in the order of the GPU's restriction
+    /// (kernels/amr.cu `amr_average`, a group of threads a cell): rows `j = ty + 4 tz` of the
+    /// taps (4 in 2D, 16 in 3D; rows beyond the taps add nothing) go to the group's `lanes`
+    /// (4 in 2D, 8 in 3D) in turn, each lane summing its rows' taps in order; then the lanes'
+    /// sums are added pairwise, lowest bit of the lane first.
+    fn tensor_sum_rows(
+        taps: &Taps,
+        origin: [i32; 3],
+        get: impl Fn([i32; 3]) -> Option<[f32; MAX_Q]>,
+        f_src: [f32; 3],
+        f_dst: [f32; 3],
+        r: f32,
+    ) -> Option<[f32; MAX_Q]> {
+        let (t, n) = taps;
+        let (rows, lanes) = if L::D == 3 { (16, 8) } else { (4, 4) };
+        let mut sums = [[0.0f32; MAX_Q]; 8];
+        for j in 0..rows {
+            let (ty, tz) = (j % 4, j / 4);
+            if ty >= n[1] || tz >= n[2] {
+                continue;
+            }
+            for tx in 0..n[0] {
+                let (ox, wx) = t[0][tx];
+                let (oy, wy) = t[1][ty];
+                let (oz, wz) = t[2][tz];
+                let g = get([origin[0] + ox, origin[1] + oy, origin[2] + oz])?;
+                let w = wx * wy * wz;
+                for i in 0..L::Q {
+                    sums[j % lanes][i] += w * g[i];
+                }
+            }
+        }
+        let mut s = 1;
+        while s < lanes {
+            for j in (0..lanes).step_by(2 * s) {
+                for i in 0..L::Q {
+                    sums[j][i] += sums[j + s][i];
+                }
+            }
+            s *= 2;
+        }
+        let mut acc = sums[0];
+        Self::rescale(&mut acc, f_src, f_dst, r);
+        Some(acc)
+    }
+
     /// The mean of the cells at `cells` that `get` has data for, moved from force `f_src` to
     /// `f_dst` with non-equilibrium factor `r`; `None` if it has none.
     fn mean_of_available(
@@ -1138,8 +1184,8 @@ impl<L: Lat> AmrLbm<L> {
                         // Where a corner of the tensor product holds no data (a ghost or solid cell),
                         // the plain average of the 2^D children, or the mean of the fluid ones.
                         let get = |kk: [i32; 3]| this.fine_cell(child, kk);
-                        let acc = Self::tensor_sum(&taps, f0, get, force_f, force_c, r)
-                            .or_else(|| Self::tensor_sum(&plain_taps(dims), f0, get, force_f, force_c, r))
+                        let acc = Self::tensor_sum_rows(&taps, f0, get, force_f, force_c, r)
+                            .or_else(|| Self::tensor_sum_rows(&plain_taps(dims), f0, get, force_f, force_c, r))
                             .or_else(|| Self::mean_of_available(children_offsets(dims, f0), get, force_f, force_c, r))?;
                         Some((id, cell, acc))
                     },

@@ -92,8 +92,15 @@ pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
     // gap + refined list, launch and transfer lists (3 C each).
     // The host copy's refresh: dirty flags and room to gather every row.
     let refresh = 1 + 3 + 3 * 4 + 2 * 4 + 2 * nd * 4 + 2 * b;
-    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh)) as u64
+    // The step's codes: 8 bytes a cell per 20 directions.
+    let codes = 8 * b * code_words(lattice.q());
+    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes)) as u64
         + 4 * mesh::CTR as u64
+}
+
+/// 64-bit words of a cell's step codes (kernels/amr.cu `AMR_CW`: 3 bits a direction, 20 a word).
+fn code_words(q: usize) -> usize {
+    q.div_ceil(20)
 }
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
@@ -111,6 +118,10 @@ pub struct AmrGpu {
     stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
+    codes_k: CudaFunction,
+    /// Per cell: what `amr_step` does with each direction (`amr_codes`, after every mesh
+    /// change), `code_words` words.
+    codes: CudaSlice<u64>,
     copy_k: CudaFunction,
     planes_k: CudaFunction,
     stats_k: CudaFunction,
@@ -164,6 +175,8 @@ pub struct AmrGpu {
     gap_lo: usize,
     /// Per block: its row changed since the host's copy last met the device's.
     dirty: CudaSlice<u8>,
+    /// The number of the device's last adaptation (1 ..= 255, cycling; kernels: `M_EPOCH`).
+    epoch: u8,
     gathered: mesh::Gathered,
     active: usize,
     level_start: Vec<u32>,
@@ -240,6 +253,7 @@ impl AmrGpu {
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
+        let codes_k = get("amr_codes")?;
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
@@ -264,6 +278,7 @@ impl AmrGpu {
             values: stream.alloc_zeros::<f32>(capacity).map_err(&a)?,
             f: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
             post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
+            codes: stream.alloc_zeros::<u64>(code_words(q) * b * capacity).map_err(&a)?,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
@@ -282,6 +297,7 @@ impl AmrGpu {
             gap_len: 0,
             gap_lo: 0,
             dirty: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
+            epoch: 0,
             gathered: mesh::Gathered::new(&stream, capacity, d).map_err(&a)?,
             active: 0,
             level_start: Vec::new(),
@@ -298,6 +314,7 @@ impl AmrGpu {
             stream,
             _module: module,
             step_k,
+            codes_k,
             copy_k,
             planes_k,
             stats_k,
@@ -665,6 +682,30 @@ impl AmrGpu {
         self.step_level(0, L::D)
     }
 
+    /// `amr_codes` over the active blocks: what each cell's step does per direction, from the
+    /// mesh as it is now; with `epoch` nonzero only for the blocks whose row or a same-level
+    /// neighbour's that adaptation changed (the others' codes still hold).
+    pub(super) fn work_out_codes(&mut self, dims: usize, epoch: u32) -> Result<(), SolverError> {
+        for lv in self.levels.clone() {
+            let (off, count) = lv.all;
+            if count == 0 {
+                continue;
+            }
+            let cells = count * BLOCK.pow(dims as u32);
+            let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let ids = self.lists.slice(off..off + count);
+            let count = count as u32;
+            let mut b = self.stream.launch_builder(&self.codes_k);
+            b.arg(&ids).arg(&count);
+            b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
+            b.arg(&self.dirty).arg(&epoch).arg(&mut self.codes);
+            // SAFETY: the arguments match amr_codes in kernels/amr.cu; the lists hold active IDs
+            // below the capacity the codes were allocated for; threads past count * B return.
+            unsafe { b.launch(cfg) }.map_err(derr("working out the step codes"))?;
+        }
+        Ok(())
+    }
+
     /// Upload a solver's parameter table where it changed.
     fn sync_params<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         let p = Self::params_of(lbm);
@@ -698,8 +739,10 @@ impl AmrGpu {
         if count == 0 {
             return Ok(());
         }
+        // amr_average's thread blocks take 64 cells each, the other kernels' 256.
+        let per_block = if let Kernel::Average = k { 64 } else { 256 };
         let cells = count * BLOCK.pow(dims as u32);
-        let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (cells.div_ceil(per_block) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let ids = self.lists.slice(off..off + count);
         let (count, l, ghosts) = (count as u32, l as u32, PROLONG_GHOSTS);
         let t0 = self.profile_start()?;
@@ -715,6 +758,9 @@ impl AmrGpu {
         }
         b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
         b.arg(&mut self.f).arg(&mut self.post).arg(&sel);
+        if let Kernel::Step = k {
+            b.arg(&self.codes);
+        }
         if let Kernel::Interpolate = k {
             b.arg(&ghosts).arg(&self.level).arg(&self.valid).arg(&self.fresh);
         }

@@ -132,10 +132,13 @@ impl AmrGpu {
     /// read back (one round trip a batch, not one a pass).
     fn fixed_point(&mut self, op: Mo, mut after: impl FnMut(&mut Self) -> Result<(), SolverError>) -> Result<Vec<u32>, SolverError> {
         let e = derr("balancing the forest");
+        // The reversion takes one thread per (block, child): each child's 3^D neighbours are
+        // one chain of lookups (all 2^D children's in one thread: 60 us a pass on the sphere).
+        let n = if let Mo::Revert = op { self.capacity << self.dims } else { self.capacity };
         loop {
             for _ in 0..FIXED_POINT_BATCH {
                 self.stream.memset_zeros(&mut self.ctr.slice_mut(M_CHANGED..M_CHANGED + 1)).map_err(&e)?;
-                self.mesh_op(op, self.capacity, 0)?;
+                self.mesh_op(op, n, 0)?;
             }
             after(self)?;
             let c = self.counters()?;
@@ -198,8 +201,10 @@ impl AmrGpu {
         // The data moves with the old lists: every level's in `f` first.
         self.settle()?;
         self.clear_counters()?;
+        // This adaptation's number: the rows it changes are marked with it.
+        self.epoch = self.epoch % 255 + 1;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
-        self.mesh_op(Mo::Sanitise, cap, 0)?;
+        self.mesh_op(Mo::Sanitise, cap, u32::from(self.epoch))?;
         let c = self.fixed_point(Mo::Closure, |_| Ok(()))?;
         if c[M_ANY] == 0 {
             // Nothing to refine or coarsen (the usual case in a settled flow): one round trip.
@@ -285,7 +290,7 @@ impl AmrGpu {
             // SAFETY: one thread per cell of the refined blocks' children (rl holds nr IDs).
             unsafe { b.launch(threads(n as usize)) }.map_err(&e)?;
         }
-        let c = self.build_lists()?;
+        let c = self.build_lists(u32::from(self.epoch))?;
         self.phase(2, &mut t)?;
         self.level_start = c[M_LEVEL_START..=M_LEVEL_START + M_LEVELS].to_vec();
         if move_data {
@@ -302,8 +307,10 @@ impl AmrGpu {
 
     /// The stepping's launch lists from the device's ID sets (level starts in the counters)
     /// and block masks, and after an adaptation the transfer's level groups
-    /// (`amr_mesh_lists`); sets the per-level [`Lists`] and returns the counters.
-    pub(super) fn build_lists(&mut self) -> Result<Vec<u32>, SolverError> {
+    /// (`amr_mesh_lists`); sets the per-level [`Lists`], works out the step's codes (of the
+    /// blocks next to a row the adaptation `epoch` changed; 0: of every block) and returns
+    /// the counters.
+    pub(super) fn build_lists(&mut self, epoch: u32) -> Result<Vec<u32>, SolverError> {
         let mut b = self.stream.launch_builder(&self.lists_k);
         b.arg(&self.level).arg(&self.child).arg(&self.bmask).arg(&self.id_set).arg(&self.rl);
         b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr);
@@ -320,6 +327,9 @@ impl AmrGpu {
             let p = |i: usize| (r[2 * i] as usize, r[2 * i + 1] as usize);
             self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2) });
         }
+        // Every list change is a mesh change (an upload or an adaptation, obstacle flags of
+        // new children included): the step's codes follow it.
+        self.work_out_codes(self.dims, epoch)?;
         Ok(c)
     }
 
@@ -332,7 +342,7 @@ impl AmrGpu {
         self.stream.memcpy_htod(&ls, &mut self.ctr.slice_mut(M_LEVEL_START..M_LEVEL_START + ls.len())).map_err(&e)?;
         let hw = [high_water];
         self.stream.memcpy_htod(&hw, &mut self.ctr.slice_mut(M_HW..=M_HW)).map_err(&e)?;
-        self.build_lists().map(|_| ())
+        self.build_lists(0).map(|_| ())
     }
 
     /// Adapt the device's forest and DDFs to the criterion, the mesh staying on the device:
