@@ -59,7 +59,7 @@
 #define M_LEVELS 16
 
 // Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells;
-// MO_REVERT: blocks x children).
+// MO_REVERT: blocks x children; MO_FREE: freed children x (links + 1)).
 #define MO_SANITISE 0
 #define MO_CLOSURE 1
 #define MO_CANCEL 2
@@ -185,16 +185,23 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         break;
     }
     case MO_FREE: {
-        // Child j of coarsened block i goes back to the gap set (arg: its length before).
-        const u32 i = t / AMR_K, j = t % AMR_K;
+        // Child j of coarsened block i goes back to the gap set (arg: its length before). One
+        // thread per (child, link d) clears the links, one more (d = ND) the rest: a thread a
+        // child ran on a few SMs, bound by their scattered stores (24 us on the sphere).
+        const u32 r = t / (AMR_ND + 1), d = t % (AMR_ND + 1);
+        const u32 i = r / AMR_K, j = r % AMR_K;
         const u32 c0 = child[xl[i]], c = c0 + j;
+        if (d < AMR_ND) {
+            nbr[(u64)c * AMR_ND + d] = AMR_NONE;
+            nbr_child[(u64)c * AMR_ND + d] = AMR_NONE;
+            return;
+        }
         state[c] = ST_INACTIVE;
         parent[c] = AMR_NONE;
         child[c] = AMR_NONE;
         level[c] = 0;
         pos[3 * c] = pos[3 * c + 1] = pos[3 * c + 2] = 0;
         bmask[c] = 0;
-        for (u32 d = 0; d < AMR_ND; d++) { nbr[(u64)c * AMR_ND + d] = AMR_NONE; nbr_child[(u64)c * AMR_ND + d] = AMR_NONE; }
         gap[arg + i * AMR_K + j] = c0 + (AMR_K - 1 - j);
         dirty[c] = mesh_epoch(ctr);
         break;

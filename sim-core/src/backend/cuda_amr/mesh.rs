@@ -258,7 +258,7 @@ impl AmrGpu {
         // Free, allocate, clear the marks.
         self.gap_lo = self.gap_lo.min(self.gap_len);
         self.mesh_op(Mo::Fresh, cap, 0)?;
-        self.mesh_op(Mo::Free, nc * k, self.gap_len as u32)?;
+        self.mesh_op(Mo::Free, nc * k * (nd + 1), self.gap_len as u32)?;
         self.mesh_op(Mo::FreeParent, nc, 0)?;
         self.gap_len += nc * k;
         self.mesh_op(Mo::Alloc, nr * k, self.gap_len as u32)?;
