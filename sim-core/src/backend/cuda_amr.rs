@@ -22,7 +22,7 @@ use crate::lattice::{Lat, Lattice};
 use crate::precision::Precision;
 use crate::schemes::Scheme;
 use crate::solver::SolverError;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
 mod frame;
@@ -103,6 +103,10 @@ fn code_words(q: usize) -> usize {
     q.div_ceil(20)
 }
 
+/// A level's stream during coarse steps, and its events: the coarser level's work before it
+/// (the last restriction), its own work before the restriction into the coarser level.
+type LevelStream = (Arc<CudaStream>, Arc<CudaEvent>, Arc<CudaEvent>);
+
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
 /// (ghost interpolation), those whose cells feed a coarser leaf (restriction).
 #[derive(Clone, Copy, Default)]
@@ -116,6 +120,12 @@ struct Lists {
 pub struct AmrGpu {
     _ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Per level l >= 1 (at l - 1), made on first use: the stream its interpolation and steps
+    /// (and the finer levels') run on, beside the coarser level's step (`step_level`), and
+    /// two events to hand work over between them. Empty with the profile knob, or with
+    /// `ESOFLOW_AMR_SERIAL=1`: everything on `stream`.
+    level_streams: Vec<LevelStream>,
+    concurrent: bool,
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
     codes_k: CudaFunction,
@@ -238,6 +248,12 @@ impl AmrGpu {
     pub fn new(lattice: Lattice, capacity: usize) -> Result<AmrGpu, SolverError> {
         super::cuda::probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
+        // SAFETY: the slices are made after this call; they are used on `stream` and, during
+        // a coarse step, on the level streams, whose hand-overs step_level orders with events
+        // itself (cudarc's tracking would order every launch after the last use of the DDF
+        // buffers, which every level shares), and everything on a level stream is waited for
+        // on `stream` before the step returns.
+        unsafe { ctx.disable_event_tracking() };
         let dev = device_info(&ctx).map_err(SolverError::Backend)?;
         let need = device_bytes(lattice, capacity);
         if need as f64 > dev.mem.0 as f64 * 0.95 {
@@ -310,6 +326,9 @@ impl AmrGpu {
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
             phases: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([0.0; 5]),
             refreshes: (0, 0),
+            level_streams: Vec::new(),
+            concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
+                && std::env::var("ESOFLOW_AMR_SERIAL").as_deref() != Ok("1"),
             _ctx: ctx,
             stream,
             _module: module,
@@ -679,7 +698,24 @@ impl AmrGpu {
     /// CUDA launch errors.
     pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.sync_params(lbm)?;
-        self.step_level(0, L::D)
+        let main = self.stream.clone();
+        self.step_level(0, L::D, &main)
+    }
+
+    /// The stream level `l` (>= 1) runs on during a coarse step and its hand-over events
+    /// (`None`: the caller's stream, serial).
+    fn level_stream(&mut self, l: usize) -> Result<Option<LevelStream>, SolverError> {
+        if !self.concurrent {
+            return Ok(None);
+        }
+        let e = derr("making a stream for a level");
+        while self.level_streams.len() < l {
+            let ctx = self.stream.context();
+            let s = ctx.new_stream().map_err(&e)?;
+            let (before, after) = (ctx.new_event(None).map_err(&e)?, ctx.new_event(None).map_err(&e)?);
+            self.level_streams.push((s, Arc::new(before), Arc::new(after)));
+        }
+        Ok(Some(self.level_streams[l - 1].clone()))
     }
 
     /// `amr_codes` over the active blocks: what each cell's step does per direction, from the
@@ -716,26 +752,55 @@ impl AmrGpu {
         Ok(())
     }
 
-    fn step_level(&mut self, l: usize, dims: usize) -> Result<(), SolverError> {
+    /// One step of level `l` on stream `s`, with the finer levels' two steps each (seed 004's
+    /// recursion). The finer level runs on a stream of its own beside this level's step: its
+    /// ghost interpolation reads this level's data as it was before the step (the step writes
+    /// the other buffer), and its steps touch only its own blocks; the restriction into this
+    /// level waits for both.
+    fn step_level(&mut self, l: usize, dims: usize, s: &Arc<CudaStream>) -> Result<(), SolverError> {
+        let e = derr("ordering the levels' streams");
         let finer = l + 1 < self.levels.len();
+        let side = if finer { self.level_stream(l + 1)? } else { None };
         if finer {
             let sel = u32::from(self.odd[l]) | u32::from(self.odd[l + 1]) << 1;
-            self.launch(Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims, sel)?;
+            let fs = match &side {
+                Some((fs, before, _)) => {
+                    // What came before on this level's stream (the last restriction) first.
+                    before.record(s).map_err(&e)?;
+                    fs.wait(before).map_err(&e)?;
+                    fs.clone()
+                }
+                None => s.clone(),
+            };
+            self.launch(&fs, Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims, sel)?;
         }
-        self.launch(Kernel::Step, l, self.levels[l].all, dims, u32::from(self.odd[l]))?;
+        self.launch(s, Kernel::Step, l, self.levels[l].all, dims, u32::from(self.odd[l]))?;
         self.odd[l] = !self.odd[l];
         if finer {
-            self.step_level(l + 1, dims)?;
-            self.step_level(l + 1, dims)?;
+            let fs = side.as_ref().map_or_else(|| s.clone(), |x| x.0.clone());
+            self.step_level(l + 1, dims, &fs)?;
+            self.step_level(l + 1, dims, &fs)?;
+            if let Some((fs, _, after)) = &side {
+                after.record(fs).map_err(&e)?;
+                s.wait(after).map_err(&e)?;
+            }
             let sel = u32::from(self.odd[l + 1]) | u32::from(self.odd[l]) << 1;
-            self.launch(Kernel::Average, l + 1, self.levels[l].feeds, dims, sel)?;
+            self.launch(s, Kernel::Average, l + 1, self.levels[l].feeds, dims, sel)?;
         }
         Ok(())
     }
 
     /// Launch a stepping kernel over a range of the launch lists; `sel` picks the DDF buffers
     /// (the kernels' `sel`).
-    fn launch(&mut self, k: Kernel, l: usize, (off, count): (usize, usize), dims: usize, sel: u32) -> Result<(), SolverError> {
+    fn launch(
+        &mut self,
+        s: &Arc<CudaStream>,
+        k: Kernel,
+        l: usize,
+        (off, count): (usize, usize),
+        dims: usize,
+        sel: u32,
+    ) -> Result<(), SolverError> {
         if count == 0 {
             return Ok(());
         }
@@ -746,7 +811,6 @@ impl AmrGpu {
         let ids = self.lists.slice(off..off + count);
         let (count, l, ghosts) = (count as u32, l as u32, PROLONG_GHOSTS);
         let t0 = self.profile_start()?;
-        let s = &self.stream;
         let mut b = match k {
             Kernel::Step => s.launch_builder(&self.step_k),
             Kernel::Interpolate => s.launch_builder(&self.interpolate),
