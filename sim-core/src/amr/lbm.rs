@@ -950,7 +950,7 @@ impl<L: Lat> AmrLbm<L> {
     /// from `get`, moved from force `f_src` to `f_dst` with non-equilibrium factor `r`
     /// ([`Self::rescale`], once on the sum: the weights sum to 1, and rescaling each tap would
     /// cost a moment and two equilibria per tap for a difference of the interpolation error's
-    /// order); `None` if `get` has no data for one of them.
+    /// order); `None` if `get` has no data for one of them. Added up tap by tap, z outermost.
     fn tensor_sum(
         taps: &Taps,
         origin: [i32; 3],
@@ -959,31 +959,11 @@ impl<L: Lat> AmrLbm<L> {
         f_dst: [f32; 3],
         r: f32,
     ) -> Option<[f32; MAX_Q]> {
-        let (t, n) = taps;
-        let mut acc = [0.0f32; MAX_Q];
-        for tz in 0..n[2] {
-            for ty in 0..n[1] {
-                for tx in 0..n[0] {
-                    let (ox, wx) = t[0][tx];
-                    let (oy, wy) = t[1][ty];
-                    let (oz, wz) = t[2][tz];
-                    let g = get([origin[0] + ox, origin[1] + oy, origin[2] + oz])?;
-                    let w = wx * wy * wz;
-                    for i in 0..L::Q {
-                        acc[i] += w * g[i];
-                    }
-                }
-            }
-        }
-        Self::rescale(&mut acc, f_src, f_dst, r);
-        Some(acc)
+        Self::tensor_sum_in_lanes(taps, origin, get, f_src, f_dst, r, 1)
     }
 
-    /// The same sum as [`Self::tensor_sum`], added up in the order of the GPU's restriction
-    /// (kernels/amr.cu `amr_average`, a group of threads a cell): rows `j = ty + 4 tz` of the
-    /// taps (4 in 2D, 16 in 3D; rows beyond the taps add nothing) go to the group's `lanes`
-    /// (4 in 2D, 8 in 3D) in turn, each lane summing its rows' taps in order; then the lanes'
-    /// sums are added pairwise, lowest bit of the lane first.
+    /// The same sum added up in the order of the GPU's restriction (kernels/amr.cu
+    /// `amr_average`, a group of 4 threads a cell in 2D, 8 in 3D).
     fn tensor_sum_rows(
         taps: &Taps,
         origin: [i32; 3],
@@ -992,8 +972,24 @@ impl<L: Lat> AmrLbm<L> {
         f_dst: [f32; 3],
         r: f32,
     ) -> Option<[f32; MAX_Q]> {
+        Self::tensor_sum_in_lanes(taps, origin, get, f_src, f_dst, r, if L::D == 3 { 8 } else { 4 })
+    }
+
+    /// [`Self::tensor_sum`] over `lanes` (a power of two, at most 8) partial sums: rows
+    /// `j = ty + 4 tz` of the taps (4 in 2D, 16 in 3D; rows beyond the taps add nothing) go to
+    /// lane `j % lanes`, each lane adding its rows' taps in order; then the lanes' sums are
+    /// added pairwise, lowest bit of the lane first. One lane is the plain tap-by-tap order.
+    fn tensor_sum_in_lanes(
+        taps: &Taps,
+        origin: [i32; 3],
+        get: impl Fn([i32; 3]) -> Option<[f32; MAX_Q]>,
+        f_src: [f32; 3],
+        f_dst: [f32; 3],
+        r: f32,
+        lanes: usize,
+    ) -> Option<[f32; MAX_Q]> {
         let (t, n) = taps;
-        let (rows, lanes) = if L::D == 3 { (16, 8) } else { (4, 4) };
+        let rows = if L::D == 3 { 16 } else { 4 };
         let mut sums = [[0.0f32; MAX_Q]; 8];
         for j in 0..rows {
             let (ty, tz) = (j % 4, j / 4);
