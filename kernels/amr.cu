@@ -644,7 +644,7 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f
 // the group's thread j sums the taps of rows j, j + G, ... (row ty + 4 tz: (ty, tz) of the
 // tensor product) in order, the first 2 D threads check whether the fine cells beyond the
 // children hold data (the taps per axis), and the threads' sums are added pairwise across the
-// group (lowest bit of j first: lbm.rs tensor_sum_rows adds them in the same order; the
+// group (lowest bit of j first: lbm.rs tensor_sum_in_lanes adds them in the same order; the
 // plain average, where a cell of the taps holds no data, goes through the group the same
 // way). One thread a cell walked 64 taps of dependent mesh lookups and loads one after another (ncu:
 // 69 us, 9 active threads a warp; 16 threads a cell, one row each: 40 us).

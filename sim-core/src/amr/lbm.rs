@@ -962,18 +962,9 @@ impl<L: Lat> AmrLbm<L> {
         Self::tensor_sum_in_lanes(taps, origin, get, f_src, f_dst, r, 1)
     }
 
-    /// The same sum added up in the order of the GPU's restriction (kernels/amr.cu
-    /// `amr_average`, a group of 4 threads a cell in 2D, 8 in 3D).
-    fn tensor_sum_rows(
-        taps: &Taps,
-        origin: [i32; 3],
-        get: impl Fn([i32; 3]) -> Option<[f32; MAX_Q]>,
-        f_src: [f32; 3],
-        f_dst: [f32; 3],
-        r: f32,
-    ) -> Option<[f32; MAX_Q]> {
-        Self::tensor_sum_in_lanes(taps, origin, get, f_src, f_dst, r, if L::D == 3 { 8 } else { 4 })
-    }
+    /// Lanes of the GPU's restriction (kernels/amr.cu `amr_average`: a group of 4 threads a
+    /// cell in 2D, 8 in 3D): [`Self::average`] adds its sums in their order.
+    const RESTRICTION_LANES: usize = if L::D == 3 { 8 } else { 4 };
 
     /// [`Self::tensor_sum`] over `lanes` (a power of two, at most 8) partial sums: rows
     /// `j = ty + 4 tz` of the taps (4 in 2D, 16 in 3D; rows beyond the taps add nothing) go to
@@ -1180,8 +1171,9 @@ impl<L: Lat> AmrLbm<L> {
                         // Where a corner of the tensor product holds no data (a ghost or solid cell),
                         // the plain average of the 2^D children, or the mean of the fluid ones.
                         let get = |kk: [i32; 3]| this.fine_cell(child, kk);
-                        let acc = Self::tensor_sum_rows(&taps, f0, get, force_f, force_c, r)
-                            .or_else(|| Self::tensor_sum_rows(&plain_taps(dims), f0, get, force_f, force_c, r))
+                        let lanes = Self::RESTRICTION_LANES;
+                        let acc = Self::tensor_sum_in_lanes(&taps, f0, get, force_f, force_c, r, lanes)
+                            .or_else(|| Self::tensor_sum_in_lanes(&plain_taps(dims), f0, get, force_f, force_c, r, lanes))
                             .or_else(|| Self::mean_of_available(children_offsets(dims, f0), get, force_f, force_c, r))?;
                         Some((id, cell, acc))
                     },
@@ -1254,14 +1246,14 @@ mod tests {
                 }
                 let (fs, fd) = ([1e-6, 0.0, 0.0], [0.0, 2e-6, 0.0]);
                 let serial = AmrLbm::<L>::tensor_sum(&taps, [1, 2, 1], get, fs, fd, 0.7).unwrap();
-                let rows = AmrLbm::<L>::tensor_sum_rows(&taps, [1, 2, 1], get, fs, fd, 0.7).unwrap();
+                let rows = AmrLbm::<L>::tensor_sum_in_lanes(&taps, [1, 2, 1], get, fs, fd, 0.7, AmrLbm::<L>::RESTRICTION_LANES).unwrap();
                 for i in 0..L::Q {
                     assert!((serial[i] - rows[i]).abs() <= 1e-6 * serial[i].abs(), "D{}: {i}: {} vs {}", L::D, serial[i], rows[i]);
                 }
                 // A cell inside every one of these stencils without data: both fail.
                 let hole = |k: [i32; 3]| if k == [2, 3, 1] { None } else { get(k) };
                 assert!(AmrLbm::<L>::tensor_sum(&taps, [1, 2, 1], hole, fs, fd, 0.7).is_none());
-                assert!(AmrLbm::<L>::tensor_sum_rows(&taps, [1, 2, 1], hole, fs, fd, 0.7).is_none());
+                assert!(AmrLbm::<L>::tensor_sum_in_lanes(&taps, [1, 2, 1], hole, fs, fd, 0.7, AmrLbm::<L>::RESTRICTION_LANES).is_none());
             }
         }
         check::<D2Q9>();
