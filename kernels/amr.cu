@@ -6,7 +6,7 @@
 // dense kernels' device functions.
 //
 // Layout (as AmrLbm stores it; capacity C blocks, B = 4^D cells a block, ND = 3^D directions):
-//   fa, fb         C * Q * B floats, value i of cell c of block id at (id * Q + i) * B + c; a
+//   fa, fb         C * Q * B values (fpxx), value i of cell c of block id at (id * Q + i) * B + c; a
 //                  level's data is in one of the two (it moves to the other with each step)
 //   pos            C * 3 ints, the block's position in blocks of its level
 //   parent, child  C u32, NONE for roots / leaves; children are child .. child + 2^D
@@ -119,15 +119,18 @@ __device__ __forceinline__ long long amr_cell_at(const AmrMesh& m, u32 p, const 
     return ok ? at : -1;
 }
 
-__device__ __forceinline__ void amr_load(const float* __restrict__ f, long long at, float* g) {
+// The DDF buffers hold shifted DDFs in the storage format (fpxx, common.cuh DEF_STORE: FP32,
+// FP16S or FP16C); arithmetic is FP32: values are decoded on load and encoded on store, and
+// copied as they are where they only move (lbm.rs, "Storage precision").
+__device__ __forceinline__ void amr_load(const fpxx* __restrict__ f, long long at, float* g) {
     const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
 #pragma unroll
-    for (int i = 0; i < DEF_Q; i++) g[i] = f[base + (u64)i * AMR_B];
+    for (int i = 0; i < DEF_Q; i++) g[i] = dec(f[base + (u64)i * AMR_B]);
 }
-__device__ __forceinline__ void amr_store(float* __restrict__ f, long long at, const float* g) {
+__device__ __forceinline__ void amr_store(fpxx* __restrict__ f, long long at, const float* g) {
     const u64 base = (u64)(at / AMR_B) * DEF_Q * AMR_B + (u64)(at % AMR_B);
 #pragma unroll
-    for (int i = 0; i < DEF_Q; i++) f[base + (u64)i * AMR_B] = g[i];
+    for (int i = 0; i < DEF_Q; i++) f[base + (u64)i * AMR_B] = enc(g[i]);
 }
 
 // Move DDFs from a level with force fs to one with fd, the non-equilibrium part scaled by r
@@ -172,7 +175,7 @@ __device__ __forceinline__ void taps_plain(AmrTaps& t) {
 // neighbours), AmrRegionCells from a 4^D tile of cells in shared memory (amr_interpolate).
 struct AmrGlobalCells {
     const AmrMesh& m;
-    const float* __restrict__ f;
+    const fpxx* __restrict__ f;
     u32 p;
     bool ghosts;
     __device__ bool has(const int* k) const { return amr_cell_at(m, p, k, ghosts) >= 0; }
@@ -226,7 +229,7 @@ __device__ bool amr_tensor_sum(const Cells& cells, const AmrTaps& t, const int* 
     amr_rescale(acc, fs, fd, r);
     return true;
 }
-__device__ bool amr_tensor_sum(const AmrMesh& m, const float* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
+__device__ bool amr_tensor_sum(const AmrMesh& m, const fpxx* __restrict__ f, const AmrTaps& t, u32 p, const int* org, bool ghosts, const float* fallback, const float* fs, const float* fd, float r, float* acc) {
     return amr_tensor_sum(AmrGlobalCells{m, f, p, ghosts}, t, org, fallback, fs, fd, r, acc);
 }
 
@@ -257,7 +260,7 @@ __device__ bool amr_mean(const Cells& cells, const int* org, int mode, const flo
     amr_rescale(acc, fs, fd, r);
     return true;
 }
-__device__ bool amr_mean(const AmrMesh& m, const float* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
+__device__ bool amr_mean(const AmrMesh& m, const fpxx* __restrict__ f, u32 p, const int* org, int mode, bool ghosts, const float* fs, const float* fd, float r, float* acc) {
     return amr_mean(AmrGlobalCells{m, f, p, ghosts}, org, mode, fs, fd, r, acc);
 }
 
@@ -390,11 +393,11 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #ifndef AMR_AVG_MINB
 #define AMR_AVG_MINB 2
 #endif
-extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, float* fa, float* fb, const u32 sel, const unsigned long long* __restrict__ codes) {
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const unsigned long long* __restrict__ codes) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
-    const float* __restrict__ src = (sel & 1u) ? fb : fa;
-    float* __restrict__ dst = (sel & 1u) ? fa : fb;
+    const fpxx* __restrict__ src = (sel & 1u) ? fb : fa;
+    fpxx* __restrict__ dst = (sel & 1u) ? fa : fb;
     const u32 id = ids[t / AMR_B];
     const int cell = (int)(t % AMR_B);
     const u64 own = (u64)id * DEF_Q * AMR_B + cell;
@@ -435,14 +438,14 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         const int i = (int)opposite((u32)k);
         const u64 out = own + (u64)i * AMR_B;
         if (code == AMR_C_SAME) {
-            dst[own + (u64)k * AMR_B + (ck[0] + 4 * ck[1] + 16 * ck[2])] = g[k];
+            dst[own + (u64)k * AMR_B + (ck[0] + 4 * ck[1] + 16 * ck[2])] = enc(g[k]);
         } else if (code == AMR_C_NEXT) {
             int e[3], sv[3];
             amr_offset(c, ck, e, sv);
             const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
-            dst[((u64)link * DEF_Q + k) * AMR_B + amr_cell(sv[0], sv[1], sv[2])] = g[k];
+            dst[((u64)link * DEF_Q + k) * AMR_B + amr_cell(sv[0], sv[1], sv[2])] = enc(g[k]);
         } else if (code == AMR_C_BOUNCE) {
-            dst[out] = g[k];
+            dst[out] = enc(g[k]);
         } else if (code == AMR_C_COARSER) {
             dst[out] = src[out];
         } else {
@@ -473,12 +476,12 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                     eq[0] = rho_out - 1.0f;
                     have_eq = true;
                 }
-                dst[out] = equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]);
+                dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
             } else {
                 float cu = 0.0f;
                 for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
                 cu = cu / (float)walls;
-                dst[out] = g[k] + 6.0f * lat_w(i) * cu;
+                dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);
             }
         }
     }
@@ -486,7 +489,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
 
 // Copy the DDFs of blocks `ids` from `src` to `dst` (a level's data back into the buffer the
 // rest of the forest is in; AmrGpu::settle).
-extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count, const float* __restrict__ src, float* __restrict__ dst) {
+extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count, const fpxx* __restrict__ src, fpxx* __restrict__ dst) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 per = (u64)DEF_Q * AMR_B;
     if (t >= (u64)count * per) return;
@@ -565,7 +568,7 @@ __device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32
 // mesh, AmrGlobalCells, without its 27 mesh lookups and loads a cell). The parent level's
 // DDFs are read from fa or fb (sel bit 0), the filled cells' written to fa or fb (sel bit 1).
 // Launched with 256 threads a thread block.
-extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
+extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
     __shared__ float tile_v[256 / AMR_B][DEF_Q * AMR_B];
     __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -587,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
     if (!__syncthreads_or(mine)) return;
     AmrRegionCells tile = {tile_v[lb], tile_h[lb], {0, 0, 0}};
     if (in) {
-        const float* f = (sel & 1u) ? fb : fa;
+        const fpxx* f = (sel & 1u) ? fb : fa;
         int c[3], k[3] = {0, 0, 0};
         amr_coords(cell, c);
         for (int a = 0; a < DEF_D; a++) {
@@ -599,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         if (src >= 0) {
             const u64 base = (u64)(src / AMR_B) * DEF_Q * AMR_B + (u64)(src % AMR_B);
 #pragma unroll
-            for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = f[base + (u64)i * AMR_B];
+            for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = dec(f[base + (u64)i * AMR_B]);
         }
     }
     __syncthreads();
@@ -619,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
 // The restriction of cell `cell` of block id (level lc) from its children with the plain
 // average (rescaled by 2 tau_lc / tau_{lc+1}), else the mean of its fine cells that hold data.
 // False if none does.
-__device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f, const float* __restrict__ prm, u32 lc, u32 id, int cell, float* out) {
+__device__ bool amr_restrict_plain(const AmrMesh& m, const fpxx* __restrict__ f, const float* __restrict__ prm, u32 lc, u32 id, int cell, float* out) {
     float tf, tc, ff[3], fc[3];
     amr_level(prm, lc + 1, tf, ff);
     amr_level(prm, lc, tc, fc);
@@ -655,7 +658,7 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const float* __restrict__ f
 #define AMR_AVG_G 4
 #endif
 #endif
-extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, float* fa, float* fb, const u32 sel) {
+extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel) {
     __shared__ unsigned char todo[64];
     __shared__ u32 wmask[2];
     const u32 b0 = blockIdx.x * (64 / AMR_B);
@@ -683,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = 2.0f * tc / tf;
-    const float* f = (sel & 1u) ? fb : fa;
+    const fpxx* f = (sel & 1u) ? fb : fa;
     const int lane = tid % AMR_AVG_G;
     const int first = (tid & 31) - lane;  // the group's first lane in its warp
     for (u32 w0 = 0; w0 < n; w0 += 256 / AMR_AVG_G) {
@@ -752,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
                         const float wt = taps.w[0][tx] * taps.w[1][ty] * taps.w[2][tz];
                         const u64 base = (u64)(at[row][tx] / AMR_B) * DEF_Q * AMR_B + (u64)(at[row][tx] % AMR_B);
 #pragma unroll
-                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * f[base + (u64)i * AMR_B];
+                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * dec(f[base + (u64)i * AMR_B]);
                     }
                 }
             }
@@ -778,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
 // velocity with half the level's force) from the leaves among blocks `ids` (level l, finest
 // level lmax): each leaf cell fills the 2^(lmax - l) finest cells per axis it covers (the
 // solver's fill_fields); the finest grid's obstacle cells (`flags` nonzero) get rho 1, u 0.
-extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 count, const u32 l, const u32 lmax, const float* __restrict__ prm, const int* __restrict__ pos, const u32* __restrict__ child, const float* __restrict__ f, const unsigned char* __restrict__ flags, const u32 nx, const u32 ny, const u32 nz, float* __restrict__ planes) {
+extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 count, const u32 l, const u32 lmax, const float* __restrict__ prm, const int* __restrict__ pos, const u32* __restrict__ child, const fpxx* __restrict__ f, const unsigned char* __restrict__ flags, const u32 nx, const u32 ny, const u32 nz, float* __restrict__ planes) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];
@@ -817,7 +820,7 @@ extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 cou
 // out[3 ..] the momentum exchanged with solid cells of same-level neighbours (lbm.rs
 // obstacle_force). The sums are double atomics: the host's numbers up to the order of the
 // additions. 256 threads a thread block.
-extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const float* __restrict__ fa, const float* __restrict__ fb, const u32 odd, const u32 forces, double* out) {
+extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const fpxx* __restrict__ fa, const fpxx* __restrict__ fb, const u32 odd, const u32 forces, double* out) {
     __shared__ double red[4][256];
     __shared__ double top[256];
     __shared__ int any_bad;
@@ -830,7 +833,7 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
         const int cell = (int)(t % AMR_B);
         const u64 at = (u64)id * AMR_B + cell;
         const u32 l = level[id];
-        const float* __restrict__ f = ((odd >> l) & 1u) ? fb : fa;
+        const fpxx* __restrict__ f = ((odd >> l) & 1u) ? fb : fa;
         const bool leaf = child[id] == AMR_NONE, fluid = !solid[at];
         const u64 own = (u64)id * DEF_Q * AMR_B + cell;
         if (leaf && fluid) {
@@ -859,7 +862,7 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
                 amr_offset(c, ci, e, sv);
                 const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
                 if (link == AMR_NONE || (link & AMR_COARSER) || !solid[(u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2])]) continue;
-                const double back = (double)(f[own + (u64)opposite((u32)i) * AMR_B] + lat_w(i));
+                const double back = (double)(dec(f[own + (u64)opposite((u32)i) * AMR_B]) + lat_w(i));
 #pragma unroll
                 for (int a = 0; a < DEF_D; a++) fr[a] += 2.0 * back * (double)ci[a] * scale;
             }
@@ -895,7 +898,7 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
 // cells of every leaf among `ids` (one thread block of B threads per listed block), per unit
 // time of level 0, with velocity differences inside the block (central, one-sided at its
 // faces; solid cells at rest). Non-leaves get 0.
-extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 q_crit, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const float* __restrict__ f, float* __restrict__ out) {
+extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 q_crit, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const fpxx* __restrict__ f, float* __restrict__ out) {
     __shared__ float u[3][AMR_B];
     __shared__ float best[AMR_B];
     const u32 id = ids[blockIdx.x];
@@ -968,7 +971,7 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
 #define XF_LEAF_MARK 6   // the same cells marked current (a pass of its own: XF_LEAF reads flags)
 #define XF_PARENT 7      // non-leaves: stale stepped or averaged cells from their children
 
-extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, float* f) {
+extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, fpxx* f) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];

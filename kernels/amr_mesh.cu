@@ -86,20 +86,33 @@ __device__ __forceinline__ void mesh_dir_offset(int d, int* e) {
     for (int a = 0; a < DEF_D; a++) { e[a] = d % 3 - 1; d /= 3; }
 }
 
-// Exclusive prefix of v over the threads of a block of 1024 (s: 1024 shared words); the total
-// in *total. Every thread must call it.
+// Exclusive prefix of v over the threads of a block of 1024 (s: 1024 shared words, of which
+// it uses 33); the total in *total. Every thread must call it. Warp scans by shuffles, then a
+// scan of the 32 warp sums: three barriers (the plain shared-memory scan took twenty, and
+// the lists and ID sets run several scans an adaptation).
 __device__ u32 mesh_block_scan(u32* s, u32 v, u32* total) {
-    const u32 t = threadIdx.x;
-    s[t] = v;
-    __syncthreads();
-    for (u32 off = 1; off < 1024; off <<= 1) {
-        const u32 x = t >= off ? s[t - off] : 0u;
-        __syncthreads();
-        s[t] += x;
-        __syncthreads();
+    const u32 t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    u32 x = v;
+#pragma unroll
+    for (u32 off = 1; off < 32; off <<= 1) {
+        const u32 y = __shfl_up_sync(0xffffffffu, x, off);
+        if (lane >= off) x += y;
     }
-    const u32 incl = s[t];
-    *total = s[1023];
+    if (lane == 31) s[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        u32 w = s[lane];
+#pragma unroll
+        for (u32 off = 1; off < 32; off <<= 1) {
+            const u32 y = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off) w += y;
+        }
+        s[lane] = w;
+        if (lane == 31) s[32] = w;
+    }
+    __syncthreads();
+    const u32 incl = x + (warp > 0 ? s[warp - 1] : 0u);
+    *total = s[32];
     __syncthreads();
     return incl - v;
 }
@@ -496,7 +509,7 @@ extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restri
 // at least half of the finest-grid cells under it are obstacle cells; domain level dl), over
 // the refined blocks rl[0 .. count / (K B)); a cell whose flag changes is set to rest (zero), as
 // lbm.rs update_solids does.
-extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restrict__ rl, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const u32 dl, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, unsigned char* solid, float* f) {
+extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restrict__ rl, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const u32 dl, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, unsigned char* solid, fpxx* f) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count) return;
     const u32 cell = t % AMR_B, c = child[rl[t / (AMR_B * AMR_K)]] + (t / AMR_B) % AMR_K;
@@ -520,7 +533,7 @@ extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restric
     const u64 at = (u64)c * AMR_B + cell;
     if (solid[at] != sol) {
         solid[at] = sol;
-        for (int i = 0; i < DEF_Q; i++) f[((u64)c * DEF_Q + i) * AMR_B + cell] = 0.0f;
+        for (int i = 0; i < DEF_Q; i++) f[((u64)c * DEF_Q + i) * AMR_B + cell] = enc(0.0f);
     }
 }
 

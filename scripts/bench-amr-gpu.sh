@@ -18,6 +18,12 @@ $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --sec
   --set amr.enabled=true --set amr.max_level=1 > "$OUT/amr-sphere.log" 2>&1
 $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 5 --csv "$OUT/amr-sphere-fixed.csv" \
   --set amr.enabled=true --set amr.max_level=1 --set amr.interval=0 > "$OUT/amr-sphere-fixed.log" 2>&1
+# 16-bit storage (solver.precision = "fp16s"), against the dense Esoteric-Pull FP16S bench.
+$S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp16s --seconds 2 --csv "$OUT/dense-fp16s.csv" > "$OUT/dense-fp16s.log" 2>&1
+$S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 5 --csv "$OUT/amr-sphere-fp16s.csv" \
+  --set amr.enabled=true --set amr.max_level=1 --set solver.precision=\"fp16s\" > "$OUT/amr-sphere-fp16s.log" 2>&1
+$S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 5 --csv "$OUT/amr-sphere-fixed-fp16s.csv" \
+  --set amr.enabled=true --set amr.max_level=1 --set amr.interval=0 --set solver.precision=\"fp16s\" > "$OUT/amr-sphere-fixed-fp16s.log" 2>&1
 # Where an adaptation's time goes (every launch waited for: slower than the runs above).
 ESOFLOW_AMR_PROFILE=1 $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 3 \
   --set amr.enabled=true --set amr.max_level=1 > "$OUT/amr-sphere-profile.log" 2>&1
@@ -33,8 +39,8 @@ rm -f "$OUT"/cyl-*/fields.*
 tar czf "$FINAL/amr.tar.gz" "$OUT"
 echo "== summary"
 for t in forest amr; do tail -n 2 "$OUT/test-$t.log"; done
-grep -h "MLUPS\|refinement\|leaves per level\|updates" "$OUT"/amr-{sphere,sphere-fixed,cyl,cavity}.log
+grep -h "MLUPS\|refinement\|leaves per level\|updates" "$OUT"/amr-{sphere,sphere-fixed,sphere-fp16s,sphere-fixed-fp16s,cyl,cavity}.log
 grep -h "amr adaptation" "$OUT/amr-sphere-profile.log"
 grep -h "amr kernel" "$OUT/amr-sphere-fixed-profile.log"
-grep -h "D3Q19" "$OUT/dense.log" | tail -2
+grep -h "D3Q19" "$OUT/dense.log" "$OUT/dense-fp16s.log" | tail -4
 grep -h "^real" "$OUT"/cyl-*.log

@@ -2,7 +2,7 @@
 """Registers and spills per kernel of a CUDA source, from ptxas through NVRTC (no GPU needed).
 
     cargo test --release -p sim-core --test nvrtc dump_adaptive_block_sources -- --ignored
-    python3 scripts/kernel-registers.py target/amr-kernels/amr_D3Q19.cu [REGEX] [-DNAME=VALUE ...]
+    python3 scripts/kernel-registers.py target/amr-kernels/amr_D3Q19_fp32.cu [REGEX] [-DNAME=VALUE ...]
 
 Needs libnvrtc (CUDA toolkit, or `pip install nvidia-cuda-nvrtc` with LD_LIBRARY_PATH set to
 its lib folder). Compiles for sm_90 without fused multiply-adds, as the solver does.

@@ -56,7 +56,7 @@ pub fn bench_amr(
     let mlups_steps = updates as f64 / stepping.max(1e-12) / 1e6;
     let share = updates as f64 / uniform.max(1) as f64;
     let leaves: Vec<String> = a1.leaves.iter().map(ToString::to_string).collect();
-    println!("adaptive blocks, {} {} on {} ({})", info.lattice, scene.display(), info.backend, info.device);
+    println!("adaptive blocks, {} {} {} on {} ({})", info.lattice, info.precision, scene.display(), info.backend, info.device);
     println!(
         "  {steps} coarse steps in {wall:.2} s (after {warmup} warm-up steps in {warm_secs:.2} s); leaves per level {}; active blocks {} of {}",
         leaves.join("/"),
@@ -88,11 +88,12 @@ pub fn bench_amr(
             info.device,
             date_utc()
         )?;
-        writeln!(f, "lattice,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share")?;
+        writeln!(f, "lattice,precision,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share")?;
         writeln!(
             f,
-            "{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5}",
+            "{},{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5}",
             info.lattice,
+            info.precision,
             info.backend,
             adapt / wall,
             a1.adaptations - a0.adaptations,

@@ -39,6 +39,42 @@ impl Precision {
     }
 }
 
+impl Precision {
+    /// What the shifted DDF `x` becomes once stored in this format and read back (`x` itself
+    /// for FP32). Storing a value that went through this once stores it exactly.
+    #[inline(always)]
+    #[must_use]
+    pub fn round_trip(self, x: f32) -> f32 {
+        match self {
+            Precision::Fp32 => x,
+            Precision::Fp16s => Fp16s::enc(x).dec(),
+            Precision::Fp16c => Fp16c::enc(x).dec(),
+        }
+    }
+
+    /// Shifted DDFs in this format's bytes, as the devices store them.
+    #[must_use]
+    pub fn encode_all(self, v: &[f32]) -> Vec<u8> {
+        match self {
+            Precision::Fp32 => bytemuck::cast_slice(v).to_vec(),
+            Precision::Fp16s => v.iter().flat_map(|&x| Fp16s::enc(x).0.to_le_bytes()).collect(),
+            Precision::Fp16c => v.iter().flat_map(|&x| Fp16c::enc(x).0.to_le_bytes()).collect(),
+        }
+    }
+
+    /// The inverse of [`Self::encode_all`]: `bytes` holds `out.len()` values.
+    pub fn decode_all(self, bytes: &[u8], out: &mut [f32]) {
+        let n = self.bytes();
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(n)) {
+            *o = match self {
+                Precision::Fp32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                Precision::Fp16s => Fp16s(u16::from_le_bytes([b[0], b[1]])).dec(),
+                Precision::Fp16c => Fp16c(u16::from_le_bytes([b[0], b[1]])).dec(),
+            };
+        }
+    }
+}
+
 impl std::fmt::Display for Precision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -211,6 +247,21 @@ mod tests {
         }
         assert_eq!(Fp16c::enc(10.0).dec(), Fp16c(FP16C_MAX).dec());
         assert!(Fp16c::enc(f32::NAN).dec().is_finite());
+    }
+
+    #[test]
+    fn encoded_ddfs_decode_to_their_round_trip() {
+        let v: Vec<f32> = (0..200).map(|i| ((i as f32) * 0.37).sin() * 0.3).collect();
+        for p in Precision::ALL {
+            let bytes = p.encode_all(&v);
+            assert_eq!(bytes.len(), v.len() * p.bytes());
+            let mut back = vec![0.0f32; v.len()];
+            p.decode_all(&bytes, &mut back);
+            for (&x, &y) in v.iter().zip(&back) {
+                assert_eq!(y.to_bits(), p.round_trip(x).to_bits(), "{p} {x}");
+                assert_eq!(p.round_trip(y).to_bits(), y.to_bits(), "{p}: a stored value stores exactly");
+            }
+        }
     }
 
     proptest! {

@@ -1128,6 +1128,9 @@ fn gpu_adaptive_blocks_match_cpu() {
         ("square cylinder D2Q9", shipped_scene("square_cylinder_amr_2d.toml", &[("amr.interval", "50")]), 300),
         ("sphere D3Q19", scene(SCENE_AMR_3D, &[]), 100),
         ("sphere D3Q27", scene(SCENE_AMR_3D, &[("domain.lattice", "D3Q27")]), 60),
+        // 16-bit storage (every stored value rounded the same way on both sides).
+        ("cavity D2Q9 fp16c", shipped_scene("lid_driven_cavity_amr_2d.toml", &[("solver.precision", "\"fp16c\"")]), 400),
+        ("sphere D3Q19 fp16s", scene(SCENE_AMR_3D, &[("solver.precision", "\"fp16s\"")]), 100),
     ];
     for (what, ls, steps) in cases {
         let mut c = cpu::from_scene(&ls).unwrap();
@@ -1212,11 +1215,15 @@ fn gpu_adaptation_moves_the_data_as_the_cpu_does() {
     if !gpu() {
         return;
     }
-    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1]);
-    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4]);
+    use sim_core::precision::Precision;
+    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp32);
+    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp32);
+    // 16-bit storage: every stored value rounded the same way on both sides.
+    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp16s);
+    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp16c);
 }
 
-fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3]) {
+fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_core::precision::Precision) {
     use sim_core::amr::{cell_mask, lbm::cell_centre, AmrLbm, BlockForest, ForestConfig, BLOCK};
     use sim_core::backend::cuda_amr::AmrGpu;
     let dims = L::D;
@@ -1241,6 +1248,7 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3]) {
             let r2: f64 = (0..dims).map(|a| (c[a] - centre).powi(2)).sum();
             r2 < 3.5 * 3.5
         });
+        s.set_storage(precision);
         s
     };
     let (mut c, mut g) = (make(), make());
@@ -1248,9 +1256,9 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3]) {
         c.step();
         g.step();
     }
-    let mut gpu = AmrGpu::new(L::KIND, 4096).unwrap();
+    let mut gpu = AmrGpu::new(L::KIND, precision, 4096).unwrap();
     gpu.upload(&g).unwrap();
-    let what = format!("{}", L::KIND);
+    let what = format!("{} {precision}", L::KIND);
     // The criterion's block maxima.
     for q in [false, true] {
         let dev = gpu.block_values(&g, q).unwrap();
@@ -1348,7 +1356,7 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
     let lbm = AmrLbm::<L>::new(BlockForest::new(cfg).unwrap(), 0.6, [0.0; 3], |_| (1.0, [0.0; 3]));
     let mut host = BlockForest::new(cfg).unwrap();
     let mut back = BlockForest::new(cfg).unwrap();
-    let mut dev = AmrGpu::new(L::KIND, host.capacity()).unwrap();
+    let mut dev = AmrGpu::new(L::KIND, sim_core::precision::Precision::Fp32, host.capacity()).unwrap();
     dev.upload(&lbm).unwrap();
     let mut rng = seed;
     let mut next = move || {

@@ -144,9 +144,16 @@ fn adaptive_block_kernels_compile_without_warnings() {
         return;
     }
     use sim_core::lattice::Lattice;
+    use sim_core::precision::Precision;
     for lattice in [Lattice::D2Q9, Lattice::D3Q19, Lattice::D3Q27] {
         for arch in ["sm_80", "sm_90"] {
-            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, arch) {
+            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, arch) {
+                panic!("{e}");
+            }
+        }
+        // 16-bit storage on the card the benches run on.
+        for precision in [Precision::Fp16s, Precision::Fp16c] {
+            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, precision, "sm_90") {
                 panic!("{e}");
             }
         }
@@ -154,7 +161,7 @@ fn adaptive_block_kernels_compile_without_warnings() {
 }
 
 /// Not a check: writes the adaptive-block kernels' full NVRTC sources to
-/// `target/amr-kernels/amr_<lattice>.cu` for `scripts/kernel-registers.py` (registers and
+/// `target/amr-kernels/amr_<lattice>_<precision>.cu` for `scripts/kernel-registers.py` (registers and
 /// spills per kernel from ptxas, no GPU needed). Run with `--ignored`.
 #[test]
 #[ignore = "not a check: writes the kernel sources for scripts/kernel-registers.py"]
@@ -162,6 +169,9 @@ fn dump_adaptive_block_sources() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/amr-kernels");
     std::fs::create_dir_all(&dir).unwrap();
     for lattice in [sim_core::lattice::Lattice::D2Q9, sim_core::lattice::Lattice::D3Q19, sim_core::lattice::Lattice::D3Q27] {
-        std::fs::write(dir.join(format!("amr_{lattice}.cu")), sim_core::backend::cuda_amr::amr_source(lattice)).unwrap();
+        for p in sim_core::precision::Precision::ALL {
+            let src = sim_core::backend::cuda_amr::amr_source(lattice, p);
+            std::fs::write(dir.join(format!("amr_{lattice}_{p}.cu")), src).unwrap();
+        }
     }
 }

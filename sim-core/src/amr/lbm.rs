@@ -29,6 +29,15 @@
 //! from) rather than Esoteric Pull in place: the block streaming of the GPU port is future
 //! work, and two copies keep this reference obviously right.
 //!
+//! # Storage precision
+//! The pre-collision DDFs may be stored in a 16-bit format ([`AmrLbm::set_storage`]: FP16S or
+//! FP16C, as the dense solver stores them). Arithmetic stays FP32; every value written into `f`
+//! (a step's streamed populations, interpolated ghost cells, restricted parents, the data an
+//! adaptation moves, the mass correction) is rounded to what the format holds
+//! ([`Precision::round_trip`]), so that this reference stays bit for bit equal to the GPU's
+//! 16-bit buffers. The post-collision copy is an intermediate (the GPU keeps it in registers)
+//! and is not rounded.
+//!
 //! # Accuracy
 //! Uniform flows stay exactly uniform across level jumps, and a fully refined channel
 //! reproduces the uniform fine channel to rounding. Both transfers are exact for parabolic
@@ -69,6 +78,7 @@
 use super::forest::{block_mask, cell_coords, cell_mask, dir_index, state, AdaptReport, AmrError, BlockForest, Link, BLOCK};
 use crate::collision::{collide, equilibrium, moments, CollideParams, Collision};
 use crate::lattice::{opposite, Lat, MAX_Q};
+use crate::precision::Precision;
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
@@ -152,6 +162,8 @@ pub struct AmrLbm<L: Lat> {
     solid: Vec<bool>,
     /// The obstacle query that set `solid`; blocks made by refinement ask it too.
     solid_fn: Option<SolidFn>,
+    /// Storage format of `f` (values in `f` are what it holds, see the module docs).
+    store: Precision,
     _l: PhantomData<L>,
 }
 
@@ -188,6 +200,7 @@ impl<L: Lat> AmrLbm<L> {
             outflow: [None; 6],
             solid: vec![false; cells],
             solid_fn: None,
+            store: Precision::Fp32,
             _l: PhantomData,
         };
         let q = L::Q;
@@ -342,13 +355,26 @@ impl<L: Lat> AmrLbm<L> {
     }
 
     /// Overwrite the pre-collision DDFs of one cell (shifted storage, `L::Q` values), e.g. from
-    /// a checkpoint.
+    /// a checkpoint; they are rounded to the storage format.
     pub fn set_ddfs(&mut self, r: CellRef, g: &[f32]) {
         let b = self.forest.cells_per_block();
         let base = r.block as usize * L::Q * b;
         for (i, &v) in g.iter().take(L::Q).enumerate() {
-            self.f[base + i * b + r.cell] = v;
+            self.f[base + i * b + r.cell] = self.store.round_trip(v);
         }
+    }
+
+    /// Store the DDFs in `p` from now on (see the module docs); the current ones are rounded
+    /// to it.
+    pub fn set_storage(&mut self, p: Precision) {
+        self.store = p;
+        self.f.par_iter_mut().for_each(|v| *v = p.round_trip(*v));
+    }
+
+    /// The DDFs' storage format.
+    #[must_use]
+    pub fn storage(&self) -> Precision {
+        self.store
     }
 
     /// Set the coarse step count (a restored checkpoint's).
@@ -576,7 +602,11 @@ impl<L: Lat> AmrLbm<L> {
                     let mean = fine.iter().map(|&fc| sum(&self.f, child, fc)).sum::<f32>() / fine.len() as f32;
                     let d = sum(&self.f, p, cell) - mean;
                     for &fc in &fine {
-                        (0..q).for_each(|i| self.f[(child as usize * q + i) * b + fc] += d * L::W[i]);
+                        let store = self.store;
+                        (0..q).for_each(|i| {
+                            let at = (child as usize * q + i) * b + fc;
+                            self.f[at] = store.round_trip(self.f[at] + d * L::W[i]);
+                        });
                     }
                 }
             }
@@ -698,7 +728,7 @@ impl<L: Lat> AmrLbm<L> {
         let b = self.forest.cells_per_block();
         for (id, cell, g) in vals {
             let base = id as usize * L::Q * b;
-            (0..L::Q).for_each(|i| self.f[base + i * b + cell] = g[i]);
+            (0..L::Q).for_each(|i| self.f[base + i * b + cell] = self.store.round_trip(g[i]));
         }
     }
 
@@ -814,6 +844,7 @@ impl<L: Lat> AmrLbm<L> {
         let (post, solid) = (&self.post, &self.solid);
         let (walls, outflow) = (self.walls, self.outflow);
         let force = self.force(l);
+        let store = self.store;
         self.f.par_chunks_mut(q * b).enumerate().for_each(|(id, out)| {
             let id32 = id as u32;
             if !forest.is_active(id32) || forest.level(id32) != l {
@@ -897,6 +928,9 @@ impl<L: Lat> AmrLbm<L> {
                         // interpolation.
                         Link::Coarser(_) => {}
                     }
+                }
+                if store != Precision::Fp32 {
+                    (0..q).for_each(|i| out[i * b + cell] = store.round_trip(out[i * b + cell]));
                 }
             }
         });
@@ -1463,6 +1497,10 @@ mod tests {
     /// threshold `adapt.0` (level 1 at most) if given: (largest deviation from Ghia, leaf
     /// blocks at the end, relative mass drift).
     fn cavity_run(n: usize, refine: &[usize], steps: usize, adapt: Option<(f32, usize)>) -> (f64, usize, f64) {
+        cavity_run_in(n, refine, steps, adapt, Precision::Fp32)
+    }
+
+    fn cavity_run_in(n: usize, refine: &[usize], steps: usize, adapt: Option<(f32, usize)>, store: Precision) -> (f64, usize, f64) {
         let mut f =
             BlockForest::new(ForestConfig { dims: 2, root: [n, n, 1], periodic: [false; 3], max_level: 1, capacity: 1 << 14 }).unwrap();
         for &y in refine {
@@ -1476,6 +1514,7 @@ mod tests {
         let nu = f64::from(ulid) * side / 100.0;
         let mut s = AmrLbm::<D2Q9>::new(f, (3.0 * nu + 0.5) as f32, [0.0; 3], |_| (1.0, [0.0; 3]));
         s.set_wall_velocity(1, true, [ulid, 0.0, 0.0]);
+        s.set_storage(store);
         let m0 = s.mass();
         for t in 1..=steps {
             s.step();
@@ -1652,6 +1691,20 @@ mod tests {
         assert!(worst < 0.01 && worst < coarse, "largest deviation {worst} (uniform coarse {coarse})");
         assert!(leaves > 64 && leaves < 256, "{leaves} leaves");
         assert!(dm < 1e-3, "mass drift {dm}");
+    }
+
+    /// The adaptive cavity with its DDFs stored in 16 bits (the GPU's FP16S and FP16C buffers,
+    /// rounded the same way here) stays as close to Ghia et al. as in FP32.
+    #[test]
+    fn adaptive_lid_driven_cavity_in_16_bits_matches_ghia() {
+        let (fp32, leaves32, _) = cavity_run(8, &[], 4000, Some((0.01, 100)));
+        for store in [Precision::Fp16s, Precision::Fp16c] {
+            let (worst, leaves, dm) = cavity_run_in(8, &[], 4000, Some((0.01, 100)), store);
+            eprintln!("{store}: largest deviation {worst:.5} (fp32 {fp32:.5}), {leaves} leaves (fp32 {leaves32}), mass drift {dm:.2e}");
+            assert!(worst < 0.01 && (worst - fp32).abs() < 2e-3, "{store}: largest deviation {worst} (fp32 {fp32})");
+            assert!(leaves > 64 && leaves < 256, "{store}: {leaves} leaves");
+            assert!(dm < 1e-3, "{store}: mass drift {dm}");
+        }
     }
 
     /// The fully refined channel (every root refined, level-0 parents not stepped) is the

@@ -166,7 +166,8 @@ pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError>
     fn on_gpu<L: Lat>(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-        let mut gpu = AmrGpu::new(L::KIND, s.lbm.get_mut().forest().capacity())?;
+        let lbm = s.lbm.get_mut();
+        let mut gpu = AmrGpu::new(L::KIND, lbm.storage(), lbm.forest().capacity())?;
         gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
         *s.gpu.get_mut() = Some(gpu);
         s.gpu_dirty = true;
@@ -283,7 +284,8 @@ impl<L: Lat> AmrSolver<L> {
             let p = [p[0].min(ls.derived.size[0] - 1), p[1].min(ls.derived.size[1] - 1), p[2].min(ls.derived.size[2] - 1)];
             crate::domain::initial_state(ls, p)
         };
-        let lbm = AmrLbm::<L>::new(forest, ls.derived.tau, ls.scene.fluid.force.0, init);
+        let mut lbm = AmrLbm::<L>::new(forest, ls.derived.tau, ls.scene.fluid.force.0, init);
+        lbm.set_storage(ls.scene.solver.precision);
         let crit = Criterion {
             field: match a.criterion {
                 AmrCriterion::Vorticity => Field::Vorticity,
@@ -731,9 +733,12 @@ const CKPT_MAGIC: &[u8; 8] = b"ESOAMR01";
 impl<L: Lat> Solver for AmrSolver<L> {
     fn info(&self) -> SolverInfo {
         let (leaves, _, capacity) = self.counts();
+        let precision = self.lbm.borrow().storage();
         let gpu = self.gpu.borrow();
+        // The CPU reference keeps FP32 numbers (rounded to the storage format).
+        let stored = if gpu.is_some() { precision.bytes() } else { 4 };
         let memory = match gpu.as_ref() {
-            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, capacity),
+            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, precision, capacity),
             None => (capacity * BLOCK.pow(L::D as u32) * (2 * L::Q * 4 + 1)) as u64,
         };
         let (backend, device) = match gpu.as_ref() {
@@ -745,10 +750,10 @@ impl<L: Lat> Solver for AmrSolver<L> {
             device: format!("{device}, adaptive blocks: {} leaves on levels 0-{}", leaves.iter().sum::<usize>(), self.max_level),
             lattice: L::KIND,
             scheme: crate::schemes::Scheme::EsotericPull,
-            precision: Precision::Fp32,
+            precision,
             size: self.dom.n,
             bytes_per_cell: memory as f64 / self.dom.cells() as f64,
-            bytes_moved_per_cell: (2 * L::Q * 4 * 2) as f64,
+            bytes_moved_per_cell: (2 * L::Q * stored * 2) as f64,
             memory_bytes: memory,
         }
     }
@@ -1009,6 +1014,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
             return Err(bad("the checkpoint's DDFs do not match its forest"));
         }
         let mut lbm = AmrLbm::<L>::new(forest, c.params.collide.tau, c.params.collide.force, |_| (1.0, [0.0; 3]));
+        lbm.set_storage(self.lbm.get_mut().storage());
         for (_, id) in order {
             for cell in 0..b {
                 let mut g = [0.0f32; crate::lattice::MAX_Q];
@@ -1300,7 +1306,6 @@ max = [19, 17]
         let e = err(&[("domain.size", "[34, 32]")]);
         assert_eq!(e.key, "domain.size");
         assert!(e.message.contains("multiple of 4 (e.g. [36, 32])"), "{e}");
-        assert_eq!(err(&[("solver.precision", "\"fp16s\"")]).key, "solver.precision");
         assert_eq!(err(&[("solver.collision", "\"trt\"")]).key, "solver.collision");
         assert_eq!(err(&[("amr.max_level", "9")]).key, "amr.max_level");
         assert_eq!(err(&[("amr.threshold", "0")]).key, "amr.threshold");

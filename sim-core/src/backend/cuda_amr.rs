@@ -37,14 +37,14 @@ pub const AMR_MESH_CU: &str = include_str!("../../../kernels/amr_mesh.cu");
 /// velocities and the outflow densities (see `kernels/amr.cu`).
 const PRM: usize = 4 * 16 + 18 + 6;
 
-/// Full source of the block kernels for a lattice.
+/// Full source of the block kernels for a lattice and a DDF storage precision.
 #[must_use]
-pub fn amr_source(lattice: Lattice) -> String {
+pub fn amr_source(lattice: Lattice, precision: Precision) -> String {
     let d = lattice.dims();
     let cfg = KernelConfig {
         lattice,
         scheme: Scheme::OneStepPull,
-        precision: Precision::Fp32,
+        precision,
         collision: Collision::Bgk,
         force: true,
         n: [BLOCK, BLOCK, if d == 3 { BLOCK } else { 1 }],
@@ -61,29 +61,30 @@ pub fn amr_source(lattice: Lattice) -> String {
 ///
 /// # Errors
 /// NVRTC missing, compile errors or warnings.
-pub fn compile_amr(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
-    compile_source(&amr_source(lattice), &format!("kernels/amr.cu for {lattice} on {arch}"), arch, false)
+pub fn compile_amr(lattice: Lattice, precision: Precision, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    compile_source(&amr_source(lattice, precision), &format!("kernels/amr.cu for {lattice} {precision} on {arch}"), arch, false)
 }
 
 /// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
 /// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
-fn compile_amr_tuned(lattice: Lattice, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+fn compile_amr_tuned(lattice: Lattice, precision: Precision, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
     let Ok(extra) = std::env::var("ESOFLOW_AMR_DEFINES") else {
-        return compile_amr(lattice, arch);
+        return compile_amr(lattice, precision, arch);
     };
     let defines: String = extra.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     compile_source(
-        &format!("{defines}{}", amr_source(lattice)),
-        &format!("kernels/amr.cu for {lattice} on {arch} with {extra}"),
+        &format!("{defines}{}", amr_source(lattice, precision)),
+        &format!("kernels/amr.cu for {lattice} {precision} on {arch} with {extra}"),
         arch,
         false,
     )
 }
 
-/// Device bytes of a forest of `capacity` blocks: two FP32 copies of the DDFs, the cell masks,
-/// obstacle and current-data flags, the links, the block arrays and the launch lists.
+/// Device bytes of a forest of `capacity` blocks: two copies of the DDFs in `precision`, the
+/// cell masks, obstacle and current-data flags, the links, the block arrays and the launch
+/// lists.
 #[must_use]
-pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
+pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize) -> u64 {
     let d = lattice.dims();
     let b = BLOCK.pow(d as u32);
     let nd = 3usize.pow(d as u32);
@@ -94,7 +95,8 @@ pub fn device_bytes(lattice: Lattice, capacity: usize) -> u64 {
     let refresh = 1 + 3 + 3 * 4 + 2 * 4 + 2 * nd * 4 + 2 * b;
     // The step's codes: 8 bytes a cell per 20 directions.
     let codes = 8 * b * code_words(lattice.q());
-    (capacity * (2 * lattice.q() * b * 4 + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes)) as u64
+    (capacity * (2 * lattice.q() * b * precision.bytes() + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes))
+        as u64
         + 4 * mesh::CTR as u64
 }
 
@@ -195,10 +197,12 @@ pub struct AmrGpu {
     max_level: u8,
     dims: usize,
     obstacles: Option<mesh::Obstacles>,
-    /// The two DDF buffers: a level-step moves a level's data from one to the other
-    /// (`amr_step`). At rest (after an upload, [`Self::settle`]) all of it is in `f`.
-    f: CudaSlice<f32>,
-    post: CudaSlice<f32>,
+    /// The two DDF buffers (values in `precision`'s bytes): a level-step moves a level's data
+    /// from one to the other (`amr_step`). At rest (after an upload, [`Self::settle`]) all of
+    /// it is in `f`.
+    f: CudaSlice<u8>,
+    post: CudaSlice<u8>,
+    precision: Precision,
     /// Per level: its data is in `post`, not `f` (it made an odd number of steps since the
     /// last settle; only level 0 can be at the end of a coarse step).
     odd: [bool; MAX_LEVELS as usize + 1],
@@ -245,7 +249,7 @@ impl AmrGpu {
     /// # Errors
     /// No CUDA device or NVRTC, compile errors, or a capacity the device memory cannot hold
     /// (the message gives the bytes needed and what to change).
-    pub fn new(lattice: Lattice, capacity: usize) -> Result<AmrGpu, SolverError> {
+    pub fn new(lattice: Lattice, precision: Precision, capacity: usize) -> Result<AmrGpu, SolverError> {
         super::cuda::probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
         // SAFETY: the slices are made after this call; they are used on `stream` and, during
@@ -255,17 +259,18 @@ impl AmrGpu {
         // on `stream` before the step returns.
         unsafe { ctx.disable_event_tracking() };
         let dev = device_info(&ctx).map_err(SolverError::Backend)?;
-        let need = device_bytes(lattice, capacity);
+        let need = device_bytes(lattice, precision, capacity);
         if need as f64 > dev.mem.0 as f64 * 0.95 {
             return Err(SolverError::Backend(format!(
-                "out of GPU memory: adaptive blocks of {lattice} with amr.capacity = {capacity} blocks need {:.2} GB, but {} has {:.2} GB free; lower amr.capacity (or amr.max_level)",
+                "out of GPU memory: adaptive blocks of {lattice} ({precision}) with amr.capacity = {capacity} blocks need {:.2} GB, but {} has {:.2} GB free; lower amr.capacity (or amr.max_level){}",
                 need as f64 / 1e9,
                 dev.name,
-                dev.mem.0 as f64 / 1e9
+                dev.mem.0 as f64 / 1e9,
+                if precision == Precision::Fp32 { ", or set solver.precision = \"fp16s\" (half the DDF memory)" } else { "" }
             )));
         }
         let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-        let ptx = compile_amr_tuned(lattice, &arch).map_err(SolverError::Backend)?;
+        let ptx = compile_amr_tuned(lattice, precision, &arch).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
@@ -292,8 +297,9 @@ impl AmrGpu {
             valid: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
             fresh: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
             values: stream.alloc_zeros::<f32>(capacity).map_err(&a)?,
-            f: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
-            post: stream.alloc_zeros::<f32>(q * b * capacity).map_err(&a)?,
+            f: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
+            post: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
+            precision,
             codes: stream.alloc_zeros::<u64>(code_words(q) * b * capacity).map_err(&a)?,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
@@ -369,7 +375,15 @@ impl AmrGpu {
     /// A forest of another capacity; CUDA errors.
     pub fn upload<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.upload_mesh(lbm)?;
-        self.stream.memcpy_htod(lbm.raw_ddfs(), &mut self.f).map_err(derr("uploading the DDFs"))?;
+        if lbm.storage() != self.precision {
+            return Err(SolverError::Backend(format!(
+                "the solver stores its DDFs in {} but the device's kernels were built for {}",
+                lbm.storage(),
+                self.precision
+            )));
+        }
+        let bytes = self.precision.encode_all(lbm.raw_ddfs());
+        self.stream.memcpy_htod(&bytes, &mut self.f).map_err(derr("uploading the DDFs"))?;
         self.odd = [false; MAX_LEVELS as usize + 1];
         Ok(())
     }
@@ -393,7 +407,7 @@ impl AmrGpu {
             if count == 0 {
                 continue;
             }
-            let n = count * self.f.len() / self.capacity.max(1);
+            let n = count * self.lattice.q() * BLOCK.pow(self.dims as u32);
             let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             let ids = self.lists.slice(off..off + count);
             let count = count as u32;
@@ -617,11 +631,14 @@ impl AmrGpu {
         self.settle()?;
         let per_block = L::Q * lbm.forest().cells_per_block();
         let n = lbm.forest().active_ids().iter().max().map_or(0, |&id| (id as usize + 1) * per_block);
+        let bytes = self.precision.bytes();
         let out = lbm.raw_ddfs_mut();
-        if out.len() != self.f.len() {
+        if out.len() * bytes != self.f.len() {
             return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
         }
-        self.stream.memcpy_dtoh(&self.f.slice(0..n), &mut out[..n]).map_err(derr("reading the DDFs"))
+        let raw = self.stream.clone_dtoh(&self.f.slice(0..n * bytes)).map_err(derr("reading the DDFs"))?;
+        self.precision.decode_all(&raw, &mut out[..n]);
+        Ok(())
     }
 
     /// Blocks per level (parents included) of the device's forest, from its ID sets: current

@@ -1270,9 +1270,6 @@ fn validate_amr(s: &Scene, lattice: Lattice, size: [usize; 3]) -> Result<(), (&'
             ),
         ));
     }
-    if s.solver.precision != Precision::Fp32 {
-        return Err(("solver.precision", format!("adaptive blocks store \"fp32\" on the CPU for now, but solver.precision is \"{}\": set solver.precision = \"fp32\" or amr.enabled = false", s.solver.precision)));
-    }
     if s.solver.collision != Collision::Bgk {
         return Err(("solver.collision", format!("adaptive blocks collide with \"bgk\" (tau per level), but solver.collision is \"{}\": set solver.collision = \"bgk\" or amr.enabled = false", s.solver.collision.name())));
     }
