@@ -382,8 +382,13 @@ impl AmrGpu {
                 self.precision
             )));
         }
-        let bytes = self.precision.encode_all(lbm.raw_ddfs());
-        self.stream.memcpy_htod(&bytes, &mut self.f).map_err(derr("uploading the DDFs"))?;
+        let e = derr("uploading the DDFs");
+        // FP32 goes as it is; the 16-bit formats are encoded on the way.
+        if self.precision == Precision::Fp32 {
+            self.stream.memcpy_htod(bytemuck::cast_slice::<f32, u8>(lbm.raw_ddfs()), &mut self.f).map_err(e)?;
+        } else {
+            self.stream.memcpy_htod(&self.precision.encode_all(lbm.raw_ddfs()), &mut self.f).map_err(e)?;
+        }
         self.odd = [false; MAX_LEVELS as usize + 1];
         Ok(())
     }
@@ -636,7 +641,12 @@ impl AmrGpu {
         if out.len() * bytes != self.f.len() {
             return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
         }
-        let raw = self.stream.clone_dtoh(&self.f.slice(0..n * bytes)).map_err(derr("reading the DDFs"))?;
+        let e = derr("reading the DDFs");
+        // FP32 straight into the solver's buffer (no staging copy); 16 bits decoded.
+        if self.precision == Precision::Fp32 {
+            return self.stream.memcpy_dtoh(&self.f.slice(0..n * bytes), bytemuck::cast_slice_mut::<f32, u8>(&mut out[..n])).map_err(e);
+        }
+        let raw = self.stream.clone_dtoh(&self.f.slice(0..n * bytes)).map_err(e)?;
         self.precision.decode_all(&raw, &mut out[..n]);
         Ok(())
     }
