@@ -965,11 +965,68 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
 #define XF_VALID 0       // old mesh, every active block: whether each cell holds current data
 #define XF_COARSEN 1     // old mesh, blocks being coarsened: every cell from its old children
 #define XF_NEW 2         // new mesh, new children: interpolated from their parent's level (amr_interpolate)
-#define XF_MASS 3        // new mesh, refined blocks: children shifted to the parent cell's mass
+#define XF_MASS 3        // new mesh, new children: shifted to their parent cell's mass (amr_mass_shift)
 #define XF_CURRENT 4     // coarsened blocks and new children: every cell holds current data
 #define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again (amr_interpolate)
 #define XF_LEAF_MARK 6   // the same cells marked current (a pass of its own: XF_LEAF reads flags)
 #define XF_PARENT 7      // non-leaves: stale stepped or averaged cells from their children
+
+// XF_MASS over the new children `ids` (one thread per cell, 256 a thread block: whole
+// children, each thread block's own), as lbm.rs shift_to_parent_mass: the fluid fine cells under
+// a fluid parent cell get the parent cell's density minus their mean density, spread by the
+// weights. Each thread sums its own cell's density into shared memory; the cells under one
+// parent cell (all in one child) then add them up in the CPU's order (sub-cells ascending).
+extern "C" __global__ void __launch_bounds__(256) amr_mass_shift(const u32* __restrict__ ids, const u32 count, const u32* __restrict__ parent, const u32* __restrict__ child, const unsigned char* __restrict__ solid, fpxx* f) {
+    __shared__ float rho[256];
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool in = t < (u64)count * AMR_B;
+    const int cell = (int)(threadIdx.x % AMR_B);
+    const u32 ch = in ? ids[t / AMR_B] : 0;
+    const u64 at = (u64)ch * AMR_B + cell;
+    const bool fluid = in && !solid[at];
+    float g[DEF_Q];
+    if (fluid) {
+        amr_load(f, (long long)at, g);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) sum += g[i];
+        rho[threadIdx.x] = sum;
+    }
+    __syncthreads();
+    if (!fluid) return;
+    const u32 p = parent[ch];
+    const u32 j = ch - child[p];
+    int c[3], pc[3] = {0, 0, 0}, f0[3] = {0, 0, 0};
+    amr_coords(cell, c);
+    for (int a = 0; a < DEF_D; a++) {
+        pc[a] = 2 * (int)((j >> a) & 1u) + c[a] / 2;
+        f0[a] = 2 * (c[a] / 2);
+    }
+    const u64 pat = (u64)p * AMR_B + amr_cell(pc[0], pc[1], pc[2]);
+    if (solid[pat]) return;
+    const int first = (int)threadIdx.x - cell;
+    float mean = 0.0f;
+    int n = 0;
+    for (int sub = 0; sub < (1 << DEF_D); sub++) {
+        int k[3] = {f0[0], f0[1], f0[2]};
+        for (int a = 0; a < DEF_D; a++) k[a] += (sub >> a) & 1;
+        const int fc = amr_cell(k[0], k[1], k[2]);
+        if (!solid[(u64)ch * AMR_B + fc]) {
+            mean += rho[first + fc];
+            n++;
+        }
+    }
+    mean = mean / (float)n;
+    float gp[DEF_Q];
+    amr_load(f, (long long)pat, gp);
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) d += gp[i];
+    d = d - mean;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) g[i] += d * lat_w(i);
+    amr_store(f, (long long)at, g);
+}
 
 extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, fpxx* f) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -994,44 +1051,6 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
         }
         amr_store(f, (long long)at, out);
         return;
-    case XF_MASS: {
-        if (solid[at]) return;
-        int f0[3];
-        const u32 j = amr_child_under(cell, f0);
-        const u32 ch = child[id] + j;
-        int fine[1 << DEF_D];
-        int n = 0;
-        for (int sub = 0; sub < (1 << DEF_D); sub++) {
-            int k[3] = {f0[0], f0[1], f0[2]};
-            for (int a = 0; a < DEF_D; a++) k[a] += (sub >> a) & 1;
-            const int fc = amr_cell(k[0], k[1], k[2]);
-            if (!solid[(u64)ch * AMR_B + fc]) fine[n++] = fc;
-        }
-        if (n == 0) return;
-        float g[DEF_Q];
-        float mean = 0.0f;
-        for (int s = 0; s < n; s++) {
-            amr_load(f, (long long)ch * AMR_B + fine[s], g);
-            float sum = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DEF_Q; i++) sum += g[i];
-            mean += sum;
-        }
-        mean = mean / (float)n;
-        amr_load(f, (long long)at, g);
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DEF_Q; i++) d += g[i];
-        d = d - mean;
-        for (int s = 0; s < n; s++) {
-            const long long fat = (long long)ch * AMR_B + fine[s];
-            amr_load(f, fat, g);
-#pragma unroll
-            for (int i = 0; i < DEF_Q; i++) g[i] += d * lat_w(i);
-            amr_store(f, fat, g);
-        }
-        return;
-    }
     case XF_CURRENT:
         valid[at] = 1;
         return;

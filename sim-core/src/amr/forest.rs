@@ -110,10 +110,16 @@ pub enum AmrError {
 /// averaged data of their children).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdaptReport {
-    /// Blocks that were refined (their children are new).
+    /// Blocks that were refined (their children are new). Empty where the device adapted
+    /// without reading the lists back ([`AmrGpu::set_report_ids`]); `counts` holds their
+    /// numbers either way.
+    ///
+    /// [`AmrGpu::set_report_ids`]: crate::backend::cuda_amr::AmrGpu::set_report_ids
     pub refined: Vec<u32>,
-    /// Blocks whose children were removed.
+    /// Blocks whose children were removed (as `refined`, may be left empty by the device).
     pub coarsened: Vec<u32>,
+    /// The numbers of blocks refined and coarsened.
+    pub counts: (usize, usize),
     /// Refine marks cancelled because the 2:1 balance would have needed a frozen change.
     pub cancelled: usize,
     /// Blocks refined to keep the 2:1 balance though not marked.
@@ -820,6 +826,7 @@ impl BlockForest {
         self.flags.par_iter_mut().enumerate().for_each(|(b, f)| *f = u32::from(self.marks[b].load(Relaxed) == state::COARSEN));
         let nc = compact(&self.flags, &mut self.offsets, &mut self.list);
         report.coarsened = self.list[..nc].to_vec();
+        report.counts.1 = nc;
         // 6. free the children of coarsened blocks: group i goes to gap[gap_len + i k ..].
         for (i, &p) in report.coarsened.iter().enumerate() {
             let c0 = self.child[p as usize];
@@ -842,6 +849,7 @@ impl BlockForest {
         self.flags.par_iter_mut().enumerate().for_each(|(b, f)| *f = u32::from(self.marks[b].load(Relaxed) == state::REFINE));
         let nr = compact(&self.flags, &mut self.offsets, &mut self.list);
         report.refined = self.list[..nr].to_vec();
+        report.counts.0 = nr;
         for (i, &b) in report.refined.iter().enumerate() {
             let c0 = self.gap[self.gap_len - 1 - i * k];
             debug_assert!((0..k).all(|j| self.gap[self.gap_len - 1 - i * k - j] == c0 + j as u32), "gap group not contiguous");

@@ -169,6 +169,8 @@ pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError>
         let lbm = s.lbm.get_mut();
         let mut gpu = AmrGpu::new(L::KIND, lbm.storage(), lbm.forest().capacity())?;
         gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
+        // The panel needs only the numbers of blocks an adaptation changed.
+        gpu.set_report_ids(false);
         *s.gpu.get_mut() = Some(gpu);
         s.gpu_dirty = true;
         Ok(Box::new(s))
@@ -375,7 +377,7 @@ impl<L: Lat> AmrSolver<L> {
         let t = Instant::now();
         let r = gpu.adapt_to_criterion(self.lbm.get_mut(), &self.crit, self.near_wall)?;
         if let Ok(rep) = &r {
-            if !rep.refined.is_empty() || !rep.coarsened.is_empty() {
+            if rep.counts != (0, 0) {
                 self.stale.set(Stale { mesh: true, ..self.stale.get() });
             }
         }
@@ -401,8 +403,8 @@ impl<L: Lat> AmrSolver<L> {
         self.info.last = match r {
             Ok(r) => format!(
                 "{} refined, {} coarsened{}",
-                r.refined.len(),
-                r.coarsened.len(),
+                r.counts.0,
+                r.counts.1,
                 if r.cancelled > 0 { format!(", {} refinements cancelled by frozen levels", r.cancelled) } else { String::new() }
             ),
             Err(AmrError::Capacity { needed, capacity, active }) => {

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod frame;
 mod mesh;
+mod trace;
 
 /// The block-LBM kernels.
 pub const AMR_CU: &str = include_str!("../../../kernels/amr.cu");
@@ -146,6 +147,7 @@ pub struct AmrGpu {
     average: CudaFunction,
     block_max: CudaFunction,
     transfer_k: CudaFunction,
+    mass_k: CudaFunction,
     mesh_k: CudaFunction,
     compact_k: CudaFunction,
     id_sets_k: CudaFunction,
@@ -221,6 +223,13 @@ pub struct AmrGpu {
     phases: Option<[f64; 5]>,
     /// With the same knob: host copy refreshes and the rows they read.
     refreshes: (u64, u64),
+    /// `ESOFLOW_AMR_PROFILE=trace`: device time per operation of the adaptations.
+    trace: Option<trace::Trace>,
+    /// Adaptations read the refined and coarsened IDs back ([`Self::set_report_ids`]).
+    report_ids: bool,
+    /// The device's high-water mark of IDs (its `M_HW`) as of the last counters read: passes
+    /// over every block before an adaptation allocates stop there.
+    high_water: usize,
 }
 
 impl Drop for AmrGpu {
@@ -238,6 +247,9 @@ impl Drop for AmrGpu {
                 eprintln!("amr adaptation {n:10} {t:9.3} s");
             }
             eprintln!("amr host copy: {} refreshes, {} changed rows", self.refreshes.0, self.refreshes.1);
+        }
+        if let Some(t) = &self.trace {
+            t.print();
         }
     }
 }
@@ -276,7 +288,7 @@ impl AmrGpu {
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
         let codes_k = get("amr_codes")?;
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
-        let (block_max, transfer_k) = (get("amr_block_max")?, get("amr_transfer")?);
+        let (block_max, transfer_k, mass_k) = (get("amr_block_max")?, get("amr_transfer")?, get("amr_mass_shift")?);
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
@@ -332,6 +344,9 @@ impl AmrGpu {
             profile: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([(0.0, 0); 4]),
             phases: (std::env::var("ESOFLOW_AMR_PROFILE").as_deref() == Ok("1")).then_some([0.0; 5]),
             refreshes: (0, 0),
+            trace: trace::Trace::from_env(),
+            report_ids: true,
+            high_water: capacity,
             level_streams: Vec::new(),
             concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
                 && std::env::var("ESOFLOW_AMR_SERIAL").as_deref() != Ok("1"),
@@ -349,6 +364,7 @@ impl AmrGpu {
             average,
             block_max,
             transfer_k,
+            mass_k,
             mesh_k,
             compact_k,
             id_sets_k,
@@ -423,8 +439,16 @@ impl AmrGpu {
             // capacity both buffers hold; threads past count * Q * B return.
             unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
             self.profile_end(Kernel::Settle, t0)?;
+            self.tick("settle");
         }
         Ok(())
+    }
+
+    /// With the trace knob: the work launched since the last tick belongs to `op`.
+    fn tick(&mut self, op: &'static str) {
+        if let Some(t) = self.trace.as_mut() {
+            t.tick(&self.stream, op);
+        }
     }
 
     /// With the profile knob: wait for the device and start a kernel's clock.
@@ -503,12 +527,10 @@ impl AmrGpu {
         self.stream.memset_zeros(&mut self.values).map_err(&e)?;
         let b = BLOCK.pow(L::D as u32) as u32;
         let q = u32::from(q);
-        for lv in &self.levels {
-            let (off, count) = lv.all;
-            if count == 0 {
-                continue;
-            }
-            let ids = self.lists.slice(off..off + count);
+        // Every level at once, over the ID set.
+        let count = self.active;
+        if count > 0 {
+            let ids = self.id_set.slice(0..count);
             let cfg = LaunchConfig { grid_dim: (count as u32, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 };
             let mut l = self.stream.launch_builder(&self.block_max);
             l.arg(&ids).arg(&q).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.solid).arg(&self.f).arg(&mut self.values);
@@ -516,6 +538,7 @@ impl AmrGpu {
             // per listed ID, every ID below the capacity the arrays hold.
             unsafe { l.launch(cfg) }.map_err(&e)?;
         }
+        self.tick("block maxima");
         Ok(())
     }
 
@@ -555,10 +578,8 @@ impl AmrGpu {
         report.refined.iter().for_each(|&p| fresh[p as usize] = 1);
         // Old mesh: current cells, then the coarsened blocks from their children.
         self.stream.memset_zeros(&mut self.valid).map_err(&e)?;
-        for lv in self.levels.clone() {
-            self.transfer_op(Xf::Valid, false, lv.all, L::D)?;
-        }
-        self.transfer_op(Xf::Coarsen, true, (0, nc), L::D)?;
+        self.transfer_op(Xf::Valid, Src::Ids, (0, self.active), L::D)?;
+        self.transfer_op(Xf::Coarsen, Src::X, (0, nc), L::D)?;
         // New mesh.
         self.upload_mesh(lbm)?;
         self.stream.memcpy_htod(&fresh, &mut self.fresh).map_err(&e)?;
@@ -569,35 +590,40 @@ impl AmrGpu {
     /// children, refined blocks after them) interpolate the new children and shift their mass;
     /// then refresh the exposed cells. The coarsened blocks are the lists' first `nc`.
     fn transfer_new_mesh(&mut self, nc: usize, groups: &[(usize, usize, usize)], dims: usize) -> Result<(), SolverError> {
-        for &(start, nn, nr) in groups {
-            self.transfer_op(Xf::New, true, (start, nn), dims)?;
-            self.transfer_op(Xf::Mass, true, (start + nn, nr), dims)?;
-        }
-        self.transfer_op(Xf::Current, true, (0, nc), dims)?;
         for &(start, nn, _) in groups {
-            self.transfer_op(Xf::Current, true, (start, nn), dims)?;
+            self.transfer_op(Xf::New, Src::X, (start, nn), dims)?;
+            self.transfer_op(Xf::Mass, Src::X, (start, nn), dims)?;
+        }
+        self.transfer_op(Xf::Current, Src::X, (0, nc), dims)?;
+        for &(start, nn, _) in groups {
+            self.transfer_op(Xf::Current, Src::X, (start, nn), dims)?;
         }
         for lv in self.levels.clone().iter().skip(1) {
-            self.transfer_op(Xf::Leaf, false, lv.all, dims)?;
+            self.transfer_op(Xf::Leaf, Src::Lists, lv.all, dims)?;
         }
-        for lv in self.levels.clone().iter().skip(1) {
-            self.transfer_op(Xf::LeafMark, false, lv.all, dims)?;
-        }
+        // Every level's leaves at once (each cell's own flag; the interpolation above read them).
+        let finer = self.level_start.get(1).map_or(self.active, |&s| s as usize).min(self.active);
+        self.transfer_op(Xf::LeafMark, Src::Ids, (finer, self.active - finer), dims)?;
         for lv in self.levels.clone() {
-            self.transfer_op(Xf::Parent, false, lv.all, dims)?;
+            self.transfer_op(Xf::Parent, Src::Lists, lv.all, dims)?;
         }
         Ok(())
     }
 
-    /// Launch one operation of `amr_transfer` over a range of the launch lists (`x`: of the
-    /// transfer's lists).
-    fn transfer_op(&mut self, op: Xf, x: bool, (off, count): (usize, usize), dims: usize) -> Result<(), SolverError> {
+    /// Launch one operation of `amr_transfer` over a range of the launch lists, the transfer's
+    /// lists or the ID set (`src`).
+    fn transfer_op(&mut self, op: Xf, src: Src, (off, count): (usize, usize), dims: usize) -> Result<(), SolverError> {
         if count == 0 {
             return Ok(());
         }
         let cells = count * BLOCK.pow(dims as u32);
         let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let ids = if x { &self.xlists } else { &self.lists }.slice(off..off + count);
+        let ids = match src {
+            Src::Lists => &self.lists,
+            Src::X => &self.xlists,
+            Src::Ids => &self.id_set,
+        }
+        .slice(off..off + count);
         // New children and exposed leaf cells are interpolated as ghost cells are, through
         // the parent tile of amr_interpolate (its modes; the level is each block's own).
         let prolong = match op {
@@ -605,6 +631,16 @@ impl AmrGpu {
             Xf::Leaf => Some(PROLONG_EXPOSED),
             _ => None,
         };
+        if let Xf::Mass = op {
+            let count = count as u32;
+            let mut b = self.stream.launch_builder(&self.mass_k);
+            b.arg(&ids).arg(&count).arg(&self.parent).arg(&self.child).arg(&self.solid).arg(&mut self.f);
+            // SAFETY: arguments as amr_mass_shift declares them; the list holds new children's
+            // IDs below the capacity; threads past count * B load and write nothing.
+            unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
+            self.tick(XF_NAMES[op as usize]);
+            return Ok(());
+        }
         if let Some(mode) = prolong {
             let (count, l, sel) = (count as u32, 0u32, 0u32);
             let mut b = self.stream.launch_builder(&self.interpolate);
@@ -614,6 +650,7 @@ impl AmrGpu {
             // SAFETY: arguments as amr_interpolate declares them; the list holds IDs below the
             // capacity; threads past count * B load and write nothing.
             unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
+            self.tick(XF_NAMES[op as usize]);
             return Ok(());
         }
         let (count, op) = (count as u32, op as u32);
@@ -624,6 +661,7 @@ impl AmrGpu {
         // SAFETY: arguments as amr_transfer declares them; the list holds IDs below the
         // capacity every array was allocated for; threads past count * B return.
         unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
+        self.tick(XF_NAMES[op as usize]);
         Ok(())
     }
 
@@ -749,23 +787,22 @@ impl AmrGpu {
     /// mesh as it is now; with `epoch` nonzero only for the blocks whose row or a same-level
     /// neighbour's that adaptation changed (the others' codes still hold).
     pub(super) fn work_out_codes(&mut self, dims: usize, epoch: u32) -> Result<(), SolverError> {
-        for lv in self.levels.clone() {
-            let (off, count) = lv.all;
-            if count == 0 {
-                continue;
-            }
+        // Every level at once, over the ID set (the codes are per block, from the mesh alone).
+        let count = self.active;
+        if count > 0 {
             let cells = count * BLOCK.pow(dims as u32);
             let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let ids = self.lists.slice(off..off + count);
+            let ids = self.id_set.slice(0..count);
             let count = count as u32;
             let mut b = self.stream.launch_builder(&self.codes_k);
             b.arg(&ids).arg(&count);
             b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
             b.arg(&self.dirty).arg(&epoch).arg(&mut self.codes);
-            // SAFETY: the arguments match amr_codes in kernels/amr.cu; the lists hold active IDs
-            // below the capacity the codes were allocated for; threads past count * B return.
+            // SAFETY: the arguments match amr_codes in kernels/amr.cu; the ID set holds active
+            // IDs below the capacity the codes were allocated for; threads past count * B return.
             unsafe { b.launch(cfg) }.map_err(derr("working out the step codes"))?;
         }
+        self.tick("codes");
         Ok(())
     }
 
@@ -892,6 +929,19 @@ enum Xf {
     Leaf = 5,
     LeafMark = 6,
     Parent = 7,
+}
+
+/// The operations' names in the trace, by `Xf` value.
+const XF_NAMES: [&str; 8] =
+    ["xfer valid", "xfer coarsen", "xfer new", "xfer mass", "xfer current", "xfer leaf", "xfer leaf mark", "xfer parent"];
+
+/// Which device list a transfer operation runs over: the launch lists, the transfer's lists,
+/// the ID set (every active block, by level).
+#[derive(Clone, Copy)]
+enum Src {
+    Lists,
+    X,
+    Ids,
 }
 
 #[derive(Clone, Copy)]

@@ -7,7 +7,7 @@
 //!
 //! [`BlockForest::adapt`]: crate::amr::BlockForest::adapt
 
-use super::{AmrGpu, Lists, Xf};
+use super::{AmrGpu, Lists, Src, Xf};
 use crate::amr::{AdaptReport, AmrError, AmrLbm, BlockForest, Criterion, NearWall, ObstacleSums, BLOCK};
 use crate::backend::cuda::derr;
 use crate::lattice::Lat;
@@ -53,6 +53,26 @@ enum Mo {
     ParentMasks = 14,
     Mark = 15,
 }
+
+/// The passes' names in the trace (`ESOFLOW_AMR_PROFILE=trace`), by `Mo` value.
+const MO_NAMES: [&str; 16] = [
+    "mesh sanitise",
+    "mesh closure",
+    "mesh cancel",
+    "mesh unseed",
+    "mesh count",
+    "mesh revert",
+    "mesh free",
+    "mesh free parent",
+    "mesh alloc",
+    "mesh clear",
+    "mesh fresh",
+    "mesh links",
+    "mesh nbr child",
+    "mesh leaf masks",
+    "mesh parent masks",
+    "mesh mark",
+];
 
 /// The obstacles as the device sees them: the prefix sums of the finest grid's obstacle cells
 /// ([`ObstacleSums`]) and that grid's level.
@@ -100,6 +120,7 @@ impl AmrGpu {
         // 3 C, ctr CTR words); threads past n return, and n never exceeds what the pass's
         // lists hold.
         unsafe { b.launch(threads(n)) }.map_err(derr("launching a mesh kernel"))?;
+        self.tick(MO_NAMES[op as usize]);
         Ok(())
     }
 
@@ -114,8 +135,11 @@ impl AmrGpu {
         Ok(())
     }
 
-    fn counters(&self) -> Result<Vec<u32>, SolverError> {
-        self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))
+    fn counters(&mut self) -> Result<Vec<u32>, SolverError> {
+        let c = self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))?;
+        self.tick("read counters");
+        self.high_water = (c[M_HW] as usize).min(self.capacity);
+        Ok(c)
     }
 
     /// Zero the counters but the high-water mark.
@@ -133,8 +157,9 @@ impl AmrGpu {
     fn fixed_point(&mut self, op: Mo, mut after: impl FnMut(&mut Self) -> Result<(), SolverError>) -> Result<Vec<u32>, SolverError> {
         let e = derr("balancing the forest");
         // The reversion takes one thread per (block, child): each child's 3^D neighbours are
-        // one chain of lookups (all 2^D children's in one thread: 60 us a pass on the sphere).
-        let n = if let Mo::Revert = op { self.capacity << self.dims } else { self.capacity };
+        // one chain of lookups (all 2^D children's in one thread: 60 us a pass on the sphere);
+        // blocks above the high-water mark (no marks, never active) need no thread.
+        let n = if let Mo::Revert = op { self.high_water << self.dims } else { self.capacity };
         loop {
             for _ in 0..FIXED_POINT_BATCH {
                 self.stream.memset_zeros(&mut self.ctr.slice_mut(M_CHANGED..M_CHANGED + 1)).map_err(&e)?;
@@ -177,6 +202,7 @@ impl AmrGpu {
         // SAFETY: arguments as amr_mesh_targets declares them; one thread per ID below the
         // capacity; the sums hold (n0 + 1) (n1 + 1) (n2 + 1) words.
         unsafe { b.launch(threads(self.capacity)) }.map_err(&e)?;
+        self.tick("targets");
         self.mesh_op(Mo::Mark, self.active, 0)
     }
 
@@ -201,6 +227,7 @@ impl AmrGpu {
         // The data moves with the old lists: every level's in `f` first.
         self.settle()?;
         self.clear_counters()?;
+        self.tick("settle, clear counters");
         // This adaptation's number: the rows it changes are marked with it.
         self.epoch = self.epoch % 255 + 1;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
@@ -223,6 +250,7 @@ impl AmrGpu {
             b.arg(&cap32).arg(&g.mk).arg(&mut g.xlists).arg(&mut g.rl).arg(&mut g.ctr);
             // SAFETY: one block of 1024 threads over the capacity's marks; the lists hold C IDs.
             unsafe { b.launch(ONE_BLOCK) }.map_err(derr("adapting the forest"))?;
+            g.tick("compact");
             Ok(())
         })?;
         let (nc, nr) = (c[M_NC] as usize, c[M_NR] as usize);
@@ -243,16 +271,19 @@ impl AmrGpu {
             self.phase(1, &mut t)?;
             return Ok(Ok(report));
         }
-        report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
-        report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
+        report.counts = (nr, nc);
+        if self.report_ids {
+            report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
+            report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
+            self.tick("read lists");
+        }
         self.phase(1, &mut t)?;
         if move_data {
             // The old mesh: the cells that hold data, the coarsened blocks from their children.
             self.stream.memset_zeros(&mut self.valid).map_err(&e)?;
-            for lv in self.levels.clone() {
-                self.transfer_op(Xf::Valid, false, lv.all, dims)?;
-            }
-            self.transfer_op(Xf::Coarsen, true, (0, nc), dims)?;
+            self.tick("clear valid");
+            self.transfer_op(Xf::Valid, Src::Ids, (0, self.active), dims)?;
+            self.transfer_op(Xf::Coarsen, Src::X, (0, nc), dims)?;
             self.phase(3, &mut t)?;
         }
         // Free, allocate, clear the marks.
@@ -272,6 +303,7 @@ impl AmrGpu {
             b.arg(&cap32).arg(&maxl).arg(&self.level).arg(&self.state).arg(&mut self.id_set).arg(&mut self.ctr);
             // SAFETY: one block of 1024 threads over the capacity; id_set holds C IDs.
             unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+            self.tick("id sets");
         }
         for l in 0..=u32::from(self.max_level) {
             if l > 0 {
@@ -289,6 +321,7 @@ impl AmrGpu {
             b.arg(&self.level).arg(&self.pos).arg(&self.child).arg(&mut self.solid).arg(&mut self.f);
             // SAFETY: one thread per cell of the refined blocks' children (rl holds nr IDs).
             unsafe { b.launch(threads(n as usize)) }.map_err(&e)?;
+            self.tick("solids");
         }
         let c = self.build_lists(u32::from(self.epoch))?;
         self.phase(2, &mut t)?;
@@ -317,6 +350,7 @@ impl AmrGpu {
         // SAFETY: one block of 1024 threads; the launch lists hold 3 C IDs, the transfer's
         // lists nc + nr (K + 1) <= 3 C.
         unsafe { b.launch(ONE_BLOCK) }.map_err(derr("building the launch lists"))?;
+        self.tick("lists");
         let c = self.counters()?;
         self.levels.clear();
         for l in 0..M_LEVELS {
@@ -342,6 +376,7 @@ impl AmrGpu {
         self.stream.memcpy_htod(&ls, &mut self.ctr.slice_mut(M_LEVEL_START..M_LEVEL_START + ls.len())).map_err(&e)?;
         let hw = [high_water];
         self.stream.memcpy_htod(&hw, &mut self.ctr.slice_mut(M_HW..=M_HW)).map_err(&e)?;
+        self.high_water = high_water as usize;
         self.build_lists(0).map(|_| ())
     }
 
@@ -357,9 +392,16 @@ impl AmrGpu {
         near_wall: Option<NearWall>,
     ) -> Result<Result<AdaptReport, AmrError>, SolverError> {
         let mut t = std::time::Instant::now();
+        if let Some(tr) = self.trace.as_mut() {
+            tr.begin(&self.stream);
+        }
         self.mark_from_criterion(lbm, crit, near_wall)?;
         self.phase(0, &mut t)?;
-        self.adapt_marked(true)
+        let r = self.adapt_marked(true);
+        if let Some(tr) = self.trace.as_mut() {
+            tr.end(&self.stream);
+        }
+        r
     }
 
     /// Overwrite the device's refinement states (marks for [`Self::adapt_marked`]; for tests
@@ -375,6 +417,13 @@ impl AmrGpu {
         self.stream.memcpy_htod(states, &mut self.state).map_err(&e)?;
         // Frozen blocks may have changed: the host copy reads every row at its next refresh.
         self.stream.memcpy_htod(&vec![1u8; self.capacity], &mut self.dirty).map_err(&e)
+    }
+
+    /// Whether [`Self::adapt_marked`] reads the refined and coarsened blocks' IDs back into its
+    /// report (on by default; off, the report has only their numbers, and an adaptation saves
+    /// a round trip to the host).
+    pub fn set_report_ids(&mut self, on: bool) {
+        self.report_ids = on;
     }
 
     /// Freeze levels of the device's forest (bit `l`: level `l`), as
