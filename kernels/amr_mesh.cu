@@ -49,6 +49,9 @@
 // changes get it in `dirty` (nonzero: the host copy's refresh), so that amr_codes can tell
 // the blocks whose neighbourhood this adaptation changed.
 #define M_EPOCH 29
+// Some state holds a refine or coarsen mark (MO_SANITISE): without one (and no mark left after
+// it, M_ANY) an adaptation has no marks to clear.
+#define M_MARKED 28
 #define M_DIRTY 30
 // One more than the highest ID ever active since the upload (the allocation raises it): the
 // one-block scans stop there, not at the capacity.
@@ -143,6 +146,7 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         mk[t] = m;
         aux[t] = m == ST_REFINE ? MX_SEED : 0;
         if (m != ST_KEEP) ctr[M_ANY] = 1;
+        if (s == ST_REFINE || s == ST_COARSEN) ctr[M_MARKED] = 1;
         if (t == 0) ctr[M_EPOCH] = arg;
         break;
     }
@@ -245,11 +249,12 @@ extern "C" __global__ void amr_mesh(const u32 op, const u32 n, const u32 arg, ME
         const u32 b = id_set[t], c0 = child[b];
         if (state[b] == ST_FROZEN) return;
         if (c0 == AMR_NONE) {
-            if (aux[b] > level[b]) state[b] = ST_REFINE;
+            if ((aux[b] & 15u) > level[b]) state[b] = ST_REFINE;
             return;
         }
+        // Targets pack the level asked for (low 4 bits) and the finest kept (high 4 bits).
         for (u32 j = 0; j < AMR_K; j++)
-            if (child[c0 + j] != AMR_NONE || aux[c0 + j] > level[b]) return;
+            if (child[c0 + j] != AMR_NONE || max(aux[c0 + j] & 15u, (u32)aux[c0 + j] >> 4) > level[b]) return;
         state[b] = ST_COARSEN;
         break;
     }
@@ -482,14 +487,17 @@ __device__ u32 mesh_target_level(float value, float threshold, u32 max_level) {
 // the criterion's block maximum through the log2 mapping, and near-wall refinement (nw_level
 // < 0: none) where an obstacle cell lies within `margin` cells of the block's own level.
 // sums: the obstacle prefix sums of an n0 x n1 x n2 grid of cells of level 0 scaled by `scale`.
-extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restrict__ values, const float threshold, const u32 crit_max, const u32 forest_max, const int nw_level, const double margin, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const double scale, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, const unsigned char* __restrict__ state, unsigned char* tgt) {
+extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restrict__ values, const float threshold, const float coarsen, const u32 crit_max, const u32 forest_max, const int nw_level, const double margin, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const double scale, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, const unsigned char* __restrict__ state, unsigned char* tgt) {
     const u32 b = blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= cap) return;
     if (state[b] == ST_INACTIVE || child[b] != AMR_NONE) { tgt[b] = 0; return; }
     u32 t = mesh_target_level(values[b], threshold, crit_max);
+    // The finest level the leaf keeps: its target under the coarsening threshold.
+    u32 keep = mesh_target_level(values[b], threshold * coarsen, crit_max);
     const u32 l = level[b];
     if (nw_level >= 0 && l <= (u32)nw_level) {
-        const double size = 4.0 / (double)(1u << l), m = margin * size / 4.0;
+        // The margin is in cells of the near-wall level, for blocks of every level.
+        const double size = 4.0 / (double)(1u << l), m = margin / (double)(1u << nw_level);
         const u32 n[3] = {n0, n1, n2};
         u32 a0[3] = {0, 0, 0}, a1[3] = {1, 1, 1};
         bool any = true;
@@ -500,9 +508,12 @@ extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restri
             a1[a] = (u32)fmin(fmax(ceil((lo + size + m) * scale), 0.0), nn);
             if (a0[a] >= a1[a]) any = false;
         }
-        if (any && mesh_obstacles_in(sums, n, a0, a1) > 0) t = max(t, min((u32)nw_level, forest_max));
+        if (any && mesh_obstacles_in(sums, n, a0, a1) > 0) {
+            t = max(t, min((u32)nw_level, forest_max));
+            keep = max(keep, t);
+        }
     }
-    tgt[b] = (unsigned char)t;
+    tgt[b] = (unsigned char)(t | keep << 4);
 }
 
 // Obstacle flags of the new children's cells (solver.rs install_solids: a cell is solid when

@@ -1818,6 +1818,12 @@ impl ViewerApp {
             );
         });
         ui.horizontal(|ui| {
+            let label = ui.label("coarsen below");
+            ui.add(egui::Slider::new(&mut st.coarsen, 0.1..=1.0).custom_formatter(|v, _| format!("{v:.2} x")))
+                .labelled_by(label.id)
+                .on_hover_text("hysteresis: a block keeps its level while its value stays above this times the value that asks for it (1: none; lower stops blocks refining and coarsening by turns)");
+        });
+        ui.horizontal(|ui| {
             let label = ui.label("max level");
             ui.add(egui::Slider::new(&mut st.max_level, 0..=finest)).labelled_by(label.id).on_hover_text(format!(
                 "finest level the criterion and the walls may ask for; this run's grid goes to level {finest} (amr.max_level)"

@@ -2,7 +2,7 @@
 //! log2 with a user threshold, near-wall refinement, and the marks that move the forest
 //! towards the targets.
 
-use super::forest::{BlockForest, Mark, BLOCK, NONE};
+use super::forest::{BlockForest, Mark, NONE};
 use crate::domain::{id_of, is_solid, kind, kind_of, Domain};
 use rayon::prelude::*;
 
@@ -23,6 +23,11 @@ pub struct Criterion {
     pub field: Field,
     /// Value that asks for level 1; each doubling asks for one level more.
     pub threshold: f32,
+    /// Hysteresis, in (0, 1]: a block keeps a level while its value stays above `coarsen`
+    /// times the value that asks for that level (1: it coarsens as soon as it would not be
+    /// refined; 0.5: only once its value has halved). Without it, blocks whose value differs
+    /// a little between the coarse and the fine grid refine and coarsen by turns.
+    pub coarsen: f32,
     /// Finest level the criterion may ask for.
     pub max_level: u8,
     /// Adapt every this many coarse (level 0) steps; 0 = never.
@@ -37,16 +42,33 @@ impl Criterion {
     }
 }
 
+/// A leaf's target as [`BlockForest::targets`] gives it: the level it asks for (low 4 bits) and
+/// the finest level it keeps (high 4 bits, at least the former; see [`Criterion::coarsen`]).
+/// A plain level (high bits 0) asks for and keeps that level.
+#[must_use]
+pub fn target_pack(asks: u8, keeps: u8) -> u8 {
+    asks.min(15) | keeps.max(asks).min(15) << 4
+}
+
+/// The finest level a packed target keeps ([`target_pack`]).
+#[must_use]
+pub fn target_kept(t: u8) -> u8 {
+    (t & 15).max(t >> 4)
+}
+
 /// A solid query: whether any solid cell lies in the box `[lo, hi)` (cells of level 0).
 pub type SolidQuery<'a> = &'a (dyn Fn([f64; 3], [f64; 3]) -> bool + Sync);
 
-/// Near-wall refinement: blocks within `margin` cells (of their own level) of a solid cell
-/// are refined to at least `level`.
+/// Near-wall refinement: blocks within `margin` cells of level `level` of a solid cell are
+/// refined to at least `level`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NearWall {
     /// Level asked for near walls.
     pub level: u8,
-    /// Distance in cells of the block's own level.
+    /// Distance in cells of `level`, the same for the blocks of every level: measured in
+    /// cells of each block's own level, a coarse block found the wall within twice the
+    /// distance its children did, refined, and its children coarsened again at the next
+    /// adaptation, for ever (568 blocks each way every interval on the sphere).
     pub margin: f64,
 }
 
@@ -197,14 +219,16 @@ impl BlockForest {
                 if !self.is_active(b) || !self.is_leaf(b) {
                     return 0;
                 }
-                let mut t = target_level(value(b), crit.threshold, max);
+                let v = value(b);
+                let mut t = target_level(v, crit.threshold, max);
+                let mut keep = target_level(v, crit.threshold * crit.coarsen, max);
                 if let Some((nw, solid)) = wall {
                     // Leaves on the near-wall level too: a fine block near a wall must keep
                     // its level, or its siblings coarsen and it comes back an interval later.
                     let l = self.level(b);
                     if l <= nw.level {
                         let (lo, size) = self.block_box(b);
-                        let m = nw.margin * size / BLOCK as f64;
+                        let m = nw.margin / f64::from(1u32 << nw.level);
                         let mut a = lo;
                         let mut z = lo;
                         for ax in 0..self.dims() {
@@ -213,10 +237,11 @@ impl BlockForest {
                         }
                         if solid(a, z) {
                             t = t.max(nw.level.min(self.max_level()));
+                            keep = keep.max(t);
                         }
                     }
                 }
-                t
+                target_pack(t, keep)
             })
             .collect()
     }
@@ -232,10 +257,10 @@ impl BlockForest {
             .filter_map(|&b| {
                 let c0 = self.first_child(b);
                 if c0 == NONE {
-                    (target[b as usize] > self.level(b)).then_some((b, Mark::Refine))
+                    (target[b as usize] & 15 > self.level(b)).then_some((b, Mark::Refine))
                 } else {
                     let all_leaves = (c0..c0 + k).all(|c| self.is_leaf(c));
-                    let content = (c0..c0 + k).all(|c| target[c as usize] <= self.level(b));
+                    let content = (c0..c0 + k).all(|c| target_kept(target[c as usize]) <= self.level(b));
                     (all_leaves && content).then_some((b, Mark::Coarsen))
                 }
             })
@@ -270,7 +295,7 @@ mod tests {
         assert_eq!(target_level(7.9, 1.0, 5), 3);
         assert_eq!(target_level(1e9, 1.0, 5), 5);
         assert_eq!(target_level(0.3, 0.1, 2), 2);
-        let c = Criterion { field: Field::Q, threshold: 1.0, max_level: 2, every: 32 };
+        let c = Criterion { field: Field::Q, threshold: 1.0, coarsen: 1.0, max_level: 2, every: 32 };
         assert!(!c.due(0) && !c.due(31) && c.due(32) && c.due(64));
     }
 }

@@ -1520,7 +1520,7 @@ mod tests {
             s.step();
             if let Some((threshold, every)) = adapt {
                 if t % every == 0 {
-                    let crit = Criterion { field: Field::Vorticity, threshold, max_level: 1, every: every as u64 };
+                    let crit = Criterion { field: Field::Vorticity, threshold, coarsen: 1.0, max_level: 1, every: every as u64 };
                     let w = s.block_vorticity();
                     let target = s.forest().targets(|b| w[b as usize], &crit, None);
                     s.adapt_to(&target).unwrap();

@@ -74,6 +74,9 @@ pub struct AmrSettings {
     pub field: Field,
     /// Block value that asks for level 1; each doubling asks for one level more.
     pub threshold: f32,
+    /// Hysteresis in (0, 1]: a block keeps its level while its value stays above this times
+    /// the value that asks for it ([`Criterion::coarsen`]).
+    pub coarsen: f32,
     /// Finest level the criterion and near-wall refinement may ask for.
     pub max_level: u8,
     /// Adapt every this many coarse steps; 0 = never.
@@ -84,7 +87,7 @@ pub struct AmrSettings {
 
 impl Default for AmrSettings {
     fn default() -> Self {
-        AmrSettings { field: Field::Vorticity, threshold: 0.01, max_level: 0, interval: 0, frozen: Vec::new() }
+        AmrSettings { field: Field::Vorticity, threshold: 0.01, coarsen: 1.0, max_level: 0, interval: 0, frozen: Vec::new() }
     }
 }
 
@@ -294,6 +297,7 @@ impl<L: Lat> AmrSolver<L> {
                 AmrCriterion::Q => Field::Q,
             },
             threshold: a.threshold,
+            coarsen: a.coarsen,
             max_level: a.max_level,
             every: a.interval,
         };
@@ -621,6 +625,7 @@ impl<L: Lat> AmrSolver<L> {
         AmrSettings {
             field: self.crit.field,
             threshold: self.crit.threshold,
+            coarsen: self.crit.coarsen,
             max_level: self.crit.max_level,
             interval: self.crit.every,
             frozen: (0..=self.max_level).filter(|&l| f.level_frozen(l)).collect(),
@@ -801,6 +806,9 @@ impl<L: Lat> Solver for AmrSolver<L> {
         if !(s.threshold.is_finite() && s.threshold > 0.0) {
             return bad(format!("amr threshold {}: must be a number above 0", s.threshold));
         }
+        if !(s.coarsen > 0.0 && s.coarsen <= 1.0) {
+            return bad(format!("amr coarsen {}: must be above 0 and at most 1 (1: no hysteresis)", s.coarsen));
+        }
         if s.max_level > self.max_level {
             return bad(format!(
                 "amr max level {}: this run's grid is fixed at level {} (amr.max_level in the scene); choose 0 to {}",
@@ -815,6 +823,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
         }
         self.crit.field = s.field;
         self.crit.threshold = s.threshold;
+        self.crit.coarsen = s.coarsen;
         self.crit.max_level = s.max_level;
         self.crit.every = s.interval;
         if let Some(nw) = self.near_wall.as_mut() {
@@ -1092,7 +1101,10 @@ interval = 50
         let mut s = solver(CAVITY, &[("amr.max_level", "2")]);
         s.step(100).expect("steps");
         let info = s.amr().expect("amr");
-        assert_eq!(info.settings, AmrSettings { field: Field::Vorticity, threshold: 0.01, max_level: 2, interval: 50, frozen: vec![] });
+        assert_eq!(
+            info.settings,
+            AmrSettings { field: Field::Vorticity, threshold: 0.01, coarsen: 1.0, max_level: 2, interval: 50, frozen: vec![] }
+        );
         assert!(info.leaves[1] + info.leaves[2] > 0, "the lid refines: {:?}", info.leaves);
         // Refinement capped at level 0: each adaptation coarsens one level.
         let coarse = AmrSettings { max_level: 0, interval: 0, ..info.settings.clone() };
@@ -1107,7 +1119,7 @@ interval = 50
         s.step(120).expect("steps");
         assert_eq!(s.amr().expect("amr").adaptations, n);
         // A frozen level 1 keeps its (empty) ID set: nothing refines, whatever the threshold.
-        let frozen = AmrSettings { max_level: 2, threshold: 1e-6, frozen: vec![1], field: Field::Q, interval: 10 };
+        let frozen = AmrSettings { max_level: 2, threshold: 1e-6, coarsen: 0.5, frozen: vec![1], field: Field::Q, interval: 10 };
         s.set_amr(&frozen).expect("settings");
         let info = s.amr().expect("amr");
         assert_eq!((info.leaves[0], info.settings.clone()), (64, frozen.clone()));
@@ -1119,6 +1131,7 @@ interval = 50
         for (bad, want) in [
             (AmrSettings { max_level: 3, ..before.clone() }, "choose 0 to 2"),
             (AmrSettings { threshold: 0.0, ..before.clone() }, "must be a number above 0"),
+            (AmrSettings { coarsen: 1.5, ..before.clone() }, "at most 1"),
             (AmrSettings { frozen: vec![4], ..before.clone() }, "levels 0 to 2"),
         ] {
             let e = s.set_amr(&bad).expect_err("refused").to_string();

@@ -515,6 +515,8 @@ impl AmrGpu {
     /// # Errors
     /// CUDA errors.
     pub fn block_values<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<Vec<f32>, SolverError> {
+        // Free IDs keep the values of their last active block: zeros first.
+        self.stream.memset_zeros(&mut self.values).map_err(derr("computing the refinement criterion"))?;
         self.block_maxima(lbm, q)?;
         self.stream.clone_dtoh(&self.values).map_err(derr("reading the refinement criterion"))
     }
@@ -524,7 +526,9 @@ impl AmrGpu {
         self.settle()?;
         self.sync_params(lbm)?;
         let e = derr("computing the refinement criterion");
-        self.stream.memset_zeros(&mut self.values).map_err(&e)?;
+        // No zeroing first: every active block gets its value, and the targets read only
+        // theirs (free IDs get target 0 without a look at their stale value; block_values
+        // zeroes them).
         let b = BLOCK.pow(L::D as u32) as u32;
         let q = u32::from(q);
         // Every level at once, over the ID set.

@@ -163,7 +163,7 @@ const COMPRESSION: [KeyDoc; 5] = [
     ),
 ];
 
-const AMR: [KeyDoc; 10] = [
+const AMR: [KeyDoc; 11] = [
     k!("amr", "table", "", "", "adaptive octree blocks (seed 004; CPU, fp32, bgk)"),
     k!(
         "amr.enabled",
@@ -181,14 +181,21 @@ const AMR: [KeyDoc; 10] = [
         "1/step of level 0",
         "value that asks for level 1; each doubling asks for one level more (log2)"
     ),
+    k!(
+        "amr.coarsen",
+        "number in (0, 1]",
+        "1",
+        "",
+        "hysteresis: a block keeps its level while its value stays above this times the value that asks for it (1: none; 0.5 stops blocks refining and coarsening by turns)"
+    ),
     k!("amr.interval", "integer >= 0", "50", "steps of level 0", "adapt every this many coarse steps (0: the initial mesh stays)"),
     k!("amr.near_wall", "integer 0..=max_level", "max_level", "", "level every block near an obstacle keeps"),
     k!(
         "amr.wall_margin",
         "number >= 0",
-        "12",
-        "cells of the block's level",
-        "how near an obstacle counts as near (under ~12, the level jump next to the body biases its forces)"
+        "24",
+        "cells of the near-wall level",
+        "how near an obstacle counts as near (under ~24, the level jump next to the body biases its forces)"
     ),
     k!("amr.freeze", "list of levels", "[]", "", "levels whose blocks are neither created nor removed"),
     k!(
@@ -208,5 +215,5 @@ const FACES: [KeyDoc; 30] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 81] =
-    cat::<51, 30, 81>(cat::<41, 10, 51>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);
+pub static KEYS: [KeyDoc; 82] =
+    cat::<52, 30, 82>(cat::<41, 11, 52>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);

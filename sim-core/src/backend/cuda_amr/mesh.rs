@@ -24,6 +24,7 @@ const M_CANCELLED: usize = 4;
 const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
 const M_ANY: usize = 7;
+const M_MARKED: usize = 28;
 const M_DIRTY: usize = 30;
 /// One more than the highest ID active since the upload (kernels: `M_HW`); kept across
 /// adaptations ([`AmrGpu::clear_counters`]).
@@ -196,7 +197,7 @@ impl AmrGpu {
         };
         let scale = f64::from(1u32 << obs.level);
         let mut b = self.stream.launch_builder(&self.targets_k);
-        b.arg(&cap).arg(&self.values).arg(&crit.threshold).arg(&crit_max).arg(&forest_max).arg(&nw_level).arg(&margin);
+        b.arg(&cap).arg(&self.values).arg(&crit.threshold).arg(&crit.coarsen).arg(&crit_max).arg(&forest_max).arg(&nw_level).arg(&margin);
         b.arg(&obs.sums).arg(&obs.n[0]).arg(&obs.n[1]).arg(&obs.n[2]).arg(&scale);
         b.arg(&self.level).arg(&self.pos).arg(&self.child).arg(&self.state).arg(&mut self.aux);
         // SAFETY: arguments as amr_mesh_targets declares them; one thread per ID below the
@@ -234,8 +235,11 @@ impl AmrGpu {
         self.mesh_op(Mo::Sanitise, cap, u32::from(self.epoch))?;
         let c = self.fixed_point(Mo::Closure, |_| Ok(()))?;
         if c[M_ANY] == 0 {
-            // Nothing to refine or coarsen (the usual case in a settled flow): one round trip.
-            self.mesh_op(Mo::Clear, cap, 0)?;
+            // Nothing to refine or coarsen (the usual case in a settled flow): one round trip,
+            // and marks to clear only where a state held one the sanitising dropped.
+            if c[M_MARKED] != 0 {
+                self.mesh_op(Mo::Clear, cap, 0)?;
+            }
             self.phase(1, &mut t)?;
             return Ok(Ok(AdaptReport::default()));
         }
@@ -399,7 +403,7 @@ impl AmrGpu {
         self.phase(0, &mut t)?;
         let r = self.adapt_marked(true);
         if let Some(tr) = self.trace.as_mut() {
-            tr.end(&self.stream);
+            tr.end(&self.stream, r.as_ref().ok().and_then(|x| x.as_ref().ok()).map_or((0, 0), |x| x.counts));
         }
         r
     }

@@ -15,6 +15,8 @@ pub(super) struct Trace {
     sums: BTreeMap<&'static str, (f64, u64)>,
     adaptations: u64,
     total: f64,
+    /// Blocks refined and coarsened by each adaptation.
+    changes: Vec<(usize, usize)>,
 }
 
 impl Trace {
@@ -26,6 +28,7 @@ impl Trace {
             sums: BTreeMap::new(),
             adaptations: 0,
             total: 0.0,
+            changes: Vec::new(),
         })
     }
 
@@ -54,7 +57,8 @@ impl Trace {
     }
 
     /// End the adaptation: wait for its events and add their intervals.
-    pub(super) fn end(&mut self, s: &Arc<CudaStream>) {
+    pub(super) fn end(&mut self, s: &Arc<CudaStream>, changes: (usize, usize)) {
+        self.changes.push(changes);
         self.tick(s, "end");
         for w in self.marks.windows(2) {
             let (a, b) = (&self.pool[w[0].1], &self.pool[w[1].1]);
@@ -73,6 +77,8 @@ impl Trace {
     pub(super) fn print(&self) {
         let n = self.adaptations.max(1) as f64;
         eprintln!("amr adaptation trace: {} adaptations, {:.1} us each on the device", self.adaptations, 1e6 * self.total / n);
+        let tail: Vec<String> = self.changes.iter().rev().take(40).rev().map(|(r, c)| format!("+{r}/-{c}")).collect();
+        eprintln!("  blocks refined/coarsened by the last adaptations: {}", tail.join(" "));
         let mut rows: Vec<_> = self.sums.iter().collect();
         rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
         for (op, (t, c)) in rows {
