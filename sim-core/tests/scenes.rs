@@ -346,6 +346,7 @@ size = 3.5
             "amr.max_level" => Some((key.into(), "1")),
             "amr.criterion" => Some((key.into(), "q")),
             "amr.threshold" => Some((key.into(), "0.02")),
+            "amr.coarsen" => Some((key.into(), "0.5")),
             "amr.interval" => Some((key.into(), "10")),
             "amr.near_wall" => Some((key.into(), "1")),
             "amr.wall_margin" => Some((key.into(), "3")),
