@@ -208,9 +208,10 @@ fn solid_query_where<'a>(
 }
 
 impl BlockForest {
-    /// Target level of every leaf (indexed by ID; 0 for non-leaves and free IDs) from a
-    /// block-max value per leaf and, optionally, near-wall refinement with a solid query in
-    /// cells of level 0 (see [`domain_solid_query`]).
+    /// Target of every leaf (indexed by ID; 0 for non-leaves and free IDs), packed by
+    /// [`target_pack`]: the level it asks for and the finest it keeps under the hysteresis
+    /// ([`Criterion::coarsen`]), from a block-max value per leaf and, optionally, near-wall
+    /// refinement with a solid query in cells of level 0 (see [`domain_solid_query`]).
     pub fn targets(&self, value: impl Fn(u32) -> f32 + Sync, crit: &Criterion, wall: Option<(NearWall, SolidQuery<'_>)>) -> Vec<u8> {
         let max = crit.max_level.min(self.max_level());
         (0..self.capacity() as u32)
@@ -246,8 +247,9 @@ impl BlockForest {
             .collect()
     }
 
-    /// Mark the forest towards per-leaf target levels: a leaf below its target refines; a block
-    /// whose children are all leaves and all content with the block's level coarsens. Returns
+    /// Mark the forest towards per-leaf targets (plain levels or [`target_pack`]ed ones): a leaf
+    /// below the level it asks for refines; a block whose children are all leaves and all keep
+    /// no finer level than the block's coarsens ([`target_kept`]). Returns
     /// the numbers of refine and coarsen marks set (before balancing).
     pub fn mark_to_targets(&mut self, target: &[u8]) -> (usize, usize) {
         let k = self.children_per_block() as u32;
