@@ -394,12 +394,21 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #define AMR_AVG_MINB 2
 #endif
 extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const unsigned long long* __restrict__ codes) {
+    // The 3^D links of the thread block's 256 / B blocks (the block itself in the middle):
+    // a push into this block or a same-level neighbour takes its target from here, one store
+    // for both (no divergence between the cells that push inside the block and those at its
+    // faces, no dependent load of the link from global memory).
+    __shared__ u32 links[256 / AMR_B][AMR_ND];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)count * AMR_B) return;
+    const bool in = t < (u64)count * AMR_B;
+    const int lb = threadIdx.x / AMR_B;
+    const int cell = (int)(t % AMR_B);
+    const u32 id = in ? ids[t / AMR_B] : 0;
+    if (in && cell < AMR_ND) links[lb][cell] = cell == AMR_ND / 2 ? id : nbr[(u64)id * AMR_ND + cell];
+    __syncthreads();
+    if (!in) return;
     const fpxx* __restrict__ src = (sel & 1u) ? fb : fa;
     fpxx* __restrict__ dst = (sel & 1u) ? fa : fb;
-    const u32 id = ids[t / AMR_B];
-    const int cell = (int)(t % AMR_B);
     const u64 own = (u64)id * DEF_Q * AMR_B + cell;
     unsigned long long w[AMR_CW];
 #pragma unroll
@@ -437,13 +446,19 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
         const int i = (int)opposite((u32)k);
         const u64 out = own + (u64)i * AMR_B;
-        if (code == AMR_C_SAME) {
-            dst[own + (u64)k * AMR_B + (ck[0] + 4 * ck[1] + 16 * ck[2])] = enc(g[k]);
-        } else if (code == AMR_C_NEXT) {
-            int e[3], sv[3];
-            amr_offset(c, ck, e, sv);
-            const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
-            dst[((u64)link * DEF_Q + k) * AMR_B + amr_cell(sv[0], sv[1], sv[2])] = enc(g[k]);
+        if (code == AMR_C_SAME || code == AMR_C_NEXT) {
+            // The streamed cell c + c_k: block offset (c + c_k) >> 2 per axis (-1, 0, 1),
+            // cell (c + c_k) & 3 in that block.
+            int d = 0, m = 1, at = 0, sh = 1;
+#pragma unroll
+            for (int a = 0; a < DEF_D; a++) {
+                const int tt = c[a] + ck[a];
+                d += ((tt >> 2) + 1) * m;
+                at += (tt & 3) * sh;
+                m *= 3;
+                sh *= 4;
+            }
+            dst[((u64)links[lb][d] * DEF_Q + k) * AMR_B + at] = enc(g[k]);
         } else if (code == AMR_C_BOUNCE) {
             dst[out] = enc(g[k]);
         } else if (code == AMR_C_COARSER) {

@@ -22,7 +22,9 @@ use crate::lattice::{Lat, Lattice};
 use crate::precision::Precision;
 use crate::schemes::Scheme;
 use crate::solver::SolverError;
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
 use std::sync::Arc;
 
 mod frame;
@@ -182,6 +184,9 @@ pub struct AmrGpu {
     aux: CudaSlice<u8>,
     rl: CudaSlice<u32>,
     ctr: CudaSlice<u32>,
+    /// Page-locked host copy of `ctr`: the counters' round trip (one or more an adaptation)
+    /// copies straight into it instead of through the driver's staging of pageable memory.
+    ctr_host: PinnedHostSlice<u32>,
     /// The device forest's gap-set length, active blocks, level starts (as the host's).
     gap_len: usize,
     /// The lowest gap-set length since the host's copy last met the device's (the gap set
@@ -328,6 +333,8 @@ impl AmrGpu {
             aux: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
             rl: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
             ctr: stream.alloc_zeros::<u32>(mesh::CTR).map_err(&a)?,
+            // SAFETY: written by the device before it is read (AmrGpu::counters).
+            ctr_host: unsafe { ctx.alloc_pinned_with_flags::<u32>(mesh::CTR, 0) }.map_err(&a)?,
             gap_len: 0,
             gap_lo: 0,
             dirty: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,

@@ -137,7 +137,12 @@ impl AmrGpu {
     }
 
     fn counters(&mut self) -> Result<Vec<u32>, SolverError> {
-        let c = self.stream.clone_dtoh(&self.ctr).map_err(derr("reading the mesh counters"))?;
+        let e = derr("reading the mesh counters");
+        self.stream.memcpy_dtoh(&self.ctr, &mut self.ctr_host).map_err(&e)?;
+        // Wait on the stream (the context's spin or yield), not on the pinned copy's own
+        // blocking event: by then that event has completed and as_slice returns at once.
+        self.stream.synchronize().map_err(&e)?;
+        let c = self.ctr_host.as_slice().map_err(&e)?.to_vec();
         self.tick("read counters");
         self.high_water = (c[M_HW] as usize).min(self.capacity);
         Ok(c)
