@@ -420,8 +420,13 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     (void)solid;
     (void)child;
     if (!streamed) {
+        // Every load before the first store (src and dst may alias as far as the compiler
+        // knows: load-store pairs would wait on each other).
+        fpxx v[DEF_Q];
 #pragma unroll
-        for (int i = 0; i < DEF_Q; i++) dst[own + (u64)i * AMR_B] = src[own + (u64)i * AMR_B];
+        for (int i = 0; i < DEF_Q; i++) v[i] = src[own + (u64)i * AMR_B];
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) dst[own + (u64)i * AMR_B] = v[i];
         if (!collided) return;
     }
     Params p;
@@ -431,7 +436,10 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
     float g[DEF_Q];
     amr_load(src, (long long)((u64)id * AMR_B + cell), g);
-    collide(g, p);
+    // The Guo source only where the level has a force, as the CPU (a uniform branch: every
+    // thread of a launch steps the same level).
+    if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
+    else collide_with<false>(g, p);
     const int root[3] = {r0, r1, r2};
     int c[3];
     amr_coords(cell, c);
@@ -470,6 +478,8 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
             float uw[3] = {0.0f, 0.0f, 0.0f};
             u32 walls = 0;
             float rho_out = 1.0f;
+            // Unrolled: indexing root, e and uw with a run-time axis puts them in local memory.
+#pragma unroll
             for (int a = 0; a < DEF_D; a++) {
                 const int np = pos[3 * (u64)id + a] + e[a];
                 int side = -1;
@@ -480,6 +490,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                         rho_out = rho;
                     } else {
                         walls++;
+#pragma unroll
                         for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
                     }
                 }
@@ -494,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                 dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
             } else {
                 float cu = 0.0f;
+#pragma unroll
                 for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
                 cu = cu / (float)walls;
                 dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);

@@ -226,7 +226,11 @@ __device__ __forceinline__ float guo_source(int i, float ux, float uy, float uz,
     return lat_w(i) * ((3.0f * (cx - ux) + 9.0f * cu * cx) * fx + (3.0f * (cy - uy) + 9.0f * cu * cy) * fy + (3.0f * (cz - uz) + 9.0f * cu * cz) * fz);
 }
 
-__device__ __forceinline__ void collide(float* f, const Params& p) {
+// One cell's collision. FORCE: whether the Guo source is added (the dense kernels fix it at
+// compile time with DEF_FORCE; the block kernels pick it per level at run time, as the CPU
+// reference skips the source where a level's force is zero).
+template <bool FORCE>
+__device__ __forceinline__ void collide_with(float* f, const Params& p) {
     float rho_m1, ux, uy, uz;
 #if DEF_FORCE
     moments(f, p.fx, p.fy, p.fz, rho_m1, ux, uy, uz);
@@ -238,9 +242,7 @@ __device__ __forceinline__ void collide(float* f, const Params& p) {
 #if DEF_COLLISION == 1
     const float wp = 1.0f / p.tau, wm = 1.0f / (0.25f / (p.tau - 0.5f) + 0.5f);
     f[0] += wp * (feq[0] - f[0]);
-#if DEF_FORCE
-    f[0] += (1.0f - 0.5f * wp) * guo_source(0, ux, uy, uz, p.fx, p.fy, p.fz);
-#endif
+    if constexpr (FORCE) f[0] += (1.0f - 0.5f * wp) * guo_source(0, ux, uy, uz, p.fx, p.fy, p.fz);
 #pragma unroll
     for (int i = 1; i < DEF_Q; i += 2) {
         const float a = f[i], b = f[i + 1];
@@ -248,12 +250,12 @@ __device__ __forceinline__ void collide(float* f, const Params& p) {
         const float sm = 0.5f * (a - b) - 0.5f * (feq[i] - feq[i + 1]);
         f[i] = a - wp * sp - wm * sm;
         f[i + 1] = b - wp * sp + wm * sm;
-#if DEF_FORCE
-        const float si = guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz), sj = guo_source(i + 1, ux, uy, uz, p.fx, p.fy, p.fz);
-        const float gp = 0.5f * (si + sj), gm = 0.5f * (si - sj);
-        f[i] += (1.0f - 0.5f * wp) * gp + (1.0f - 0.5f * wm) * gm;
-        f[i + 1] += (1.0f - 0.5f * wp) * gp - (1.0f - 0.5f * wm) * gm;
-#endif
+        if constexpr (FORCE) {
+            const float si = guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz), sj = guo_source(i + 1, ux, uy, uz, p.fx, p.fy, p.fz);
+            const float gp = 0.5f * (si + sj), gm = 0.5f * (si - sj);
+            f[i] += (1.0f - 0.5f * wp) * gp + (1.0f - 0.5f * wm) * gm;
+            f[i + 1] += (1.0f - 0.5f * wp) * gp - (1.0f - 0.5f * wm) * gm;
+        }
     }
 #else
 #if DEF_COLLISION == 2
@@ -272,12 +274,14 @@ __device__ __forceinline__ void collide(float* f, const Params& p) {
 #endif
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) f[i] += omega * (feq[i] - f[i]);
-#if DEF_FORCE
+    if constexpr (FORCE) {
 #pragma unroll
-    for (int i = 0; i < DEF_Q; i++) f[i] += (1.0f - 0.5f * omega) * guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz);
-#endif
+        for (int i = 0; i < DEF_Q; i++) f[i] += (1.0f - 0.5f * omega) * guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz);
+    }
 #endif
 }
+
+__device__ __forceinline__ void collide(float* f, const Params& p) { collide_with<DEF_FORCE != 0>(f, p); }
 
 // ---------------------------------------------------------------- boundaries
 struct Inlet { int axis, inward, profile; float ux, uy, uz; int lo[3], hi[3]; };

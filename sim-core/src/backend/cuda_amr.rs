@@ -70,16 +70,20 @@ pub fn compile_amr(lattice: Lattice, precision: Precision, arch: &str) -> Result
 
 /// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
 /// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
+/// `ESOFLOW_AMR_FMAD=1` (measurement only) lets NVRTC fuse multiply-adds, which the CPU
+/// reference does not: the results are then no longer the CPU's bit for bit.
 fn compile_amr_tuned(lattice: Lattice, precision: Precision, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
-    let Ok(extra) = std::env::var("ESOFLOW_AMR_DEFINES") else {
+    let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
+    let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
+    if extra.is_empty() && !fmad {
         return compile_amr(lattice, precision, arch);
-    };
+    }
     let defines: String = extra.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     compile_source(
         &format!("{defines}{}", amr_source(lattice, precision)),
-        &format!("kernels/amr.cu for {lattice} {precision} on {arch} with {extra}"),
+        &format!("kernels/amr.cu for {lattice} {precision} on {arch} with '{extra}', fmad {fmad}"),
         arch,
-        false,
+        fmad,
     )
 }
 
