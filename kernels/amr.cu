@@ -598,6 +598,8 @@ __device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32
 extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
     __shared__ float tile_v[256 / AMR_B][DEF_Q * AMR_B];
     __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
+    __shared__ unsigned char todo[256];
+    __shared__ u32 todo_n[8];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = t < (u64)count * AMR_B;
     const int lb = threadIdx.x / AMR_B;
@@ -632,18 +634,40 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
             for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = dec(f[base + (u64)i * AMR_B]);
         }
     }
+    // The cells to fill, compacted to the thread block's first threads (ghost cells are a
+    // layer or two of each block: spread over all 256 threads, a third of every warp's lanes
+    // idled through the interpolation).
+    const u32 bal = __ballot_sync(0xffffffffu, mine);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) todo_n[warp] = __popc(bal);
     __syncthreads();
-    if (!mine) return;
+    u32 before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        before += w < warp ? todo_n[w] : 0u;
+        total += todo_n[w];
+    }
+    if (mine) todo[before + __popc(bal & ((1u << lane) - 1u))] = (unsigned char)threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x >= total) return;
+    // This thread now fills the cell of thread `me` (same block of the list, same arithmetic).
+    const int me = todo[threadIdx.x];
+    const u32 mid = ids[((u64)blockIdx.x * blockDim.x + me) / AMR_B];
+    const int mlb = me / AMR_B, mcell = me % AMR_B;
+    const u64 mat = (u64)mid * AMR_B + mcell;
+    const u32 ml = mode == AMR_PROLONG_GHOSTS ? l_step : level[mid];
     float out[DEF_Q];
-    if (mode == AMR_PROLONG_NEW && solid[at]) {
+    if (mode == AMR_PROLONG_NEW && solid[mat]) {
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
     } else {
+        AmrRegionCells mtile = {tile_v[mlb], tile_h[mlb], {0, 0, 0}};
+        for (int a = 0; a < DEF_D; a++) mtile.lo[a] = 2 * (pos[3 * (u64)mid + a] & 1) - 1;
         int k[3], side[3];
-        amr_parent_cell(pos, id, cell, k, side);
-        amr_prolong_from(tile, prm, l, k, side, out);
+        amr_parent_cell(pos, mid, mcell, k, side);
+        amr_prolong_from(mtile, prm, ml, k, side, out);
     }
-    amr_store((sel & 2u) ? fb : fa, (long long)at, out);
+    amr_store((sel & 2u) ? fb : fa, (long long)mat, out);
 }
 
 // The restriction of cell `cell` of block id (level lc) from its children with the plain
