@@ -125,6 +125,14 @@ struct Lists {
     feeds: (usize, usize),
 }
 
+/// A captured coarse step ([`AmrGpu::step`]).
+struct StepGraph(cudarc::driver::CudaGraph);
+
+// SAFETY: CUDA graph handles may move between threads; what they must not be is used from two
+// threads at once, and a StepGraph is only reached through its AmrGpu's `&mut self` (launched
+// on the AmrGpu's own stream, which binds the context to the calling thread first).
+unsafe impl Send for StepGraph {}
+
 /// The forest's LBM state on one GPU.
 pub struct AmrGpu {
     _ctx: Arc<CudaContext>,
@@ -135,6 +143,14 @@ pub struct AmrGpu {
     /// `ESOFLOW_AMR_SERIAL=1`: everything on `stream`.
     level_streams: Vec<LevelStream>,
     concurrent: bool,
+    /// A coarse step's launches captured as CUDA graphs, by the levels' parities at its start
+    /// (a coarse step flips level 0's and leaves the finer levels', which step an even number
+    /// of times: two graphs a mesh). Replaying one costs a launch instead of every kernel's
+    /// and the gaps between dependent kernels shrink. Dropped whenever the launch lists change
+    /// (`build_lists`); not used with the profile knob (it waits inside the step) or
+    /// `ESOFLOW_AMR_GRAPHS=0`.
+    graphs: std::collections::HashMap<u32, StepGraph>,
+    use_graphs: bool,
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
     codes_k: CudaFunction,
@@ -301,7 +317,9 @@ impl AmrGpu {
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
-        let stream = ctx.default_stream();
+        // A stream of its own, not the legacy default stream: a coarse step is captured on it
+        // as a CUDA graph (AmrGpu::step), which the default stream does not allow.
+        let stream = ctx.new_stream().map_err(derr("making the block solver's stream"))?;
         let d = lattice.dims();
         let b = BLOCK.pow(d as u32);
         let nd = 3usize.pow(d as u32);
@@ -361,6 +379,9 @@ impl AmrGpu {
             level_streams: Vec::new(),
             concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
                 && std::env::var("ESOFLOW_AMR_SERIAL").as_deref() != Ok("1"),
+            graphs: std::collections::HashMap::new(),
+            use_graphs: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
+                && std::env::var("ESOFLOW_AMR_GRAPHS").as_deref() != Ok("0"),
             _ctx: ctx,
             stream,
             _module: module,
@@ -779,7 +800,31 @@ impl AmrGpu {
     pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.sync_params(lbm)?;
         let main = self.stream.clone();
-        self.step_level(0, L::D, &main)
+        if !self.use_graphs || self.levels.is_empty() {
+            return self.step_level(0, L::D, &main);
+        }
+        let e = derr("replaying a coarse step");
+        let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l);
+        if let Some(g) = self.graphs.get(&key) {
+            g.0.launch().map_err(&e)?;
+            // What step_level does to the parities: level l steps 2^l times, only level 0 an
+            // odd number of times.
+            self.odd[0] = !self.odd[0];
+            return Ok(());
+        }
+        // The finer levels' streams and events exist before the capture starts.
+        for l in 1..self.levels.len() {
+            self.level_stream(l)?;
+        }
+        main.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(&e)?;
+        let r = self.step_level(0, L::D, &main);
+        let g = main.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+        r?;
+        if let Some(g) = g.map_err(&e)? {
+            g.launch().map_err(&e)?;
+            self.graphs.insert(key, StepGraph(g));
+        }
+        Ok(())
     }
 
     /// The stream level `l` (>= 1) runs on during a coarse step and its hand-over events

@@ -362,6 +362,8 @@ impl AmrGpu {
         self.tick("lists");
         let c = self.counters()?;
         self.levels.clear();
+        // The captured coarse steps launch over the old lists.
+        self.graphs.clear();
         for l in 0..M_LEVELS {
             let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
             if r[1] == 0 {
