@@ -456,7 +456,8 @@ impl<L: Lat> AmrSolver<L> {
             self.stale.set(Stale { ddfs: true, ..self.stale.get() });
             lbm.set_time(lbm.time() + 1);
             if self.crit.due(lbm.time()) {
-                gpu.synchronize()?;
+                // The criterion goes in behind the steps; the wait for them is stepping time.
+                gpu.queue_criterion(lbm, &self.crit, self.near_wall)?;
                 self.info.step_secs += t.elapsed().as_secs_f64();
                 self.adapt_on(gpu)?;
                 t = Instant::now();

@@ -252,6 +252,9 @@ pub struct AmrGpu {
     trace: Option<trace::Trace>,
     /// Adaptations read the refined and coarsened IDs back ([`Self::set_report_ids`]).
     report_ids: bool,
+    /// The criterion's marks are queued behind the steps (`queue_criterion`):
+    /// `adapt_to_criterion` goes on from them.
+    marks_queued: bool,
     /// The device's high-water mark of IDs (its `M_HW`) as of the last counters read: passes
     /// over every block before an adaptation allocates stop there.
     high_water: usize,
@@ -375,6 +378,7 @@ impl AmrGpu {
             refreshes: (0, 0),
             trace: trace::Trace::from_env(),
             report_ids: true,
+            marks_queued: false,
             high_water: capacity,
             level_streams: Vec::new(),
             concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")

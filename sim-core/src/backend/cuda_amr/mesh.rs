@@ -391,8 +391,29 @@ impl AmrGpu {
         self.build_lists(0).map(|_| ())
     }
 
+    /// Queue the criterion's marks ([`Self::mark_from_criterion`]) behind the work already on
+    /// the stream, then wait for that work only: the criterion's first kernel starts as the
+    /// last step ends instead of a launch later, and the wait is the steps' time, not the
+    /// adaptation's. [`Self::adapt_to_criterion`] goes on from these marks. With the trace knob
+    /// the stream is drained first, so that the trace's intervals start at an idle device.
+    ///
+    /// # Errors
+    /// As [`Self::mark_from_criterion`].
+    pub fn queue_criterion<L: Lat>(&mut self, lbm: &AmrLbm<L>, crit: &Criterion, near_wall: Option<NearWall>) -> Result<(), SolverError> {
+        let e = derr("waiting for the steps");
+        if let Some(tr) = self.trace.as_mut() {
+            self.stream.synchronize().map_err(&e)?;
+            tr.begin(&self.stream);
+        }
+        let done = self.stream.record_event(None).map_err(&e)?;
+        self.mark_from_criterion(lbm, crit, near_wall)?;
+        self.marks_queued = true;
+        done.synchronize().map_err(&e)
+    }
+
     /// Adapt the device's forest and DDFs to the criterion, the mesh staying on the device:
-    /// [`Self::mark_from_criterion`], then [`Self::adapt_marked`] with the data.
+    /// [`Self::mark_from_criterion`] (unless [`Self::queue_criterion`] queued the marks), then
+    /// [`Self::adapt_marked`] with the data.
     ///
     /// # Errors
     /// As those two.
@@ -403,10 +424,12 @@ impl AmrGpu {
         near_wall: Option<NearWall>,
     ) -> Result<Result<AdaptReport, AmrError>, SolverError> {
         let mut t = std::time::Instant::now();
-        if let Some(tr) = self.trace.as_mut() {
-            tr.begin(&self.stream);
+        if !std::mem::take(&mut self.marks_queued) {
+            if let Some(tr) = self.trace.as_mut() {
+                tr.begin(&self.stream);
+            }
+            self.mark_from_criterion(lbm, crit, near_wall)?;
         }
-        self.mark_from_criterion(lbm, crit, near_wall)?;
         self.phase(0, &mut t)?;
         let r = self.adapt_marked(true);
         if let Some(tr) = self.trace.as_mut() {
