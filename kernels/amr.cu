@@ -478,8 +478,6 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
             float uw[3] = {0.0f, 0.0f, 0.0f};
             u32 walls = 0;
             float rho_out = 1.0f;
-            // Unrolled: indexing root, e and uw with a run-time axis puts them in local memory.
-#pragma unroll
             for (int a = 0; a < DEF_D; a++) {
                 const int np = pos[3 * (u64)id + a] + e[a];
                 int side = -1;
@@ -490,7 +488,6 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                         rho_out = rho;
                     } else {
                         walls++;
-#pragma unroll
                         for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
                     }
                 }
@@ -505,7 +502,6 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
                 dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
             } else {
                 float cu = 0.0f;
-#pragma unroll
                 for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
                 cu = cu / (float)walls;
                 dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);
