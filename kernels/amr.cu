@@ -186,8 +186,11 @@ struct AmrGlobalCells {
         return true;
     }
 };
+// A tile cell's values are AMR_TQ floats (DEF_Q padded to a multiple of 4, so that a cell
+// loads in 16-byte pieces; a quarter warp's 16-byte accesses at that stride hit distinct banks).
+#define AMR_TQ ((DEF_Q + 3) / 4 * 4)
 struct AmrRegionCells {
-    const float* v;          // value i of tile cell c at v[i * AMR_B + c]
+    const float* v;          // value i of tile cell c at v[c * AMR_TQ + i] (16-byte aligned)
     const unsigned char* h;  // per tile cell: holds data
     int lo[3];               // local coordinates of the tile's lowest cell
     __device__ int at(const int* k) const {
@@ -197,8 +200,15 @@ struct AmrRegionCells {
     __device__ bool get(const int* k, float* g) const {
         const int c = at(k);
         if (!h[c]) return false;
+        const float4* p = reinterpret_cast<const float4*>(v + c * AMR_TQ);
 #pragma unroll
-        for (int i = 0; i < DEF_Q; i++) g[i] = v[i * AMR_B + c];
+        for (int j = 0; j < AMR_TQ / 4; j++) {
+            const float4 q = p[j];
+            g[4 * j] = q.x;
+            if (4 * j + 1 < DEF_Q) g[4 * j + 1] = q.y;
+            if (4 * j + 2 < DEF_Q) g[4 * j + 2] = q.z;
+            if (4 * j + 3 < DEF_Q) g[4 * j + 3] = q.w;
+        }
         return true;
     }
 };
@@ -275,22 +285,24 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 #define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr}
 
 // What a cell of a level-step does with each of its values (amr_codes works it out once per
-// mesh, amr_step reads it): 3 bits per direction k, the target of the cell's post-collision
-// value k and the source of its value opposite(k), 20 directions a 64-bit word (word k / 20,
-// bits 3 (k % 20)); bits 60 and 61 of word 0: the cell is streamed, collided. Zero (no flags,
-// every direction skipped): the cell's values are copied as they are.
-#define AMR_CW ((DEF_Q + 19) / 20)
-#define AMR_C_SKIP 0     // nothing to write
-#define AMR_C_SAME 1     // push into the streamed cell c + c_k of this block
-#define AMR_C_NEXT 2     // push into the streamed cell c + c_k of a same-level neighbour block
-#define AMR_C_BOUNCE 3   // the target is an obstacle cell: half-way bounce-back
-#define AMR_C_COARSER 4  // the source is coarser: the value keeps its pre-step value
-#define AMR_C_EDGE 5     // outside the domain: walls and outflows (amr_step works out which)
-#define AMR_C_STREAMED 60
-#define AMR_C_COLLIDED 61
-__device__ __forceinline__ u32 amr_code(const unsigned long long* w, int k) { return (u32)(w[k / 20] >> (3 * (k % 20))) & 7u; }
+// mesh, amr_step reads it), one 64-bit word a cell: bit k (k < Q <= 27) set where the cell
+// pushes its post-collision value k into the streamed cell c + c_k (of its block or of a
+// same-level neighbour); bit 32 + k set where the cell itself fills its value opposite(k)
+// because that value's source is no collided cell of its level. Which way it fills it follows
+// from the link towards c + c_k: no block there (outside the domain: walls and outflows, which
+// amr_step works out), a coarser block (the value keeps its pre-step value), else a same-level
+// block whose cell is an obstacle (half-way bounce-back). Bits 30 and 31: the cell is
+// streamed, collided. Bit 29: the cell holds data, which moves to the other buffer with its
+// level (every cell but the covered ones: fluid cells of non-leaves that are neither
+// parent-of-ghost nor parent-of-interface; no kernel reads those, an adaptation refills them
+// from their children where they come to hold data, amr_transfer XF_PARENT, and the CPU keeps
+// them as stale as this). Bit 29 alone: the cell's values are copied as they are.
+#define AMR_C_KEEP 29
+#define AMR_C_STREAMED 30
+#define AMR_C_COLLIDED 31
+#define AMR_C_FILL 32
 
-// The codes of every cell of blocks `ids` into codes[(id * AMR_CW + word) * B + cell], from the
+// The codes of every cell of blocks `ids` into codes[id * B + cell], from the
 // masks, links and obstacle flags (which amr_step's comment describes in words). With `epoch`
 // nonzero only blocks whose own row or a same-level neighbour's carries that adaptation's
 // number in `dirty` (amr_mesh.cu M_EPOCH): the codes of the others did not change.
@@ -322,11 +334,10 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
     const bool streamed = fluid && (leaf || mk == CM_POG);
     (void)pos;
     (void)parent;
-    unsigned long long w[AMR_CW];
-#pragma unroll
-    for (int j = 0; j < AMR_CW; j++) w[j] = 0ull;
+    const bool covered = fluid && !leaf && mk != CM_POG && mk != CM_POI;
+    unsigned long long w = covered ? 0ull : 1ull << AMR_C_KEEP;
     if (collided) {
-        w[0] = (unsigned long long)streamed << AMR_C_STREAMED | 1ull << AMR_C_COLLIDED;
+        w |= (unsigned long long)streamed << AMR_C_STREAMED | 1ull << AMR_C_COLLIDED;
         int c[3];
         amr_coords(cell, c);
 #pragma unroll
@@ -335,24 +346,20 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
             int e[3], sv[3];
             amr_offset(c, ck, e, sv);
             const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
-            u32 code = AMR_C_SKIP;
-            if (link == AMR_NONE) {
-                if (streamed) code = AMR_C_EDGE;
-            } else if (link & AMR_COARSER) {
-                if (streamed) code = AMR_C_COARSER;
-            } else {
+            // Outside the domain, a coarser block or an obstacle cell: the cell fills the value
+            // itself (if streamed); a streamed fluid cell of the level: a push.
+            bool fill = true;
+            if (link != AMR_NONE && !(link & AMR_COARSER)) {
                 const u64 nat = (u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2]);
-                if (solid[nat]) {
-                    if (streamed) code = AMR_C_BOUNCE;
-                } else if (child[link] == AMR_NONE || cmask[nat] == CM_POG) {
-                    code = (e[0] == 0 && e[1] == 0 && e[2] == 0) ? AMR_C_SAME : AMR_C_NEXT;
+                if (!solid[nat]) {
+                    fill = false;
+                    if (child[link] == AMR_NONE || cmask[nat] == CM_POG) w |= 1ull << k;
                 }
             }
-            w[k / 20] |= (unsigned long long)code << (3 * (k % 20));
+            if (fill && streamed) w |= 1ull << (AMR_C_FILL + k);
         }
     }
-#pragma unroll
-    for (int j = 0; j < AMR_CW; j++) codes[((u64)id * AMR_CW + j) * AMR_B + cell] = w[j];
+    codes[(u64)id * AMR_B + cell] = w;
 }
 
 // One level-step of level l's blocks `ids` in a single pass (seed 002's fused step; lbm.rs
@@ -369,8 +376,9 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 //             the outflow equilibrium where every face the link crosses is an outflow, and
 //             the pre-step value where the source is coarser (ghost cells: stale until the
 //             next interpolation);
-//   the rest  (parent-of-interface, covered and solid cells) keep their values.
-// Every value of dst in these blocks is written exactly once.
+//   the rest  (parent-of-interface and solid cells) keep their values; covered cells
+//             (AMR_C_KEEP) are left as they are in both buffers.
+// Every value of dst in these blocks but the covered cells' is written exactly once.
 // What each cell does, direction by direction, comes from its codes (amr_codes), worked out
 // once per mesh: the step reads one word a cell instead of each target's masks and flags.
 // Minimum resident thread blocks of 256 threads per SM for the stepping kernels (register caps:
@@ -391,42 +399,71 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #endif
 #endif
 #ifndef AMR_AVG_MINB
+#if DEF_Q > 19
 #define AMR_AVG_MINB 2
+#else
+#define AMR_AVG_MINB 3
 #endif
+#endif
+// Offsets into a DDF buffer: 32 bits unless the forest's capacity needs more (the host defines
+// AMR_IDX64 then).
+#ifdef AMR_IDX64
+typedef u64 amr_ix;
+#else
+typedef u32 amr_ix;
+#endif
+// Store v at p (a global address) where `on` is nonzero: a predicated store, so that the
+// address arithmetic of a step's pushes runs without branches around each of them.
+__device__ __forceinline__ void amr_store_if(const char* p, fpxx v, u32 on) {
+#if DEF_STORE == 0
+    asm volatile("{\n\t.reg .pred q;\n\t.reg .u64 a;\n\tsetp.ne.u32 q, %2, 0;\n\tcvta.to.global.u64 a, %0;\n\t@q st.global.f32 [a], %1;\n\t}" :: "l"(p), "f"(v), "r"(on));
+#else
+    asm volatile("{\n\t.reg .pred q;\n\t.reg .u64 a;\n\tsetp.ne.u32 q, %2, 0;\n\tcvta.to.global.u64 a, %0;\n\t@q st.global.u16 [a], %1;\n\t}" :: "l"(p), "h"(v), "r"(on));
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const unsigned long long* __restrict__ codes) {
     // The 3^D links of the thread block's 256 / B blocks (the block itself in the middle):
     // a push into this block or a same-level neighbour takes its target from here, one store
     // for both (no divergence between the cells that push inside the block and those at its
     // faces, no dependent load of the link from global memory).
     __shared__ u32 links[256 / AMR_B][AMR_ND];
+    // The same as pointers to the linked blocks' DDFs in dst (unused where no same-level block
+    // is linked).
+    __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = t < (u64)count * AMR_B;
     const int lb = threadIdx.x / AMR_B;
     const int cell = (int)(t % AMR_B);
     const u32 id = in ? ids[t / AMR_B] : 0;
-    if (in && cell < AMR_ND) links[lb][cell] = cell == AMR_ND / 2 ? id : nbr[(u64)id * AMR_ND + cell];
-    __syncthreads();
-    if (!in) return;
     const fpxx* __restrict__ src = (sel & 1u) ? fb : fa;
     fpxx* __restrict__ dst = (sel & 1u) ? fa : fb;
-    const u64 own = (u64)id * DEF_Q * AMR_B + cell;
-    unsigned long long w[AMR_CW];
-#pragma unroll
-    for (int j = 0; j < AMR_CW; j++) w[j] = codes[((u64)id * AMR_CW + j) * AMR_B + cell];
-    const bool streamed = (w[0] >> AMR_C_STREAMED) & 1ull;
-    const bool collided = (w[0] >> AMR_C_COLLIDED) & 1ull;
+    if (in && cell < AMR_ND) {
+        const u32 link = cell == AMR_ND / 2 ? id : nbr[(u64)id * AMR_ND + cell];
+        links[lb][cell] = link;
+        // Less the row's byte offset in `blocks` times 2^16 (see the pushes below).
+        blocks[lb][cell] = (fpxx*)((char*)(dst + (amr_ix)(link == AMR_NONE || (link & AMR_COARSER) ? 0u : link) * (DEF_Q * AMR_B)) - ((u64)((lb * AMR_ND + cell) * sizeof(fpxx*)) << 16));
+    }
+    __syncthreads();
+    if (!in) return;
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B) + (amr_ix)cell;
+    const fpxx* __restrict__ mine = src + own;
+    const unsigned long long w = codes[(u64)id * AMR_B + cell];
+    const bool streamed = (w >> AMR_C_STREAMED) & 1ull;
+    const bool collided = (w >> AMR_C_COLLIDED) & 1ull;
     (void)parent;
     (void)cmask;
     (void)solid;
     (void)child;
+    if (w == 0ull) return;  // a covered cell (no AMR_C_KEEP, nothing else either)
     if (!streamed) {
         // Every load before the first store (src and dst may alias as far as the compiler
         // knows: load-store pairs would wait on each other).
         fpxx v[DEF_Q];
 #pragma unroll
-        for (int i = 0; i < DEF_Q; i++) v[i] = src[own + (u64)i * AMR_B];
+        for (int i = 0; i < DEF_Q; i++) v[i] = mine[i * AMR_B];
+        fpxx* __restrict__ to = dst + own;
 #pragma unroll
-        for (int i = 0; i < DEF_Q; i++) dst[own + (u64)i * AMR_B] = v[i];
+        for (int i = 0; i < DEF_Q; i++) to[i * AMR_B] = v[i];
         if (!collided) return;
     }
     Params p;
@@ -435,77 +472,100 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     p.cs = 0.0f;
     p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
     float g[DEF_Q];
-    amr_load(src, (long long)((u64)id * AMR_B + cell), g);
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) g[i] = dec(mine[i * AMR_B]);
     // The Guo source only where the level has a force, as the CPU (a uniform branch: every
     // thread of a launch steps the same level).
     if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
     else collide_with<false>(g, p);
-    const int root[3] = {r0, r1, r2};
     int c[3];
     amr_coords(cell, c);
+    // The pushes, one predicated store each: the streamed cell c + c_k is in the block at
+    // offset (c + c_k) >> 2 per axis (-1, 0, 1; its pointer from shared memory), cell
+    // (c + c_k) & 3 there. Per axis and offset o, `sum[a][o + 1]` holds that axis's part of
+    // the pointer's byte offset in `blocks` (high half; the thread block's row in axis 0's) and
+    // of the cell's byte offset in its block's array of one value (low half): a direction adds
+    // three of them into s, loads the pointer at byte s >> 16 of `blocks` and adds s to it
+    // (the pointers there are biased by their own byte offset times 2^16, which leaves the
+    // cell's offset).
+    u32 sum[3][3];
+#pragma unroll
+    for (int a = 0, m = 1, sh = 1; a < 3; a++, m *= 3, sh *= 4) {
+#pragma unroll
+        for (int o = -1; o <= 1; o++) {
+            const int tt = c[a] + o;
+            const u32 hi = a < DEF_D ? (u32)(((tt >> 2) + 1) * m) * (u32)sizeof(fpxx*) : 0u;
+            const u32 lo = a < DEF_D ? (u32)((tt & 3) * sh) * (u32)sizeof(fpxx) : 0u;
+            sum[a][o + 1] = (hi + (a == 0 ? (u32)(lb * AMR_ND) * (u32)sizeof(fpxx*) : 0u)) << 16 | lo;
+        }
+    }
+    const u32 push = (u32)w, fill = (u32)(w >> AMR_C_FILL);
+#pragma unroll
+    for (int k = 0; k < DEF_Q; k++) {
+        const u32 s = sum[0][lat_cx(k) + 1] + sum[1][lat_cy(k) + 1] + sum[2][lat_cz(k) + 1];
+        const char* b = (const char*)*(fpxx* const*)((const char*)&blocks[0][0] + (s >> 16));
+        amr_store_if(b + (s + (u32)(k * AMR_B * (int)sizeof(fpxx))), enc(g[k]), push & (1u << k));
+    }
+    if (fill == 0u) return;
+    // The values the cell fills itself (boundary cells only): from the link towards c + c_k,
+    // half-way bounce-back (a same-level block: its cell there is an obstacle), the pre-step
+    // value (a coarser block), walls and outflows (no block: outside the domain).
+    const int root[3] = {r0, r1, r2};
     // The outflow equilibrium's density and velocity, once a link needs it (rho_out - 1 in
     // eq[0]).
     bool have_eq = false;
     float eq[4];
 #pragma unroll
     for (int k = 0; k < DEF_Q; k++) {
-        const u32 code = amr_code(w, k);
-        if (code == AMR_C_SKIP) continue;
+        if (!((fill >> k) & 1u)) continue;
         const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
         const int i = (int)opposite((u32)k);
-        const u64 out = own + (u64)i * AMR_B;
-        if (code == AMR_C_SAME || code == AMR_C_NEXT) {
-            // The streamed cell c + c_k: block offset (c + c_k) >> 2 per axis (-1, 0, 1),
-            // cell (c + c_k) & 3 in that block.
-            int d = 0, m = 1, at = 0, sh = 1;
+        const amr_ix out = own + (amr_ix)(i * AMR_B);
+        int e[3] = {0, 0, 0}, d = 0;
 #pragma unroll
-            for (int a = 0; a < DEF_D; a++) {
-                const int tt = c[a] + ck[a];
-                d += ((tt >> 2) + 1) * m;
-                at += (tt & 3) * sh;
-                m *= 3;
-                sh *= 4;
+        for (int a = 0, m = 1; a < DEF_D; a++, m *= 3) {
+            e[a] = (c[a] + ck[a]) >> 2;
+            d += (e[a] + 1) * m;
+        }
+        const u32 link = links[lb][d];
+        if (link != AMR_NONE) {
+            dst[out] = (link & AMR_COARSER) ? src[out] : enc(g[k]);
+            continue;
+        }
+        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+        float uw[3] = {0.0f, 0.0f, 0.0f};
+        u32 walls = 0;
+        float rho_out = 1.0f;
+#pragma unroll
+        for (int a = 0; a < DEF_D; a++) {
+            const int np = pos[3 * (u64)id + a] + e[a];
+            int side = -1;
+            if (np < 0) side = 0; else if (np >= (root[a] << l)) side = 1;
+            if (side >= 0) {
+                const float rho = prm[AMR_OUTFLOW + 2 * a + side];
+                if (rho == rho) {
+                    rho_out = rho;
+                } else {
+                    walls++;
+#pragma unroll
+                    for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
+                }
             }
-            dst[((u64)links[lb][d] * DEF_Q + k) * AMR_B + at] = enc(g[k]);
-        } else if (code == AMR_C_BOUNCE) {
-            dst[out] = enc(g[k]);
-        } else if (code == AMR_C_COARSER) {
-            dst[out] = src[out];
+        }
+        if (walls == 0) {
+            if (!have_eq) {
+                float rm1;
+                moments(g, force[0], force[1], force[2], rm1, eq[1], eq[2], eq[3]);
+                eq[0] = rho_out - 1.0f;
+                have_eq = true;
+            }
+            dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
         } else {
-            int e[3], sv[3];
-            amr_offset(c, ck, e, sv);
-            const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
-            float uw[3] = {0.0f, 0.0f, 0.0f};
-            u32 walls = 0;
-            float rho_out = 1.0f;
-            for (int a = 0; a < DEF_D; a++) {
-                const int np = pos[3 * (u64)id + a] + e[a];
-                int side = -1;
-                if (np < 0) side = 0; else if (np >= (root[a] << l)) side = 1;
-                if (side >= 0) {
-                    const float rho = prm[AMR_OUTFLOW + 2 * a + side];
-                    if (rho == rho) {
-                        rho_out = rho;
-                    } else {
-                        walls++;
-                        for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
-                    }
-                }
-            }
-            if (walls == 0) {
-                if (!have_eq) {
-                    float rm1;
-                    moments(g, force[0], force[1], force[2], rm1, eq[1], eq[2], eq[3]);
-                    eq[0] = rho_out - 1.0f;
-                    have_eq = true;
-                }
-                dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
-            } else {
-                float cu = 0.0f;
-                for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
-                cu = cu / (float)walls;
-                dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);
-            }
+            float cu = 0.0f;
+#pragma unroll
+            for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
+            cu = cu / (float)walls;
+            dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);
         }
     }
 }
@@ -592,7 +652,7 @@ __device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32
 // DDFs are read from fa or fb (sel bit 0), the filled cells' written to fa or fb (sel bit 1).
 // Launched with 256 threads a thread block.
 extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
-    __shared__ float tile_v[256 / AMR_B][DEF_Q * AMR_B];
+    __shared__ __align__(16) float tile_v[256 / AMR_B][AMR_TQ * AMR_B];
     __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
     __shared__ unsigned char todo[256];
     __shared__ u32 todo_n[8];
@@ -626,8 +686,16 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         tile_h[lb][cell] = src >= 0;
         if (src >= 0) {
             const u64 base = (u64)(src / AMR_B) * DEF_Q * AMR_B + (u64)(src % AMR_B);
+            float4* to = reinterpret_cast<float4*>(&tile_v[lb][cell * AMR_TQ]);
 #pragma unroll
-            for (int i = 0; i < DEF_Q; i++) tile_v[lb][i * AMR_B + cell] = dec(f[base + (u64)i * AMR_B]);
+            for (int j = 0; j < AMR_TQ / 4; j++) {
+                float4 q;
+                q.x = dec(f[base + (u64)(4 * j) * AMR_B]);
+                q.y = 4 * j + 1 < DEF_Q ? dec(f[base + (u64)(4 * j + 1) * AMR_B]) : 0.0f;
+                q.z = 4 * j + 2 < DEF_Q ? dec(f[base + (u64)(4 * j + 2) * AMR_B]) : 0.0f;
+                q.w = 4 * j + 3 < DEF_Q ? dec(f[base + (u64)(4 * j + 3) * AMR_B]) : 0.0f;
+                to[j] = q;
+            }
         }
     }
     // The cells to fill, compacted to the thread block's first threads (ghost cells are a
@@ -683,14 +751,33 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const fpxx* __restrict__ f,
     return amr_mean(m, f, ch, f0, 1, false, ff, fc, r, out);
 }
 
+// The restriction's taps along one axis, as a pattern: the offsets from the lowest child cell
+// and their weights (amr_average's; lbm.rs average builds the same).
+#define AMR_TAP_LINEAR 0  // 0, 1: 1/2, 1/2
+#define AMR_TAP_DOWN 1    // -1, 0, 1: -1/8, 3/4, 3/8
+#define AMR_TAP_UP 2      // 0, 1, 2: 3/8, 3/4, -1/8
+#define AMR_TAP_CUBIC 3   // -1, 0, 1, 2: -1/16, 9/16, 9/16, -1/16
+#define AMR_TAP_ONE 4     // 0: 1 (the axes a 2D lattice has not)
+__device__ __forceinline__ int amr_tap_n(int p) { return p == AMR_TAP_CUBIC ? 4 : p == AMR_TAP_ONE ? 1 : p == AMR_TAP_LINEAR ? 2 : 3; }
+__device__ __forceinline__ int amr_tap_o(int p, int t) { return (p == AMR_TAP_DOWN || p == AMR_TAP_CUBIC) ? t - 1 : t; }
+__device__ __forceinline__ float amr_tap_w(int p, int t) {
+    switch (p) {
+    case AMR_TAP_LINEAR: return 0.5f;
+    case AMR_TAP_DOWN: return t == 0 ? -0.125f : t == 1 ? 0.75f : 0.375f;
+    case AMR_TAP_UP: return t == 0 ? 0.375f : t == 1 ? 0.75f : -0.125f;
+    case AMR_TAP_CUBIC: return (t == 0 || t == 3) ? -1.0f / 16.0f : 9.0f / 16.0f;
+    default: return 1.0f;
+    }
+}
+
 // Restrict the interface cells of level l (>= 1) into the parent-of-interface cells of level
 // l - 1 blocks `ids` (those that feed a coarser leaf; lbm.rs average): per axis (-1, 9, 9,
 // -1)/16 where all four fine cells hold data, one-sided (3/8, 3/4, -1/8) away from the stale
 // ghosts, else the plain average; rescaled by 2 tau_{l-1} / tau_l.
 // The fine level's DDFs are read from fa or fb (sel bit 0), the parents' written to fa or fb
 // (sel bit 1).
-// A thread block of 256 threads takes 64 cells (one block in 3D, four in 2D), lists the ones
-// to restrict in shared memory, and gives each AMR_AVG_G threads (a group, inside one warp):
+// A thread block of 256 threads takes AMR_AVG_CELLS cells (whole blocks), lists the ones to
+// restrict in shared memory, and gives each AMR_AVG_G threads (a group, inside one warp):
 // the group's thread j sums the taps of rows j, j + G, ... (row ty + 4 tz: (ty, tz) of the
 // tensor product) in order, the first 2 D threads check whether the fine cells beyond the
 // children hold data (the taps per axis), and the threads' sums are added pairwise across the
@@ -698,6 +785,12 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const fpxx* __restrict__ f,
 // plain average, where a cell of the taps holds no data, goes through the group the same
 // way). One thread a cell walked 64 taps of dependent mesh lookups and loads one after another (ncu:
 // 69 us, 9 active threads a warp; 16 threads a cell, one row each: 40 us).
+// Cells a thread block lists (64, 128 or 256: one to four blocks in 3D, four to sixteen in 2D):
+// more than one block's keep more of its threads busy (a block's interface cells are a layer or
+// two of it).
+#ifndef AMR_AVG_CELLS
+#define AMR_AVG_CELLS 128
+#endif
 #ifndef AMR_AVG_G
 #if DEF_D == 3
 #define AMR_AVG_G 8
@@ -706,11 +799,14 @@ __device__ bool amr_restrict_plain(const AmrMesh& m, const fpxx* __restrict__ f,
 #endif
 #endif
 extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel) {
-    __shared__ unsigned char todo[64];
-    __shared__ u32 wmask[2];
-    const u32 b0 = blockIdx.x * (64 / AMR_B);
+    __shared__ unsigned char todo[AMR_AVG_CELLS];
+    __shared__ u32 wmask[AMR_AVG_CELLS / 32];
+    // Launched with a thread block per 64 cells: with AMR_AVG_CELLS above that, the thread
+    // blocks past the list's end have nothing to do.
+    const u32 b0 = blockIdx.x * (AMR_AVG_CELLS / AMR_B);
+    if (b0 >= count) return;
     const int tid = threadIdx.x;
-    if (tid < 64) {
+    if (tid < AMR_AVG_CELLS) {
         const u32 j = b0 + tid / AMR_B;
         bool keep = false;
         if (j < count) {
@@ -721,10 +817,15 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
         if ((tid & 31) == 0) wmask[tid >> 5] = b;
     }
     __syncthreads();
-    const u32 n0 = __popc(wmask[0]), n = n0 + __popc(wmask[1]);
-    if (tid < 64) {
+    u32 n = 0, before = 0;
+#pragma unroll
+    for (int k = 0; k < AMR_AVG_CELLS / 32; k++) {
+        before += k < (tid >> 5) ? __popc(wmask[k]) : 0u;
+        n += __popc(wmask[k]);
+    }
+    if (tid < AMR_AVG_CELLS) {
         const u32 mine = wmask[tid >> 5], lt = (1u << (tid & 31)) - 1u;
-        if ((mine >> (tid & 31)) & 1u) todo[(tid >> 5 ? n0 : 0) + __popc(mine & lt)] = (unsigned char)tid;
+        if ((mine >> (tid & 31)) & 1u) todo[before + __popc(mine & lt)] = (unsigned char)tid;
     }
     __syncthreads();
     if (n == 0) return;
@@ -753,14 +854,13 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
             chk = amr_cell_at(m, ch, kk, false) >= 0;
         }
         const u32 have = __ballot_sync(0xffffffffu, chk) >> first;
-        AmrTaps full;
-        taps_one(full);
+        // The taps per axis as a pattern (amr_tap): cubic where both cells beyond the children
+        // hold data, one-sided away from the one that does not, else linear.
+        int full[3] = {AMR_TAP_ONE, AMR_TAP_ONE, AMR_TAP_ONE};
+#pragma unroll
         for (int a = 0; a < DEF_D; a++) {
             const bool lo = (have >> (2 * a)) & 1u, hi = (have >> (2 * a + 1)) & 1u;
-            if (lo && hi) taps_set(full, a, 4, -1, -1.0f / 16.0f, 0, 9.0f / 16.0f, 1, 9.0f / 16.0f, 2, -1.0f / 16.0f);
-            else if (hi) taps_set(full, a, 3, 0, 0.375f, 1, 0.75f, 2, -0.125f, 0, 0.0f);
-            else if (lo) taps_set(full, a, 3, -1, -0.125f, 0, 0.75f, 1, 0.375f, 0, 0.0f);
-            else taps_set(full, a, 2, 0, 0.5f, 1, 0.5f, 0, 0.0f, 0, 0.0f);
+            full[a] = lo && hi ? AMR_TAP_CUBIC : hi ? AMR_TAP_UP : lo ? AMR_TAP_DOWN : AMR_TAP_LINEAR;
         }
         // These taps, else (a cell of their tensor product holds no data: a ghost or obstacle
         // cell) the plain average of the 2^D children, both through the group; else the mean of
@@ -769,23 +869,27 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
         float acc[DEF_Q];
         for (int attempt = 0; attempt < 2; attempt++) {
             if (!__any_sync(0xffffffffu, pending)) break;
-            AmrTaps taps = full;
-            if (attempt == 1) taps_plain(taps);
+            int pat[3] = {full[0], full[1], full[2]};
+            if (attempt == 1) {
+#pragma unroll
+                for (int a = 0; a < DEF_D; a++) pat[a] = AMR_TAP_LINEAR;
+            }
             // This thread's rows: the cells first (independent lookups), then their DDFs.
             constexpr int RPT = (DEF_D == 3 ? 16 : 4) / AMR_AVG_G;  // rows a thread
-            long long at[RPT][4];
+            u32 at[RPT][4];
             bool ok = true;
 #pragma unroll
             for (int row = 0; row < RPT; row++) {
                 const int j = lane + row * AMR_AVG_G, ty = j % 4, tz = j / 4;
-                const bool in_taps = pending && ty < taps.n[1] && tz < taps.n[2];
+                const bool in_taps = pending && ty < amr_tap_n(pat[1]) && tz < amr_tap_n(pat[2]);
 #pragma unroll
                 for (int tx = 0; tx < 4; tx++) {
-                    at[row][tx] = -1;
-                    if (in_taps && tx < taps.n[0]) {
-                        const int k[3] = {f0[0] + taps.o[0][tx], f0[1] + taps.o[1][ty], f0[2] + taps.o[2][tz]};
-                        at[row][tx] = amr_cell_at(m, ch, k, false);
-                        ok = ok && at[row][tx] >= 0;
+                    at[row][tx] = AMR_NONE;
+                    if (in_taps && tx < amr_tap_n(pat[0])) {
+                        const int k[3] = {f0[0] + amr_tap_o(pat[0], tx), f0[1] + amr_tap_o(pat[1], ty), f0[2] + amr_tap_o(pat[2], tz)};
+                        const long long c = amr_cell_at(m, ch, k, false);
+                        at[row][tx] = c >= 0 ? (u32)c : AMR_NONE;
+                        ok = ok && c >= 0;
                     }
                 }
             }
@@ -795,14 +899,15 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
 #pragma unroll
             for (int row = 0; row < RPT; row++) {
                 const int j = lane + row * AMR_AVG_G, ty = j % 4, tz = j / 4;
-                if (!all || !pending || ty >= taps.n[1] || tz >= taps.n[2]) continue;
+                if (!all || !pending || ty >= amr_tap_n(pat[1]) || tz >= amr_tap_n(pat[2])) continue;
+                const float wyz = amr_tap_w(pat[1], ty), wz = amr_tap_w(pat[2], tz);
 #pragma unroll
                 for (int tx = 0; tx < 4; tx++) {
-                    if (tx < taps.n[0]) {
-                        const float wt = taps.w[0][tx] * taps.w[1][ty] * taps.w[2][tz];
-                        const u64 base = (u64)(at[row][tx] / AMR_B) * DEF_Q * AMR_B + (u64)(at[row][tx] % AMR_B);
+                    if (tx < amr_tap_n(pat[0])) {
+                        const float wt = amr_tap_w(pat[0], tx) * wyz * wz;
+                        const fpxx* src = f + ((u64)(at[row][tx] / AMR_B) * DEF_Q * AMR_B + at[row][tx] % AMR_B);
 #pragma unroll
-                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * dec(f[base + (u64)i * AMR_B]);
+                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * dec(src[i * AMR_B]);
                     }
                 }
             }

@@ -60,28 +60,47 @@ pub fn amr_source(lattice: Lattice, precision: Precision) -> String {
     format!("{}\n{}\n{}\n{}", defines(&cfg), COMMON_CUH, AMR_CU, AMR_MESH_CU)
 }
 
-/// Compile the block kernels for `arch` (e.g. "sm_90"), without fused multiply-adds.
+/// Whether a forest of `capacity` blocks needs 64-bit offsets into its DDF buffers (the
+/// kernels' `AMR_IDX64`; 32 bits address up to 2^32 values a buffer).
+#[must_use]
+pub fn needs_wide_offsets(lattice: Lattice, capacity: usize) -> bool {
+    (capacity as u64) * (lattice.q() * BLOCK.pow(lattice.dims() as u32)) as u64 >= 1 << 32
+}
+
+/// Compile the block kernels for `arch` (e.g. "sm_90") and a forest of `capacity` blocks,
+/// without fused multiply-adds.
 ///
 /// # Errors
 /// NVRTC missing, compile errors or warnings.
-pub fn compile_amr(lattice: Lattice, precision: Precision, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
-    compile_source(&amr_source(lattice, precision), &format!("kernels/amr.cu for {lattice} {precision} on {arch}"), arch, false)
+pub fn compile_amr(lattice: Lattice, precision: Precision, arch: &str, capacity: usize) -> Result<cudarc::nvrtc::Ptx, String> {
+    compile_amr_with(lattice, precision, arch, capacity, "", false)
 }
 
 /// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
 /// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
 /// `ESOFLOW_AMR_FMAD=1` (measurement only) lets NVRTC fuse multiply-adds, which the CPU
 /// reference does not: the results are then no longer the CPU's bit for bit.
-fn compile_amr_tuned(lattice: Lattice, precision: Precision, arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+fn compile_amr_tuned(lattice: Lattice, precision: Precision, arch: &str, capacity: usize) -> Result<cudarc::nvrtc::Ptx, String> {
     let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
     let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
-    if extra.is_empty() && !fmad {
-        return compile_amr(lattice, precision, arch);
-    }
-    let defines: String = extra.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
+    compile_amr_with(lattice, precision, arch, capacity, &extra, fmad)
+}
+
+/// The block kernels with `extra` defines (`NAME=VALUE` separated by spaces) before the source.
+fn compile_amr_with(
+    lattice: Lattice,
+    precision: Precision,
+    arch: &str,
+    capacity: usize,
+    extra: &str,
+    fmad: bool,
+) -> Result<cudarc::nvrtc::Ptx, String> {
+    let wide = if needs_wide_offsets(lattice, capacity) { " AMR_IDX64=1" } else { "" };
+    let all = format!("{extra}{wide}");
+    let defines: String = all.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     compile_source(
         &format!("{defines}{}", amr_source(lattice, precision)),
-        &format!("kernels/amr.cu for {lattice} {precision} on {arch} with '{extra}', fmad {fmad}"),
+        &format!("kernels/amr.cu for {lattice} {precision} on {arch} (defines '{}', fmad {fmad})", all.trim()),
         arch,
         fmad,
     )
@@ -100,16 +119,11 @@ pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize) -> 
     // gap + refined list, launch and transfer lists (3 C each).
     // The host copy's refresh: dirty flags and room to gather every row.
     let refresh = 1 + 3 + 3 * 4 + 2 * 4 + 2 * nd * 4 + 2 * b;
-    // The step's codes: 8 bytes a cell per 20 directions.
-    let codes = 8 * b * code_words(lattice.q());
+    // The step's codes: 8 bytes a cell.
+    let codes = 8 * b;
     (capacity * (2 * lattice.q() * b * precision.bytes() + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes))
         as u64
         + 4 * mesh::CTR as u64
-}
-
-/// 64-bit words of a cell's step codes (kernels/amr.cu `AMR_CW`: 3 bits a direction, 20 a word).
-fn code_words(q: usize) -> usize {
-    q.div_ceil(20)
 }
 
 /// A level's stream during coarse steps, and its events: the coarser level's work before it
@@ -155,7 +169,7 @@ pub struct AmrGpu {
     step_k: CudaFunction,
     codes_k: CudaFunction,
     /// Per cell: what `amr_step` does with each direction (`amr_codes`, after every mesh
-    /// change), `code_words` words.
+    /// change), one word a cell.
     codes: CudaSlice<u64>,
     copy_k: CudaFunction,
     planes_k: CudaFunction,
@@ -310,7 +324,7 @@ impl AmrGpu {
             )));
         }
         let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-        let ptx = compile_amr_tuned(lattice, precision, &arch).map_err(SolverError::Backend)?;
+        let ptx = compile_amr_tuned(lattice, precision, &arch, capacity).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
@@ -342,7 +356,7 @@ impl AmrGpu {
             f: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
             post: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
             precision,
-            codes: stream.alloc_zeros::<u64>(code_words(q) * b * capacity).map_err(&a)?,
+            codes: stream.alloc_zeros::<u64>(b * capacity).map_err(&a)?,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
