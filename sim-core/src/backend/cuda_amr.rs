@@ -139,13 +139,76 @@ struct Lists {
     feeds: (usize, usize),
 }
 
-/// A captured coarse step ([`AmrGpu::step`]).
-struct StepGraph(cudarc::driver::CudaGraph);
+/// A captured coarse step ([`AmrGpu::step`]): the graph last captured and its executable
+/// instance. After the launch lists change, the next capture updates the instance in place
+/// (`cuGraphExecUpdate`: same launches, new arguments and grid sizes) instead of instantiating a
+/// new one; where the launches themselves changed it instantiates again.
+struct StepGraph {
+    graph: cudarc::driver::sys::CUgraph,
+    exec: cudarc::driver::sys::CUgraphExec,
+    /// The stream it was captured on and runs on (and keeps its context alive).
+    stream: Arc<CudaStream>,
+}
 
 // SAFETY: CUDA graph handles may move between threads; what they must not be is used from two
 // threads at once, and a StepGraph is only reached through its AmrGpu's `&mut self` (launched
 // on the AmrGpu's own stream, which binds the context to the calling thread first).
 unsafe impl Send for StepGraph {}
+
+impl Drop for StepGraph {
+    fn drop(&mut self) {
+        use cudarc::driver::result::graph;
+        // A failure here has nowhere to go.
+        let _ = self.stream.context().bind_to_thread();
+        // SAFETY: both handles are this StepGraph's own (made by StepGraph::capture), used
+        // nowhere else; its stream keeps the context alive.
+        unsafe {
+            let _ = graph::exec_destroy(self.exec);
+            let _ = graph::destroy(self.graph);
+        }
+    }
+}
+
+impl StepGraph {
+    /// End the capture on `stream` and make it launchable: update `old`'s instance where the
+    /// two graphs have the same launches, else instantiate. `None` if nothing was captured.
+    fn capture(stream: &Arc<CudaStream>, old: Option<StepGraph>) -> Result<Option<StepGraph>, cudarc::driver::DriverError> {
+        use cudarc::driver::{result, sys};
+        // SAFETY: the stream is capturing (AmrGpu::step began it on this thread).
+        let graph = unsafe { result::stream::end_capture(stream.cu_stream()) }?;
+        if graph.is_null() {
+            return Ok(None);
+        }
+        if let Some(mut g) = old {
+            let mut info = std::mem::MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
+            // SAFETY: g.exec is a live instance, graph a live graph; info is written by the call.
+            let ok = unsafe { sys::cuGraphExecUpdate_v2(g.exec, graph, info.as_mut_ptr()) } == sys::CUresult::CUDA_SUCCESS;
+            if ok {
+                // SAFETY: the old graph is g's own and no longer needed (the instance now runs
+                // the new one's launches).
+                unsafe { result::graph::destroy(g.graph) }?;
+                g.graph = graph;
+                return Ok(Some(g));
+            }
+        }
+        // SAFETY: graph is the live graph just captured; on failure it is destroyed here.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(Some(StepGraph { graph, exec, stream: stream.clone() })),
+            Err(e) => {
+                // SAFETY: as above, the graph is ours and was not instantiated.
+                let _ = unsafe { result::graph::destroy(graph) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Launch the instance on the stream it was captured on.
+    fn launch(&self) -> Result<(), cudarc::driver::DriverError> {
+        self.stream.context().bind_to_thread()?;
+        // SAFETY: a live instance, launched on a live stream of its context.
+        unsafe { cudarc::driver::result::graph::launch(self.exec, self.stream.cu_stream()) }
+    }
+}
 
 /// The forest's LBM state on one GPU.
 pub struct AmrGpu {
@@ -160,10 +223,13 @@ pub struct AmrGpu {
     /// A coarse step's launches captured as CUDA graphs, by the levels' parities at its start
     /// (a coarse step flips level 0's and leaves the finer levels', which step an even number
     /// of times: two graphs a mesh). Replaying one costs a launch instead of every kernel's
-    /// and the gaps between dependent kernels shrink. Dropped whenever the launch lists change
-    /// (`build_lists`); not used with the profile knob (it waits inside the step) or
+    /// and the gaps between dependent kernels shrink. Set aside whenever the launch lists change
+    /// (`build_lists`, into `stale_graphs`); not used with the profile knob (it waits inside the step) or
     /// `ESOFLOW_AMR_GRAPHS=0`.
     graphs: std::collections::HashMap<u32, StepGraph>,
+    /// The graphs of the launch lists before the last change, by the same key: the next capture
+    /// updates them instead of instantiating new ones.
+    stale_graphs: std::collections::HashMap<u32, StepGraph>,
     use_graphs: bool,
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
@@ -398,6 +464,7 @@ impl AmrGpu {
             concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
                 && std::env::var("ESOFLOW_AMR_SERIAL").as_deref() != Ok("1"),
             graphs: std::collections::HashMap::new(),
+            stale_graphs: std::collections::HashMap::new(),
             use_graphs: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
                 && std::env::var("ESOFLOW_AMR_GRAPHS").as_deref() != Ok("0"),
             _ctx: ctx,
@@ -824,7 +891,7 @@ impl AmrGpu {
         let e = derr("replaying a coarse step");
         let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l);
         if let Some(g) = self.graphs.get(&key) {
-            g.0.launch().map_err(&e)?;
+            g.launch().map_err(&e)?;
             // What step_level does to the parities: level l steps 2^l times, only level 0 an
             // odd number of times.
             self.odd[0] = !self.odd[0];
@@ -836,11 +903,11 @@ impl AmrGpu {
         }
         main.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(&e)?;
         let r = self.step_level(0, L::D, &main);
-        let g = main.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+        let g = StepGraph::capture(&main, self.stale_graphs.remove(&key));
         r?;
         if let Some(g) = g.map_err(&e)? {
             g.launch().map_err(&e)?;
-            self.graphs.insert(key, StepGraph(g));
+            self.graphs.insert(key, g);
         }
         Ok(())
     }

@@ -362,8 +362,11 @@ impl AmrGpu {
         self.tick("lists");
         let c = self.counters()?;
         self.levels.clear();
-        // The captured coarse steps launch over the old lists.
-        self.graphs.clear();
+        // The captured coarse steps launch over the old lists: captured again at their next
+        // use, which updates these instances where it can.
+        for (k, g) in self.graphs.drain() {
+            self.stale_graphs.insert(k, g);
+        }
         for l in 0..M_LEVELS {
             let r = &c[M_LISTS + 6 * l..M_LISTS + 6 * l + 6];
             if r[1] == 0 {
