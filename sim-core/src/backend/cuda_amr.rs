@@ -185,8 +185,9 @@ impl StepGraph {
             let ok = unsafe { sys::cuGraphExecUpdate_v2(g.exec, graph, info.as_mut_ptr()) } == sys::CUresult::CUDA_SUCCESS;
             if ok {
                 // SAFETY: the old graph is g's own and no longer needed (the instance now runs
-                // the new one's launches).
-                unsafe { result::graph::destroy(g.graph) }?;
+                // the new one's launches). g takes the new graph either way, so that nothing is
+                // destroyed twice; a failure here would only leak the old template.
+                let _ = unsafe { result::graph::destroy(g.graph) };
                 g.graph = graph;
                 return Ok(Some(g));
             }
