@@ -29,6 +29,8 @@ use std::sync::Arc;
 
 mod frame;
 mod mesh;
+mod schedule;
+use schedule::{Op, OpKind, Part};
 mod trace;
 
 /// The block-LBM kernels.
@@ -126,17 +128,34 @@ pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize) -> 
         + 4 * mesh::CTR as u64
 }
 
-/// A level's stream during coarse steps, and its events: the coarser level's work before it
-/// (the last restriction), its own work before the restriction into the coarser level.
-type LevelStream = (Arc<CudaStream>, Arc<CudaEvent>, Arc<CudaEvent>);
-
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
-/// (ghost interpolation), those whose cells feed a coarser leaf (restriction).
+/// (ghost interpolation), those whose cells feed a coarser leaf (restriction; the tail of `all`,
+/// whose head is the blocks that feed none: `amr_mesh_lists`).
 #[derive(Clone, Copy, Default)]
 struct Lists {
     all: (usize, usize),
     near_coarser: (usize, usize),
     feeds: (usize, usize),
+}
+
+impl Lists {
+    /// The blocks of a part of the level (a range of `all`).
+    fn part(&self, p: Part) -> (usize, usize) {
+        match p {
+            Part::Far => (self.all.0, self.all.1 - self.feeds.1),
+            Part::Feed => self.feeds,
+        }
+    }
+}
+
+/// The streams and events a coarse step's launches run on (`schedule::assign`): per class
+/// (low, high priority) its streams, an event per launch, the step's start.
+struct Lanes {
+    streams: [Vec<Arc<CudaStream>>; 2],
+    events: Vec<CudaEvent>,
+    start: CudaEvent,
+    /// The priorities of the two classes.
+    priority: [i32; 2],
 }
 
 /// A captured coarse step ([`AmrGpu::step`]): the graph last captured and its executable
@@ -192,8 +211,10 @@ impl StepGraph {
                 return Ok(Some(g));
             }
         }
+        // Kernel nodes keep the priorities of the streams they were captured on.
+        let flags = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
         // SAFETY: graph is the live graph just captured; on failure it is destroyed here.
-        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+        match unsafe { result::graph::instantiate(graph, flags) } {
             Ok(exec) => Ok(Some(StepGraph { graph, exec, stream: stream.clone() })),
             Err(e) => {
                 // SAFETY: as above, the graph is ours and was not instantiated.
@@ -215,22 +236,30 @@ impl StepGraph {
 pub struct AmrGpu {
     _ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// Per level l >= 1 (at l - 1), made on first use: the stream its interpolation and steps
-    /// (and the finer levels') run on, beside the coarser level's step (`step_level`), and
-    /// two events to hand work over between them. Empty with the profile knob, or with
-    /// `ESOFLOW_AMR_SERIAL=1`: everything on `stream`.
-    level_streams: Vec<LevelStream>,
+    /// The streams and events of a coarse step's launches (`schedule`), made on first use.
+    /// Not used with the profile knob or `ESOFLOW_AMR_SERIAL=1`: everything on `stream`, in
+    /// the recursion's order.
+    lanes: Option<Lanes>,
     concurrent: bool,
+    /// The restriction into level 0 is deferred into the next coarse step, where it runs beside
+    /// level 0's far blocks (`schedule`; off with `ESOFLOW_AMR_PIPELINE=0` and without
+    /// concurrency). Level 0's steps run on low-priority streams unless `ESOFLOW_AMR_PRIORITY=0`.
+    pipeline: bool,
+    priorities: bool,
+    /// The deferred restriction (launched first by the next coarse step, or by [`Self::flush`]
+    /// before anything reads the data or changes the parameters).
+    pending: Option<schedule::Op>,
     /// A coarse step's launches captured as CUDA graphs, by the levels' parities at its start
-    /// (a coarse step flips level 0's and leaves the finer levels', which step an even number
-    /// of times: two graphs a mesh). Replaying one costs a launch instead of every kernel's
-    /// and the gaps between dependent kernels shrink. Set aside whenever the launch lists change
-    /// (`build_lists`, into `stale_graphs`); not used with the profile knob (it waits inside the step) or
-    /// `ESOFLOW_AMR_GRAPHS=0`.
-    graphs: std::collections::HashMap<u32, StepGraph>,
+    /// and whether a restriction was pending (a coarse step flips level 0's parity and leaves
+    /// the finer levels', which step an even number of times: two or three graphs a mesh), with
+    /// the parities and pending restriction it leaves. Replaying one costs a launch instead of
+    /// every kernel's and the gaps between dependent kernels shrink. Set aside whenever the
+    /// launch lists change (`build_lists`, into `stale_graphs`); not used with the profile knob
+    /// (it waits inside the step) or `ESOFLOW_AMR_GRAPHS=0`.
+    graphs: std::collections::HashMap<u32, (StepGraph, StepAfter)>,
     /// The graphs of the launch lists before the last change, by the same key: the next capture
     /// updates them instead of instantiating new ones.
-    stale_graphs: std::collections::HashMap<u32, StepGraph>,
+    stale_graphs: std::collections::HashMap<u32, (StepGraph, StepAfter)>,
     use_graphs: bool,
     _module: Arc<CudaModule>,
     step_k: CudaFunction,
@@ -461,9 +490,12 @@ impl AmrGpu {
             report_ids: true,
             marks_queued: false,
             high_water: capacity,
-            level_streams: Vec::new(),
+            lanes: None,
             concurrent: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
                 && std::env::var("ESOFLOW_AMR_SERIAL").as_deref() != Ok("1"),
+            pipeline: std::env::var("ESOFLOW_AMR_PIPELINE").as_deref() != Ok("0"),
+            priorities: std::env::var("ESOFLOW_AMR_PRIORITY").as_deref() != Ok("0"),
+            pending: None,
             graphs: std::collections::HashMap::new(),
             stale_graphs: std::collections::HashMap::new(),
             use_graphs: std::env::var("ESOFLOW_AMR_PROFILE").as_deref() != Ok("1")
@@ -508,6 +540,8 @@ impl AmrGpu {
     /// # Errors
     /// A forest of another capacity; CUDA errors.
     pub fn upload<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        // The host's data replaces the device's, a deferred restriction with it.
+        self.pending = None;
         self.upload_mesh(lbm)?;
         if lbm.storage() != self.precision {
             return Err(SolverError::Backend(format!(
@@ -535,6 +569,7 @@ impl AmrGpu {
     /// # Errors
     /// CUDA launch errors.
     pub fn settle(&mut self) -> Result<(), SolverError> {
+        self.flush()?;
         for l in 0..self.odd.len() {
             if !self.odd[l] {
                 continue;
@@ -825,6 +860,7 @@ impl AmrGpu {
     /// # Errors
     /// CUDA errors.
     pub fn stats(&mut self, forces: bool) -> Result<DeviceStats, SolverError> {
+        self.flush()?;
         let e = derr("computing the statistics");
         self.stream.memset_zeros(&mut self.stat).map_err(&e)?;
         let count = self.active;
@@ -879,54 +915,152 @@ impl AmrGpu {
 
     /// Launch one coarse step of a solver whose forest and DDFs are on the device (after
     /// [`Self::upload`]); its relaxation times, forces and boundaries are read now. Returns at
-    /// once (the kernels run in order on the device's stream).
+    /// once (the kernels run on the device's streams; the restriction into level 0 may be left
+    /// pending for the next step, see [`Self::flush`]).
     ///
     /// # Errors
     /// CUDA launch errors.
     pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.sync_params(lbm)?;
-        let main = self.stream.clone();
         if !self.use_graphs || self.levels.is_empty() {
-            return self.step_level(0, L::D, &main);
+            let plan = self.plan();
+            return self.run_plan(&plan);
         }
         let e = derr("replaying a coarse step");
-        let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l);
-        if let Some(g) = self.graphs.get(&key) {
+        let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l) | u32::from(self.pending.is_some()) << 31;
+        if let Some((g, after)) = self.graphs.get(&key) {
             g.launch().map_err(&e)?;
-            // What step_level does to the parities: level l steps 2^l times, only level 0 an
-            // odd number of times.
-            self.odd[0] = !self.odd[0];
+            (self.odd, self.pending) = (after.odd, after.pending);
             return Ok(());
         }
-        // The finer levels' streams and events exist before the capture starts.
-        for l in 1..self.levels.len() {
-            self.level_stream(l)?;
-        }
+        let plan = self.plan();
+        let after = StepAfter { odd: self.odd, pending: self.pending };
+        // The streams and events exist before the capture starts.
+        self.lanes_for(&plan)?;
+        let main = self.stream.clone();
         main.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(&e)?;
-        let r = self.step_level(0, L::D, &main);
-        let g = StepGraph::capture(&main, self.stale_graphs.remove(&key));
+        let r = self.run_plan(&plan);
+        let g = StepGraph::capture(&main, self.stale_graphs.remove(&key).map(|x| x.0));
         r?;
         if let Some(g) = g.map_err(&e)? {
             g.launch().map_err(&e)?;
-            self.graphs.insert(key, g);
+            self.graphs.insert(key, (g, after));
         }
         Ok(())
     }
 
-    /// The stream level `l` (>= 1) runs on during a coarse step and its hand-over events
-    /// (`None`: the caller's stream, serial).
-    fn level_stream(&mut self, l: usize) -> Result<Option<LevelStream>, SolverError> {
+    /// The launches of the next coarse step (`schedule::coarse_step`), the pending restriction
+    /// first; updates the parities and the pending restriction as the launches will.
+    fn plan(&mut self) -> schedule::Plan {
+        let defer = self.pipeline && self.concurrent;
+        let has = |o: &Op| self.op_range(o).1 > 0;
+        let mut odd = self.odd;
+        let plan = schedule::coarse_step(self.levels.len(), &mut odd, self.pending, defer, &has);
+        self.odd = odd;
+        self.pending = plan.pending;
+        plan
+    }
+
+    /// The launch list range an operation runs over.
+    fn op_range(&self, o: &Op) -> (usize, usize) {
+        let lv = |l: usize| self.levels.get(l).copied().unwrap_or_default();
+        match o.kind {
+            OpKind::Step(p) => lv(o.level).part(p),
+            OpKind::Interpolate => lv(o.level).near_coarser,
+            OpKind::Average => lv(o.level - 1).feeds,
+        }
+    }
+
+    /// Launch an operation on stream `s`.
+    fn launch_op(&mut self, s: &Arc<CudaStream>, o: Op) -> Result<(), SolverError> {
+        let k = match o.kind {
+            OpKind::Step(_) => Kernel::Step,
+            OpKind::Interpolate => Kernel::Interpolate,
+            OpKind::Average => Kernel::Average,
+        };
+        let range = self.op_range(&o);
+        self.launch(s, k, o.level, range, self.dims, o.sel)
+    }
+
+    /// Launch the deferred restriction into level 0, if any: before anything reads the data,
+    /// changes the parameters or the mesh.
+    ///
+    /// # Errors
+    /// CUDA launch errors.
+    pub fn flush(&mut self) -> Result<(), SolverError> {
+        if let Some(o) = self.pending.take() {
+            let main = self.stream.clone();
+            self.launch_op(&main, o)?;
+        }
+        Ok(())
+    }
+
+    /// Make sure the streams and events a plan's launches need exist.
+    fn lanes_for(&mut self, plan: &schedule::Plan) -> Result<(), SolverError> {
         if !self.concurrent {
-            return Ok(None);
+            return Ok(());
         }
-        let e = derr("making a stream for a level");
-        while self.level_streams.len() < l {
-            let ctx = self.stream.context();
-            let s = ctx.new_stream().map_err(&e)?;
-            let (before, after) = (ctx.new_event(None).map_err(&e)?, ctx.new_event(None).map_err(&e)?);
-            self.level_streams.push((s, Arc::new(before), Arc::new(after)));
+        let e = derr("making the block solver's streams");
+        let ctx = self.stream.context().clone();
+        if self.lanes.is_none() {
+            let (least, greatest) = cudarc::driver::result::stream::get_priority_range().map_err(&e)?;
+            let priority = if self.priorities { [least, greatest] } else { [0, 0] };
+            self.lanes =
+                Some(Lanes { streams: [Vec::new(), Vec::new()], events: Vec::new(), start: ctx.new_event(None).map_err(&e)?, priority });
         }
-        Ok(Some(self.level_streams[l - 1].clone()))
+        let (_, last) = schedule::assign(plan, &|o| self.high(o));
+        let lanes = self.lanes.as_mut().expect("made above");
+        for c in 0..2 {
+            while lanes.streams[c].len() < last[c].len() {
+                lanes.streams[c].push(ctx.new_stream_with_priority(lanes.priority[c]).map_err(&e)?);
+            }
+        }
+        while lanes.events.len() < plan.ops.len() {
+            lanes.events.push(ctx.new_event(None).map_err(&e)?);
+        }
+        Ok(())
+    }
+
+    /// Whether an operation runs on a high-priority stream: all but level 0's steps.
+    fn high(&self, o: &Op) -> bool {
+        !(matches!(o.kind, OpKind::Step(_)) && o.level == 0)
+    }
+
+    /// Launch a plan: in order on the device's stream without concurrency, else on the streams
+    /// `schedule::assign` gives, each launch waiting for its dependencies' events, the step's
+    /// first launches for its start and its end for every stream's last launch.
+    fn run_plan(&mut self, plan: &schedule::Plan) -> Result<(), SolverError> {
+        let main = self.stream.clone();
+        if !self.concurrent {
+            for &o in &plan.ops {
+                self.launch_op(&main, o)?;
+            }
+            return Ok(());
+        }
+        self.lanes_for(plan)?;
+        let e = derr("ordering the block solver's streams");
+        let (assigned, last) = schedule::assign(plan, &|o| self.high(o));
+        let lanes = self.lanes.take().expect("made by lanes_for");
+        let r = (|| {
+            lanes.start.record(&main).map_err(&e)?;
+            for (i, (&o, lane)) in plan.ops.iter().zip(&assigned).enumerate() {
+                let s = lanes.streams[usize::from(lane.high)][lane.stream].clone();
+                if lane.join_start {
+                    s.wait(&lanes.start).map_err(&e)?;
+                }
+                for &w in &lane.waits {
+                    s.wait(&lanes.events[w]).map_err(&e)?;
+                }
+                self.launch_op(&s, o)?;
+                lanes.events[i].record(&s).map_err(&e)?;
+            }
+            for &i in last.iter().flatten().flatten() {
+                main.wait(&lanes.events[i]).map_err(&e)?;
+            }
+            Ok(())
+        })();
+        self.lanes = Some(lanes);
+        r
     }
 
     /// `amr_codes` over the active blocks: what each cell's step does per direction, from the
@@ -956,46 +1090,10 @@ impl AmrGpu {
     fn sync_params<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         let p = Self::params_of(lbm);
         if p.iter().map(|x| x.to_bits()).ne(self.prm_host.iter().map(|x| x.to_bits())) {
+            // A deferred restriction rescales with the relaxation times of its own step.
+            self.flush()?;
             self.stream.memcpy_htod(&p, &mut self.prm).map_err(derr("uploading the level parameters"))?;
             self.prm_host = p;
-        }
-        Ok(())
-    }
-
-    /// One step of level `l` on stream `s`, with the finer levels' two steps each (seed 004's
-    /// recursion). The finer level runs on a stream of its own beside this level's step: its
-    /// ghost interpolation reads this level's data as it was before the step (the step writes
-    /// the other buffer), and its steps touch only its own blocks; the restriction into this
-    /// level waits for both.
-    fn step_level(&mut self, l: usize, dims: usize, s: &Arc<CudaStream>) -> Result<(), SolverError> {
-        let e = derr("ordering the levels' streams");
-        let finer = l + 1 < self.levels.len();
-        let side = if finer { self.level_stream(l + 1)? } else { None };
-        if finer {
-            let sel = u32::from(self.odd[l]) | u32::from(self.odd[l + 1]) << 1;
-            let fs = match &side {
-                Some((fs, before, _)) => {
-                    // What came before on this level's stream (the last restriction) first.
-                    before.record(s).map_err(&e)?;
-                    fs.wait(before).map_err(&e)?;
-                    fs.clone()
-                }
-                None => s.clone(),
-            };
-            self.launch(&fs, Kernel::Interpolate, l + 1, self.levels[l + 1].near_coarser, dims, sel)?;
-        }
-        self.launch(s, Kernel::Step, l, self.levels[l].all, dims, u32::from(self.odd[l]))?;
-        self.odd[l] = !self.odd[l];
-        if finer {
-            let fs = side.as_ref().map_or_else(|| s.clone(), |x| x.0.clone());
-            self.step_level(l + 1, dims, &fs)?;
-            self.step_level(l + 1, dims, &fs)?;
-            if let Some((fs, _, after)) = &side {
-                after.record(fs).map_err(&e)?;
-                s.wait(after).map_err(&e)?;
-            }
-            let sel = u32::from(self.odd[l + 1]) | u32::from(self.odd[l]) << 1;
-            self.launch(s, Kernel::Average, l + 1, self.levels[l].feeds, dims, sel)?;
         }
         Ok(())
     }
@@ -1088,6 +1186,13 @@ enum Src {
     Lists,
     X,
     Ids,
+}
+
+/// The parities and pending restriction a captured coarse step leaves.
+#[derive(Clone, Copy)]
+struct StepAfter {
+    odd: [bool; MAX_LEVELS as usize + 1],
+    pending: Option<Op>,
 }
 
 #[derive(Clone, Copy)]

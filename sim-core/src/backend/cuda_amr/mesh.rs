@@ -404,6 +404,8 @@ impl AmrGpu {
     /// As [`Self::mark_from_criterion`].
     pub fn queue_criterion<L: Lat>(&mut self, lbm: &AmrLbm<L>, crit: &Criterion, near_wall: Option<NearWall>) -> Result<(), SolverError> {
         let e = derr("waiting for the steps");
+        // A deferred restriction is the last step's work: it goes in before the event.
+        self.flush()?;
         if let Some(tr) = self.trace.as_mut() {
             self.stream.synchronize().map_err(&e)?;
             tr.begin(&self.stream);
