@@ -388,6 +388,16 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #ifndef AMR_STEP_MINB
 #define AMR_STEP_MINB 3
 #endif
+// The step's warps take rows of 8 cells across two consecutive blocks of the list (see amr_step)
+// for FP32 storage: on the H100 the fixed-mesh FP32 sphere 9,027 -> 9,213 MLUPS, adapting 7,847 ->
+// 8,001, the square cylinder 1,463 -> 1,497; FP16S 12,820 -> 12,380, so not for 16-bit storage.
+#ifndef AMR_STEP_PAIRS
+#if DEF_STORE == 0
+#define AMR_STEP_PAIRS 1
+#else
+#define AMR_STEP_PAIRS 0
+#endif
+#endif
 // Interpolation: 3 (80 registers, no spills for D3Q19) measured 43 against 46 us a launch
 // at 2 on the H100 (every launch waited for; no difference in the sphere's MLUPS); D3Q27
 // needs more registers.
@@ -430,11 +440,20 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     // The same as pointers to the linked blocks' DDFs in dst (unused where no same-level block
     // is linked).
     __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const bool in = t < (u64)count * AMR_B;
+#if AMR_STEP_PAIRS
+    // Two consecutive blocks of the list (x neighbours where the list has them in a row:
+    // siblings, roots along x) share their warps: a warp takes rows of 8 cells, 4 from each, so
+    // that one store instruction fills the x-pushes' sectors on both sides of their common face.
+    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
+    const int lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
+    const int cell = (px & 3) + 4 * (pu / 8);
+#else
     const int lb = threadIdx.x / AMR_B;
-    const int cell = (int)(t % AMR_B);
-    const u32 id = in ? ids[t / AMR_B] : 0;
+    const int cell = threadIdx.x % AMR_B;
+#endif
+    const u64 jb = (u64)blockIdx.x * (256 / AMR_B) + lb;
+    const bool in = jb < count;
+    const u32 id = in ? ids[jb] : 0;
     const fpxx* __restrict__ src = (sel & 1u) ? fb : fa;
     fpxx* __restrict__ dst = (sel & 1u) ? fa : fb;
     if (in && cell < AMR_ND) {
