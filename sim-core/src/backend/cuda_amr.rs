@@ -924,7 +924,8 @@ impl AmrGpu {
         self.sync_params(lbm)?;
         if !self.use_graphs || self.levels.is_empty() {
             let plan = self.plan();
-            return self.run_plan(&plan);
+            let lanes = self.lanes_for(&plan)?;
+            return self.run_plan(&plan, lanes);
         }
         let e = derr("replaying a coarse step");
         let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l) | u32::from(self.pending.is_some()) << 31;
@@ -936,10 +937,10 @@ impl AmrGpu {
         let plan = self.plan();
         let after = StepAfter { odd: self.odd, pending: self.pending };
         // The streams and events exist before the capture starts.
-        self.lanes_for(&plan)?;
+        let lanes = self.lanes_for(&plan)?;
         let main = self.stream.clone();
         main.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(&e)?;
-        let r = self.run_plan(&plan);
+        let r = self.run_plan(&plan, lanes);
         let g = StepGraph::capture(&main, self.stale_graphs.remove(&key).map(|x| x.0));
         r?;
         if let Some(g) = g.map_err(&e)? {
@@ -995,10 +996,11 @@ impl AmrGpu {
         Ok(())
     }
 
-    /// Make sure the streams and events a plan's launches need exist.
-    fn lanes_for(&mut self, plan: &schedule::Plan) -> Result<(), SolverError> {
+    /// Where a plan's launches run (`schedule::assign`; `None` without concurrency: in order on
+    /// the device's stream), making the streams and events that needs.
+    fn lanes_for(&mut self, plan: &schedule::Plan) -> Result<Option<Assigned>, SolverError> {
         if !self.concurrent {
-            return Ok(());
+            return Ok(None);
         }
         let e = derr("making the block solver's streams");
         let ctx = self.stream.context().clone();
@@ -1008,7 +1010,8 @@ impl AmrGpu {
             self.lanes =
                 Some(Lanes { streams: [Vec::new(), Vec::new()], events: Vec::new(), start: ctx.new_event(None).map_err(&e)?, priority });
         }
-        let (_, last) = schedule::assign(plan, &|o| self.high(o));
+        let assigned = schedule::assign(plan, &|o| self.high(o));
+        let last = &assigned.1;
         let lanes = self.lanes.as_mut().expect("made above");
         for c in 0..2 {
             while lanes.streams[c].len() < last[c].len() {
@@ -1018,7 +1021,7 @@ impl AmrGpu {
         while lanes.events.len() < plan.ops.len() {
             lanes.events.push(ctx.new_event(None).map_err(&e)?);
         }
-        Ok(())
+        Ok(Some(assigned))
     }
 
     /// Whether an operation runs on a high-priority stream: all but level 0's steps.
@@ -1027,20 +1030,18 @@ impl AmrGpu {
     }
 
     /// Launch a plan: in order on the device's stream without concurrency, else on the streams
-    /// `schedule::assign` gives, each launch waiting for its dependencies' events, the step's
+    /// [`Self::lanes_for`] gave, each launch waiting for its dependencies' events, the step's
     /// first launches for its start and its end for every stream's last launch.
-    fn run_plan(&mut self, plan: &schedule::Plan) -> Result<(), SolverError> {
+    fn run_plan(&mut self, plan: &schedule::Plan, assigned: Option<Assigned>) -> Result<(), SolverError> {
         let main = self.stream.clone();
-        if !self.concurrent {
+        let Some((assigned, last)) = assigned else {
             for &o in &plan.ops {
                 self.launch_op(&main, o)?;
             }
             return Ok(());
-        }
-        self.lanes_for(plan)?;
-        let e = derr("ordering the block solver's streams");
-        let (assigned, last) = schedule::assign(plan, &|o| self.high(o));
+        };
         let lanes = self.lanes.take().expect("made by lanes_for");
+        let e = derr("ordering the block solver's streams");
         let r = (|| {
             lanes.start.record(&main).map_err(&e)?;
             for (i, (&o, lane)) in plan.ops.iter().zip(&assigned).enumerate() {
@@ -1187,6 +1188,10 @@ enum Src {
     X,
     Ids,
 }
+
+/// A plan's launches on streams: per launch its lane, per class the streams' last launches
+/// (`schedule::assign`).
+type Assigned = (Vec<schedule::Lane>, [Vec<Option<usize>>; 2]);
 
 /// The parities and pending restriction a captured coarse step leaves.
 #[derive(Clone, Copy)]
