@@ -5,43 +5,36 @@
 set -uo pipefail
 OUT=${OUT:-out}; W=$OUT/w; mkdir -p $W
 S=stage
+. scripts/amr-gpu-lib.sh
 PART=${1:-main}
-sph() { # name binary extra-args env...
-  local name=$1 bin=$2 extra=$3; shift 3
-  env "$@" $bin bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 4 --set amr.enabled=true --set amr.max_level=1 $extra --csv $W/sph-$name.csv > $W/sph-$name.log 2>&1
-  echo "$name $(grep -o 'MLUPS (seed-counted) [0-9.]*' $W/sph-$name.log) $(grep -o 'time in refinement [0-9.]* %.*' $W/sph-$name.log)"
-}
 F="--set amr.interval=0"
 H="--set solver.precision=\"fp16s\""
 if [ "$PART" = prev ]; then
-sph fixed-prev $S/esoflow-prev "$F" X=1
-sph fixed-new3 $S/esoflow "$F" X=1
-sph adapt-prev $S/esoflow-prev "" X=1
-sph adapt-new3 $S/esoflow "" X=1
-sph fixed16-prev $S/esoflow-prev "$F $H" X=1
+sph_with fixed-prev $S/esoflow-prev "$F" X=1
+sph_with fixed-new3 $S/esoflow "$F" X=1
+sph_with adapt-prev $S/esoflow-prev "" X=1
+sph_with adapt-new3 $S/esoflow "" X=1
+sph_with fixed16-prev $S/esoflow-prev "$F $H" X=1
 $S/esoflow-prev bench --amr $S/scenes/square_cylinder_amr_2d.toml --backend cuda --steps 500 --seconds 4 --csv $W/cyl-prev.csv > $W/cyl-prev.log 2>&1
 echo "cyl prev $(grep -o 'MLUPS.*' $W/cyl-prev.log | head -1)"
 else
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $W/device.txt
-$S/test-cuda gpu_adapt --nocapture --test-threads 1 > $W/test-amr.log 2>&1; echo "test amr rc $?" | tee -a $W/test-amr.log
-$S/test-cuda gpu_forest --nocapture --test-threads 1 > $W/test-forest.log 2>&1; echo "test forest rc $?" | tee -a $W/test-forest.log
-grep -h "test result\|FAILED\|panicked" $W/test-*.log | head -20
+amr_gpu_tests
 $S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp32 --seconds 2 --csv "$W/dense.csv" > "$W/dense.log" 2>&1
 grep -h "D3Q19" $W/dense.log | tail -2
 N=$S/esoflow
 for r in 1 2; do
-  sph fixed$r $N "$F" X=1
-  sph fixed-prio$r $N "$F" ESOFLOW_AMR_PIPELINE=0
+  sph_with fixed$r $N "$F" X=1
+  sph_with fixed-prio$r $N "$F" ESOFLOW_AMR_PIPELINE=0
 done
-sph fixed-neither $N "$F" ESOFLOW_AMR_PIPELINE=0 ESOFLOW_AMR_PRIORITY=0
-sph fixed-avg64 $N "$F" ESOFLOW_AMR_DEFINES="AMR_AVG_CELLS=64"
-sph adapt $N "" X=1
-sph adapt-prio $N "" ESOFLOW_AMR_PIPELINE=0
-sph fixed16 $N "$F $H" X=1
-sph fixed16-prio $N "$F $H" ESOFLOW_AMR_PIPELINE=0
-sph adapt16 $N "$H" X=1
-sph adapt16-prio $N "$H" ESOFLOW_AMR_PIPELINE=0
-sph adapt2 $N "" X=1
+sph_with fixed-neither $N "$F" ESOFLOW_AMR_PIPELINE=0 ESOFLOW_AMR_PRIORITY=0
+sph_with fixed-avg64 $N "$F" ESOFLOW_AMR_DEFINES="AMR_AVG_CELLS=64"
+sph_with adapt $N "" X=1
+sph_with adapt-prio $N "" ESOFLOW_AMR_PIPELINE=0
+sph_with fixed16 $N "$F $H" X=1
+sph_with fixed16-prio $N "$F $H" ESOFLOW_AMR_PIPELINE=0
+sph_with adapt16 $N "$H" X=1
+sph_with adapt16-prio $N "$H" ESOFLOW_AMR_PIPELINE=0
+sph_with adapt2 $N "" X=1
 for v in X=1 ESOFLOW_AMR_PIPELINE=0; do
   env $v $N bench --amr $S/scenes/square_cylinder_amr_2d.toml --backend cuda --steps 500 --seconds 4 --csv $W/cyl-${v%%=*}.csv > $W/cyl-${v%%=*}.log 2>&1
   echo "cyl $v $(grep -o 'MLUPS.*' $W/cyl-${v%%=*}.log | head -1)"

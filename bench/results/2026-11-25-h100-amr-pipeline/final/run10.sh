@@ -4,18 +4,11 @@
 set -uo pipefail
 OUT=${OUT:-out}; W=$OUT/w; mkdir -p $W
 S=stage
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $W/device.txt
-$S/test-cuda gpu_adapt --nocapture --test-threads 1 > $W/test-amr.log 2>&1; echo "test amr rc $?" | tee -a $W/test-amr.log
-$S/test-cuda gpu_forest --nocapture --test-threads 1 > $W/test-forest.log 2>&1; echo "test forest rc $?" | tee -a $W/test-forest.log
-grep -h "test result\|FAILED\|panicked" $W/test-*.log | head
+. scripts/amr-gpu-lib.sh
+amr_gpu_tests
 $S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp32 --seconds 2 --csv "$W/dense.csv" > "$W/dense.log" 2>&1
 $S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp16s --seconds 2 --csv "$W/dense-fp16s.csv" > "$W/dense-fp16s.log" 2>&1
 grep -h "D3Q19  esoteric" $W/dense.log $W/dense-fp16s.log
-sph() { # name extra-args env...
-  local name=$1 extra=$2; shift 2
-  env "$@" $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 4 --set amr.enabled=true --set amr.max_level=1 $extra --csv $W/sph-$name.csv > $W/sph-$name.log 2>&1
-  echo "$name $(grep -o 'MLUPS (seed-counted) [0-9.]*' $W/sph-$name.log) $(grep -o 'time in refinement [0-9.]* %.*' $W/sph-$name.log)"
-}
 F="--set amr.interval=0"
 H="--set solver.precision=\"fp16s\""
 sph fixed "$F" X=1

@@ -4,14 +4,9 @@
 set -uo pipefail
 OUT=${OUT:-out}; W=$OUT/w; mkdir -p $W
 S=stage
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee $W/device.txt
-ESOFLOW_AMR_DEFINES="AMR_STEP_PAIRS=1" $S/test-cuda gpu_adapt --nocapture --test-threads 1 > $W/test-amr-pairs.log 2>&1; echo "test amr pairs rc $?" | tee -a $W/test-amr-pairs.log
-grep -h "test result\|FAILED\|panicked" $W/test-*.log | head
-sph() { # name extra-args env...
-  local name=$1 extra=$2; shift 2
-  env "$@" $S/esoflow bench --amr $S/scenes/sphere_3d.toml --backend cuda --steps 200 --seconds 4 --set amr.enabled=true --set amr.max_level=1 $extra --csv $W/sph-$name.csv > $W/sph-$name.log 2>&1
-  echo "$name $(grep -o 'MLUPS (seed-counted) [0-9.]*' $W/sph-$name.log) $(grep -o 'time in refinement [0-9.]* %.*' $W/sph-$name.log)"
-}
+. scripts/amr-gpu-lib.sh
+# (The run logged the solver test alone as test-amr-pairs.log.)
+amr_gpu_tests ESOFLOW_AMR_DEFINES=AMR_STEP_PAIRS=1
 F="--set amr.interval=0"
 H="--set solver.precision=\"fp16s\""
 P="ESOFLOW_AMR_DEFINES=AMR_STEP_PAIRS=1"
