@@ -198,6 +198,24 @@ pub(super) fn dependencies(ops: &[Op]) -> Vec<Vec<usize>> {
     deps
 }
 
+/// Per launch, which launches precede it through `deps` (each launch's earlier launches it waits
+/// for), transitively: `anc[i][d]`.
+pub(super) fn ancestors(deps: &[Vec<usize>]) -> Vec<Vec<bool>> {
+    let n = deps.len();
+    let mut anc: Vec<Vec<bool>> = Vec::with_capacity(n);
+    for ds in deps {
+        let mut a = vec![false; n];
+        for &d in ds {
+            a[d] = true;
+            for (k, &x) in anc[d].iter().enumerate() {
+                a[k] |= x;
+            }
+        }
+        anc.push(a);
+    }
+    anc
+}
+
 /// Where a launch runs: a stream of its class (high or low priority, by index among that class's
 /// streams) and the earlier launches it waits for through their events (those the stream's
 /// order does not already imply). `join_start`: the stream has run nothing of this step and the
@@ -214,18 +232,7 @@ pub(super) struct Lane {
 /// many streams it uses and their last launches (which the step's end waits for).
 pub(super) fn assign(plan: &Plan, high: &dyn Fn(&Op) -> bool) -> (Vec<Lane>, [Vec<Option<usize>>; 2]) {
     let n = plan.ops.len();
-    // Ancestors of every launch (its dependencies, transitively).
-    let mut anc: Vec<Vec<bool>> = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut a = vec![false; n];
-        for &d in &plan.deps[i] {
-            a[d] = true;
-            for (k, &x) in anc[d].iter().enumerate() {
-                a[k] |= x;
-            }
-        }
-        anc.push(a);
-    }
+    let anc = ancestors(&plan.deps);
     let mut last: [Vec<Option<usize>>; 2] = [Vec::new(), Vec::new()];
     let mut lanes = Vec::with_capacity(n);
     for i in 0..n {
@@ -279,22 +286,6 @@ mod tests {
         })
     }
 
-    fn ancestors(p: &Plan) -> Vec<Vec<bool>> {
-        let n = p.ops.len();
-        let mut anc: Vec<Vec<bool>> = Vec::new();
-        for i in 0..n {
-            let mut a = vec![false; n];
-            for &d in &p.deps[i] {
-                a[d] = true;
-                for k in 0..n {
-                    a[k] |= anc[d][k];
-                }
-            }
-            anc.push(a);
-        }
-        anc
-    }
-
     #[test]
     fn the_launches_follow_the_recursion() {
         let mut odd = [false; 4];
@@ -341,7 +332,7 @@ mod tests {
                     (0..levels).for_each(|l| odd[l] = (bits >> l) & 1 == 1);
                     let first = plan(levels, &mut odd, None, defer);
                     let p = plan(levels, &mut odd, first.pending, defer);
-                    let anc = ancestors(&p);
+                    let anc = ancestors(&p.deps);
                     for j in 0..p.ops.len() {
                         for i in 0..j {
                             if conflict(&p, i, j) {
@@ -365,28 +356,25 @@ mod tests {
             let high = |o: &Op| !(matches!(o.kind, OpKind::Step(_)) && o.level == 0);
             let (lanes, last) = assign(&p, &high);
             let n = p.ops.len();
-            // Reachability through what the streams and events enforce.
+            // What the streams and events enforce: a launch follows its waits and its stream's
+            // previous launch.
             let mut prev: std::collections::HashMap<(bool, usize), usize> = std::collections::HashMap::new();
-            let mut reach: Vec<Vec<bool>> = Vec::new();
-            for i in 0..n {
-                let mut r = vec![false; n];
-                let mut via: Vec<usize> = lanes[i].waits.clone();
-                if let Some(&q) = prev.get(&(lanes[i].high, lanes[i].stream)) {
+            let mut enforced: Vec<Vec<usize>> = Vec::new();
+            for lane in &lanes {
+                let mut via: Vec<usize> = lane.waits.clone();
+                if let Some(&q) = prev.get(&(lane.high, lane.stream)) {
                     via.push(q);
                 } else {
-                    assert!(lanes[i].join_start || !lanes[i].waits.is_empty());
+                    assert!(lane.join_start || !lane.waits.is_empty());
                 }
-                for q in via {
-                    r[q] = true;
-                    for k in 0..n {
-                        r[k] |= reach[q][k];
-                    }
-                }
+                prev.insert((lane.high, lane.stream), enforced.len());
+                enforced.push(via);
+            }
+            let reach = ancestors(&enforced);
+            for i in 0..n {
                 for &d in &p.deps[i] {
-                    assert!(r[d], "levels {levels}: launch {i} {:?} does not wait for {d} {:?}", p.ops[i], p.ops[d]);
+                    assert!(reach[i][d], "levels {levels}: launch {i} {:?} does not wait for {d} {:?}", p.ops[i], p.ops[d]);
                 }
-                prev.insert((lanes[i].high, lanes[i].stream), i);
-                reach.push(r);
             }
             let ends: usize = last.iter().map(|v| v.iter().flatten().count()).sum();
             assert!(ends >= 1);
