@@ -265,8 +265,10 @@ pub struct AmrGpu {
     step_k: CudaFunction,
     codes_k: CudaFunction,
     /// Per cell: what `amr_step` does with each direction (`amr_codes`, after every mesh
-    /// change), one word a cell.
-    codes: CudaSlice<u64>,
+    /// change): two planes of one 32-bit word a cell (`AMR_CODES_SPLIT` in kernels/amr.cu),
+    /// `code_cells` words each.
+    codes: CudaSlice<u32>,
+    code_cells: u64,
     copy_k: CudaFunction,
     planes_k: CudaFunction,
     stats_k: CudaFunction,
@@ -452,7 +454,8 @@ impl AmrGpu {
             f: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
             post: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
             precision,
-            codes: stream.alloc_zeros::<u64>(b * capacity).map_err(&a)?,
+            codes: stream.alloc_zeros::<u32>(2 * b * capacity).map_err(&a)?,
+            code_cells: (b * capacity) as u64,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
             stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
@@ -1078,7 +1081,7 @@ impl AmrGpu {
             let mut b = self.stream.launch_builder(&self.codes_k);
             b.arg(&ids).arg(&count);
             b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
-            b.arg(&self.dirty).arg(&epoch).arg(&mut self.codes);
+            b.arg(&self.dirty).arg(&epoch).arg(&mut self.codes).arg(&self.code_cells);
             // SAFETY: the arguments match amr_codes in kernels/amr.cu; the ID set holds active
             // IDs below the capacity the codes were allocated for; threads past count * B return.
             unsafe { b.launch(cfg) }.map_err(derr("working out the step codes"))?;
@@ -1132,7 +1135,7 @@ impl AmrGpu {
         b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
         b.arg(&mut self.f).arg(&mut self.post).arg(&sel);
         if let Kernel::Step = k {
-            b.arg(&self.codes);
+            b.arg(&self.codes).arg(&self.code_cells);
         }
         if let Kernel::Interpolate = k {
             b.arg(&ghosts).arg(&self.level).arg(&self.valid).arg(&self.fresh);
