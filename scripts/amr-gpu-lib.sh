@@ -1,6 +1,10 @@
 # Helpers for issue 7's runs on a GPU host (sourced by the run scripts recorded under
-# bench/results/, from the repo root, after scripts/stage-quick.sh): the caller sets S (the staged
-# binaries, usually stage) and W (where logs and CSVs go).
+# bench/results/, from the repo root, after scripts/stage-quick.sh). S: the staged binaries
+# (default stage); W: where logs and CSVs go (default $OUT/w, OUT the device's output folder,
+# default out). F and H: the sphere runs' options for a fixed mesh and for FP16S storage.
+OUT=${OUT:-out}; W=${W:-$OUT/w}; S=${S:-stage}; mkdir -p "$W"
+F="--set amr.interval=0"
+H="--set solver.precision=\"fp16s\""
 
 # The device line into $W/device.txt, then the adaptive-block GPU tests (forest and solver against
 # the CPU reference) with their summary; extra environment for the solver test in $1 (optional).
@@ -22,4 +26,33 @@ sph_with() {
 sph() {
   local name=$1 extra=$2; shift 2
   sph_with "$name" "$S/esoflow" "$extra" "$@"
+}
+
+# The dense Esoteric-Pull D3Q19 256^3 bench, the same-host baseline: dense PRECISION (fp32 into
+# $W/dense.csv, fp16s into $W/dense-fp16s.csv).
+dense() {
+  local name=dense; [ "$1" = fp32 ] || name=dense-$1
+  "$S/esoflow" bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision "$1" --seconds 2 --csv "$W/$name.csv" > "$W/$name.log" 2>&1
+  grep -h "D3Q19  esoteric" "$W/$name.log"
+}
+
+# The adaptive 2D benches: cyl NAME ENV... (square cylinder into $W/cyl-NAME.csv, $W/cyl.csv for
+# an empty NAME), cavity.
+cyl() {
+  local n=cyl${1:+-$1}
+  env "${@:2}" "$S/esoflow" bench --amr "$S/scenes/square_cylinder_amr_2d.toml" --backend cuda --steps 500 --seconds 4 --csv "$W/$n.csv" > "$W/$n.log" 2>&1
+  echo "$n $(grep -o 'MLUPS.*' "$W/$n.log" | head -1)"
+}
+cavity() {
+  "$S/esoflow" bench --amr "$S/scenes/lid_driven_cavity_amr_2d.toml" --backend cuda --steps 500 --seconds 3 --csv "$W/cavity.csv" > "$W/cavity.log" 2>&1
+  echo "cavity $(grep -o 'MLUPS.*' "$W/cavity.log" | head -1)"
+}
+
+# The square cylinder at equal accuracy: 20,000 steps timed, its statistics into
+# $W/cyl-amr-stats.csv (scripts/strouhal.py cyl-amr-stats.csv 10000 20000 0.075 8 gives St, C_D).
+cyl_accuracy() {
+  ( time "$S/esoflow" run "$S/scenes/square_cylinder_amr_2d.toml" --backend cuda --steps 20000 --set solver.stats_every=10 --export "$W/cyl-amr" ) > "$W/cyl-amr.log" 2>&1
+  grep -h "^real" "$W/cyl-amr.log"
+  cp "$W/cyl-amr/stats.csv" "$W/cyl-amr-stats.csv" 2>/dev/null
+  rm -rf "$W/cyl-amr"
 }

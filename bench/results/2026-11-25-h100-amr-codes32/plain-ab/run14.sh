@@ -2,13 +2,8 @@
 # Session 28: run13.sh's A/B again once AMR_PLAIN=0 compiled (it left an unused shared array, which
 # NVRTC warns about and Esoflow refuses): plain blocks, 4-byte codes, both off; FP32 and FP16S.
 set -uo pipefail
-OUT=${OUT:-out}; W=$OUT/w; mkdir -p $W
-S=stage
 . scripts/amr-gpu-lib.sh
-$S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp32 --seconds 2 --csv "$W/dense.csv" > "$W/dense.log" 2>&1
-grep -h "D3Q19  esoteric" $W/dense.log
-F="--set amr.interval=0"
-H="--set solver.precision=\"fp16s\""
+dense fp32
 for r in 1 2; do
   sph fixed-$r "$F" X=1
   sph fixed-noplain-$r "$F" ESOFLOW_AMR_DEFINES="AMR_PLAIN=0"

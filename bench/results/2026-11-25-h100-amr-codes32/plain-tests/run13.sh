@@ -3,16 +3,11 @@
 # codes (AMR_CODES_SPLIT), each against the previous behaviour through the knobs, same binary, same
 # host, interleaved; the GPU tests with both defaults and with 8-byte codes plus plain blocks.
 set -uo pipefail
-OUT=${OUT:-out}; W=$OUT/w; mkdir -p $W
-S=stage
 . scripts/amr-gpu-lib.sh
 amr_gpu_tests
 mkdir -p $W/t64; W0=$W; W=$W/t64; amr_gpu_tests ESOFLOW_AMR_DEFINES=AMR_CODES_SPLIT=0; W=$W0
-$S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp32 --seconds 2 --csv "$W/dense.csv" > "$W/dense.log" 2>&1
-$S/esoflow bench --backend cuda --size 256 --lattice D3Q19 --scheme esoteric_pull --precision fp16s --seconds 2 --csv "$W/dense-fp16s.csv" > "$W/dense-fp16s.log" 2>&1
-grep -h "D3Q19  esoteric" $W/dense.log $W/dense-fp16s.log
-F="--set amr.interval=0"
-H="--set solver.precision=\"fp16s\""
+dense fp32
+dense fp16s
 OLD="AMR_CODES_SPLIT=0 AMR_PLAIN=0"
 sph fixed "$F" X=1
 sph fixed-noplain "$F" ESOFLOW_AMR_DEFINES="AMR_PLAIN=0"
@@ -30,10 +25,6 @@ sph fixed16-64-again "$F $H" ESOFLOW_AMR_DEFINES="AMR_CODES_SPLIT=0"
 sph fixed16-old-again "$F $H" ESOFLOW_AMR_DEFINES="$OLD"
 sph adapt16 "$H" X=1
 sph adapt16-old "$H" ESOFLOW_AMR_DEFINES="$OLD"
-cyl() {
-  env "${@:2}" $S/esoflow bench --amr $S/scenes/square_cylinder_amr_2d.toml --backend cuda --steps 500 --seconds 4 --csv $W/cyl-$1.csv > $W/cyl-$1.log 2>&1
-  echo "cyl-$1 $(grep -o 'MLUPS.*' $W/cyl-$1.log | head -1)"
-}
 cyl new X=1
 cyl old ESOFLOW_AMR_DEFINES="$OLD"
 tar czf $OUT/w.tar.gz -C $OUT w
