@@ -42,6 +42,23 @@
 #define AMR_OK_VALID 2
 #define AMR_OK_FRESH 3
 
+// Offsets into a DDF buffer: 32 bits unless the forest's capacity needs more (the host defines
+// AMR_IDX64 then).
+#ifdef AMR_IDX64
+typedef u64 amr_ix;
+#else
+typedef u32 amr_ix;
+#endif
+
+// In-place (Esoteric-Pull) storage, AMR_INPLACE (the host defines it with AMR_HALO_BASE, the
+// offset of the halo slots: capacity * Q * B, and the halo table AMR_H / amr_hidx; see
+// "In-place storage" below): one DDF buffer, each level's values in the arrangement of its
+// parity.
+#ifndef AMR_INPLACE
+#define AMR_INPLACE 0
+#endif
+#define AMR_NP ((DEF_Q - 1) / 2)
+
 struct AmrMesh {
     const int* pos;
     const u32* parent;
@@ -52,6 +69,9 @@ struct AmrMesh {
     int ok;
     const unsigned char* valid;
     const unsigned char* fresh;
+    // In-place storage: the parity of the level read (0, 1), or -1 where the data is at rest
+    // (plain layout: an adaptation, the two-buffer kernels).
+    int q;
 };
 
 __device__ __forceinline__ int amr_floor4(int k) { return k >= 0 ? k / 4 : (k - 3) / 4; }
@@ -133,6 +153,77 @@ __device__ __forceinline__ void amr_store(fpxx* __restrict__ f, long long at, co
     for (int i = 0; i < DEF_Q; i++) f[base + (u64)i * AMR_B] = enc(g[i]);
 }
 
+// ---- In-place storage (AMR_INPLACE; docs/amr-gpu.md): one DDF buffer, each level's values in
+// the Esoteric-Pull arrangement of its parity q (the level's step count mod 2, 0 after an
+// upload). Pairs (i, i + 1), i odd, c_{i+1} = -c_i; n a cell, P = n + c_i:
+//   q = 0: f_i(n) in slot i of n,     f_{i+1}(n) in slot i + 1 of P;
+//   q = 1: f_i(n) in slot i + 1 of n, f_{i+1}(n) in slot i of P;
+//   f_0(n) in slot 0 of n.
+// A step at parity q loads by that rule and stores by the rule of q ^ 1 into exactly the slots
+// it loaded (amr_step). Where P lies in no block of the level (a coarser level or outside the
+// domain), its two slots are one halo slot of n's block (amr_hidx: per cell and pair, the
+// AMR_H slots of a block whose P is outside it), at AMR_HALO_BASE + id * AMR_H; it serves both
+// parities. Obstacle cells keep their slots (a fluid neighbour stores its bounce-back there).
+// At rest (AmrGpu::settle: before an adaptation, a host read or a frame) every level is in the
+// plain layout, slot i of n holding f_i(n), through amr_ep_gather / amr_ep_local.
+#if AMR_INPLACE
+// Offset of P's slot `slot` for pair i of cell `cell` (local coordinates c) of block id: in the
+// block (a constant offset from the cell's), a same-level neighbour's, else the halo slot.
+__device__ __forceinline__ amr_ix amr_ep_p(const u32* __restrict__ nbr, u32 id, int cell, const int* c, int i, int slot) {
+    const int t[3] = {c[0] + lat_cx(i), c[1] + lat_cy(i), c[2] + lat_cz(i)};
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
+    if ((unsigned)t[0] < 4u && (DEF_D < 2 || (unsigned)t[1] < 4u) && (DEF_D < 3 || (unsigned)t[2] < 4u))
+        return own + (amr_ix)(slot * AMR_B + cell + lat_cx(i) + 4 * lat_cy(i) + 16 * lat_cz(i));
+    int e[3], s[3];
+    const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+    amr_offset(c, ci, e, s);
+    const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
+    if (link == AMR_NONE || (link & AMR_COARSER)) return (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
+    return (amr_ix)link * (DEF_Q * AMR_B) + (amr_ix)(slot * AMR_B + amr_cell(s[0], s[1], s[2]));
+}
+// Offset of value j of cell `cell` of block id at parity q.
+__device__ __forceinline__ amr_ix amr_ep_ix(const u32* __restrict__ nbr, u32 id, int cell, int j, u32 q) {
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
+    if (j == 0) return own + (amr_ix)cell;
+    if (j & 1) return own + (amr_ix)((j + (int)q) * AMR_B + cell);
+    int c[3];
+    amr_coords(cell, c);
+    return amr_ep_p(nbr, id, cell, c, j - 1, j - (int)q);
+}
+__device__ __forceinline__ void amr_load_ep(const fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, float* g) {
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
+    int c[3];
+    amr_coords(cell, c);
+    g[0] = dec(f[own + (amr_ix)cell]);
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        g[i] = dec(f[own + (amr_ix)((i + (int)q) * AMR_B + cell)]);
+        g[i + 1] = dec(f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q)]);
+    }
+}
+__device__ __forceinline__ void amr_store_ep(fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, const float* g) {
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
+    int c[3];
+    amr_coords(cell, c);
+    f[own + (amr_ix)cell] = enc(g[0]);
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        f[own + (amr_ix)((i + (int)q) * AMR_B + cell)] = enc(g[i]);
+        f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q)] = enc(g[i + 1]);
+    }
+}
+#endif
+// A cell's DDFs through the mesh's view of the data: plain (m.q < 0) or in place at parity m.q.
+__device__ __forceinline__ void amr_load_m(const AmrMesh& m, const fpxx* __restrict__ f, long long at, float* g) {
+#if AMR_INPLACE
+    if (m.q >= 0) {
+        amr_load_ep(f, m.nbr, (u32)(at / AMR_B), (int)(at % AMR_B), (u32)m.q, g);
+        return;
+    }
+#endif
+    amr_load(f, at, g);
+}
+
 // Move DDFs from a level with force fs to one with fd, the non-equilibrium part scaled by r
 // (lbm.rs rescale).
 __device__ __forceinline__ void amr_rescale(float* g, const float* fs, const float* fd, float r) {
@@ -182,7 +273,7 @@ struct AmrGlobalCells {
     __device__ bool get(const int* k, float* g) const {
         const long long at = amr_cell_at(m, p, k, ghosts);
         if (at < 0) return false;
-        amr_load(f, at, g);
+        amr_load_m(m, f, at, g);
         return true;
     }
 };
@@ -282,7 +373,7 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 }
 
 #define AMR_ARGS const int* __restrict__ pos, const u32* __restrict__ parent, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid
-#define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr}
+#define AMR_MESH AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, nullptr, nullptr, -1}
 
 // What a cell of a level-step does with each of its values (amr_codes works it out once per
 // mesh, amr_step reads it), one 64-bit word a cell: bit k (k < Q <= 27) set where the cell
@@ -431,19 +522,14 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #define AMR_INTERP_MINB 3
 #endif
 #endif
+// In place, 2 as well (its taps' loads go through the in-place accessor: H100, fixed-mesh sphere
+// 6,204 MLUPS at 3 against 6,539 at 2).
 #ifndef AMR_AVG_MINB
-#if DEF_Q > 19
+#if DEF_Q > 19 || AMR_INPLACE
 #define AMR_AVG_MINB 2
 #else
 #define AMR_AVG_MINB 3
 #endif
-#endif
-// Offsets into a DDF buffer: 32 bits unless the forest's capacity needs more (the host defines
-// AMR_IDX64 then).
-#ifdef AMR_IDX64
-typedef u64 amr_ix;
-#else
-typedef u32 amr_ix;
 #endif
 // Store v at p (a global address) where `on` is nonzero: a predicated store, so that the
 // address arithmetic of a step's pushes runs without branches around each of them.
@@ -484,6 +570,81 @@ __device__ __forceinline__ void amr_step_load(const u32* __restrict__ codes, u64
 #define AMR_STEP_EARLY 1
 #endif
 #endif
+// The direction (0 .. 3^D) of the block holding c + c_k and that block's offset e per axis.
+__device__ __forceinline__ int amr_step_dir(const int* c, int k, int* e) {
+    const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
+    int d = 0;
+    e[0] = e[1] = e[2] = 0;
+#pragma unroll
+    for (int a = 0, m = 1; a < DEF_D; a++, m *= 3) {
+        e[a] = (c[a] + ck[a]) >> 2;
+        d += (e[a] + 1) * m;
+    }
+    return d;
+}
+// The outflow equilibrium's density and velocity, once a link needs it (rho_out - 1 in eq[0]).
+struct AmrOutflowEq {
+    bool have = false;
+    float eq[4];
+};
+// The value opposite(k) a cell of block id (level l) whose link c + c_k leaves the domain (block
+// offset e) fills itself from its post-collision values g: half-way bounce-back off the walls
+// the link crosses (moving ones adding 6 w_i c_i.u_w, the walls' mean), or where every face it
+// crosses is an outflow the equilibrium at the outflow's density and the cell's velocity.
+__device__ __forceinline__ float amr_edge_value(int k, const float* g, const int* e, const int* __restrict__ pos, u32 id, u32 l, const int* root, const float* __restrict__ prm, const float* force, AmrOutflowEq& oe) {
+    const int i = (int)opposite((u32)k);
+    const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+    float uw[3] = {0.0f, 0.0f, 0.0f};
+    u32 walls = 0;
+    float rho_out = 1.0f;
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) {
+        const int np = pos[3 * (u64)id + a] + e[a];
+        int side = -1;
+        if (np < 0) side = 0; else if (np >= (root[a] << l)) side = 1;
+        if (side >= 0) {
+            const float rho = prm[AMR_OUTFLOW + 2 * a + side];
+            if (rho == rho) {
+                rho_out = rho;
+            } else {
+                walls++;
+#pragma unroll
+                for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
+            }
+        }
+    }
+    if (walls == 0) {
+        if (!oe.have) {
+            float rm1;
+            moments(g, force[0], force[1], force[2], rm1, oe.eq[1], oe.eq[2], oe.eq[3]);
+            oe.eq[0] = rho_out - 1.0f;
+            oe.have = true;
+        }
+        return equilibrium_one(i, oe.eq[0], oe.eq[1], oe.eq[2], oe.eq[3]);
+    }
+    float cu = 0.0f;
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
+    cu = cu / (float)walls;
+    return g[k] + 6.0f * lat_w(i) * cu;
+}
+// The step's per-axis parts of a push target's address (see amr_step's pushes): for axis a and
+// offset o (-1, 0, 1), sum[a][o + 1] holds the axis's part of the byte offset of the target
+// block's pointer in the thread block's table of ND pointers per block (high half; row lb's
+// in axis 0's) and of the cell's byte offset in its block's array of one value (low half).
+__device__ __forceinline__ void amr_push_sums(const int* c, int lb, u32 (&sum)[3][3]) {
+#pragma unroll
+    for (int a = 0, m = 1, sh = 1; a < 3; a++, m *= 3, sh *= 4) {
+#pragma unroll
+        for (int o = -1; o <= 1; o++) {
+            const int tt = c[a] + o;
+            const u32 hi = a < DEF_D ? (u32)(((tt >> 2) + 1) * m) * (u32)sizeof(fpxx*) : 0u;
+            const u32 lo = a < DEF_D ? (u32)((tt & 3) * sh) * (u32)sizeof(fpxx) : 0u;
+            sum[a][o + 1] = (hi + (a == 0 ? (u32)(lb * AMR_ND) * (u32)sizeof(fpxx*) : 0u)) << 16 | lo;
+        }
+    }
+}
+#if !AMR_INPLACE
 extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
     // The 3^D links of the thread block's 256 / B blocks (the block itself in the middle):
     // a push into this block or a same-level neighbour takes its target from here, one store
@@ -571,16 +732,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     // (the pointers there are biased by their own byte offset times 2^16, which leaves the
     // cell's offset).
     u32 sum[3][3];
-#pragma unroll
-    for (int a = 0, m = 1, sh = 1; a < 3; a++, m *= 3, sh *= 4) {
-#pragma unroll
-        for (int o = -1; o <= 1; o++) {
-            const int tt = c[a] + o;
-            const u32 hi = a < DEF_D ? (u32)(((tt >> 2) + 1) * m) * (u32)sizeof(fpxx*) : 0u;
-            const u32 lo = a < DEF_D ? (u32)((tt & 3) * sh) * (u32)sizeof(fpxx) : 0u;
-            sum[a][o + 1] = (hi + (a == 0 ? (u32)(lb * AMR_ND) * (u32)sizeof(fpxx*) : 0u)) << 16 | lo;
-        }
-    }
+    amr_push_sums(c, lb, sum);
     const u32 push = w;
 #pragma unroll
     for (int k = 0; k < DEF_Q; k++) {
@@ -600,64 +752,151 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     // half-way bounce-back (a same-level block: its cell there is an obstacle), the pre-step
     // value (a coarser block), walls and outflows (no block: outside the domain).
     const int root[3] = {r0, r1, r2};
-    // The outflow equilibrium's density and velocity, once a link needs it (rho_out - 1 in
-    // eq[0]).
-    bool have_eq = false;
-    float eq[4];
+    AmrOutflowEq oe;
 #pragma unroll
     for (int k = 0; k < DEF_Q; k++) {
         if (!((fill >> k) & 1u)) continue;
-        const int ck[3] = {lat_cx(k), lat_cy(k), lat_cz(k)};
         const int i = (int)opposite((u32)k);
         const amr_ix out = own + (amr_ix)(i * AMR_B);
-        int e[3] = {0, 0, 0}, d = 0;
-#pragma unroll
-        for (int a = 0, m = 1; a < DEF_D; a++, m *= 3) {
-            e[a] = (c[a] + ck[a]) >> 2;
-            d += (e[a] + 1) * m;
-        }
-        const u32 link = links[lb][d];
+        int e[3];
+        const u32 link = links[lb][amr_step_dir(c, k, e)];
         if (link != AMR_NONE) {
             dst[out] = (link & AMR_COARSER) ? src[out] : enc(g[k]);
             continue;
         }
-        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
-        float uw[3] = {0.0f, 0.0f, 0.0f};
-        u32 walls = 0;
-        float rho_out = 1.0f;
+        dst[out] = enc(amr_edge_value(k, g, e, pos, id, l, root, prm, force, oe));
+    }
+}
+
+#else
+// The in-place step's address of slot `slot` of P = c + c_i (through the thread block's table of
+// block pointers, as the two-buffer step's pushes): `table` holds per linked block its DDFs'
+// address biased by its own byte offset in the table times 2^16, plus 1 where no same-level
+// block is linked; there the halo slot of the cell and pair (`halo` true).
+__device__ __forceinline__ fpxx* amr_ep_slot(const u32 (&sum)[3][3], fpxx* const* table, int i, int slot, fpxx* f, u32 id, int cell, bool& halo) {
+    const u32 s = sum[0][lat_cx(i) + 1] + sum[1][lat_cy(i) + 1] + sum[2][lat_cz(i) + 1];
+    const char* b = (const char*)*(fpxx* const*)((const char*)table + (s >> 16));
+    const char* a = b + (s + (u32)(slot * AMR_B * (int)sizeof(fpxx)));
+    halo = ((u64)a & 1u) != 0;
+    if (halo) return f + (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
+    return (fpxx*)a;
+}
+// The in-place step (AMR_INPLACE): the same cells do the same as in the two-buffer step above,
+// in the one buffer `fa` at level parity q = sel & 1 (see "In-place storage"): a collided cell
+// loads its values from the slots of parity q and stores into the same slots by the rule of
+// q ^ 1. Per pair (i, i + 1), P = n + c_i, M = n - c_i, four stores can fall to it:
+//   S1  f_{i+1}* pushed to M (code bit i + 1)   into slot i + q of n;
+//   S2  f_i* pushed to P (code bit i)           into P's slot i + 1 - q (or P's halo slot);
+//   S3  f_i filled (fill bit i + 1, source M)   into slot i + 1 - q of n (M's, unused: M
+//       is no stepped fluid cell of the level);
+//   S4  f_{i+1} filled (fill bit i, source P)   into P's slot i + q (an obstacle's, or the halo
+//       slot, where a coarser source keeps the value and nothing is stored).
+// Non-streamed collided cells (parent-of-interface) only push: their own slots are their
+// neighbours' stores, and the restriction refills them before anything reads them. Obstacle
+// and covered cells do nothing (their slots carry their neighbours' values).
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
+    __shared__ u32 links[256 / AMR_B][AMR_ND];
+    __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
+#if AMR_STEP_PAIRS
+    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
+    const int lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
+    const int cell = (px & 3) + 4 * (pu / 8);
+#else
+    const int lb = threadIdx.x / AMR_B;
+    const int cell = threadIdx.x % AMR_B;
+#endif
+    const u64 jb = (u64)blockIdx.x * (256 / AMR_B) + lb;
+    const bool in = jb < count;
+    const u32 id = in ? ids[jb] : 0;
+    (void)fb;
+    (void)parent;
+    (void)cmask;
+    (void)solid;
+    (void)child;
+    fpxx* __restrict__ f = fa;
+    const u32 q = sel & 1u;
+    if (in && cell < AMR_ND) {
+        const u32 link = cell == AMR_ND / 2 ? id : nbr[(u64)id * AMR_ND + cell];
+        const bool miss = link == AMR_NONE || (link & AMR_COARSER);
+        links[lb][cell] = link;
+        blocks[lb][cell] = (fpxx*)((char*)(f + (amr_ix)(miss ? 0u : link) * (DEF_Q * AMR_B)) - ((u64)((lb * AMR_ND + cell) * sizeof(fpxx*)) << 16) + (miss ? 1 : 0));
+    }
+    __syncthreads();
+    if (!in) return;
+    const u64 wat = (u64)id * AMR_B + cell;
+    u32 w = 0u, fill_hi = 0u;
+    amr_step_code(codes, wat, w, fill_hi);
+    if (!((w >> AMR_C_COLLIDED) & 1u)) return;
+    const bool streamed = (w >> AMR_C_STREAMED) & 1u;
+    fpxx* const mine = f + ((amr_ix)id * (DEF_Q * AMR_B) + (amr_ix)cell);
+    int c[3];
+    amr_coords(cell, c);
+    float g[DEF_Q];
+    {
+        u32 sum[3][3];
+        amr_push_sums(c, lb, sum);
+        g[0] = dec(mine[0]);
 #pragma unroll
-        for (int a = 0; a < DEF_D; a++) {
-            const int np = pos[3 * (u64)id + a] + e[a];
-            int side = -1;
-            if (np < 0) side = 0; else if (np >= (root[a] << l)) side = 1;
-            if (side >= 0) {
-                const float rho = prm[AMR_OUTFLOW + 2 * a + side];
-                if (rho == rho) {
-                    rho_out = rho;
-                } else {
-                    walls++;
-#pragma unroll
-                    for (int q = 0; q < 3; q++) uw[q] += prm[AMR_WALLS + 3 * (2 * a + side) + q];
-                }
-            }
+        for (int i = 1; i < DEF_Q; i += 2) {
+            bool h;
+            g[i] = dec(mine[(i + (int)q) * AMR_B]);
+            g[i + 1] = dec(*amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell, h));
         }
-        if (walls == 0) {
-            if (!have_eq) {
-                float rm1;
-                moments(g, force[0], force[1], force[2], rm1, eq[1], eq[2], eq[3]);
-                eq[0] = rho_out - 1.0f;
-                have_eq = true;
-            }
-            dst[out] = enc(equilibrium_one(i, eq[0], eq[1], eq[2], eq[3]));
-        } else {
-            float cu = 0.0f;
+    }
+    Params p;
+    float force[3];
+    amr_level(prm, l, p.tau, force);
+    p.cs = 0.0f;
+    p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
+    if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
+    else collide_with<false>(g, p);
+    u32 sum[3][3];
+    amr_push_sums(c, lb, sum);
+    if (streamed) mine[0] = enc(g[0]);
 #pragma unroll
-            for (int a = 0; a < DEF_D; a++) cu += (float)ci[a] * uw[a];
-            cu = cu / (float)walls;
-            dst[out] = enc(g[k] + 6.0f * lat_w(i) * cu);
+    for (int i = 1; i < DEF_Q; i += 2) {
+        if ((w >> (i + 1)) & 1u) mine[(i + (int)q) * AMR_B] = enc(g[i + 1]);
+        if ((w >> i) & 1u) {
+            bool h;
+            *amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell, h) = enc(g[i]);
+        }
+    }
+    if (!((w >> AMR_C_HASFILL) & 1u)) return;
+#if AMR_CODES_SPLIT
+    (void)fill_hi;
+    const u32 fill = codes[cells + wat];
+#else
+    (void)cells;
+    const u32 fill = fill_hi;
+#endif
+    const int root[3] = {r0, r1, r2};
+    AmrOutflowEq oe;
+#pragma unroll
+    for (int k = 1; k < DEF_Q; k++) {
+        if (!((fill >> k) & 1u)) continue;
+        const int i = (k & 1) ? k : k - 1;
+        int e[3];
+        const u32 link = links[lb][amr_step_dir(c, k, e)];
+        float v;
+        if (link == AMR_NONE) v = amr_edge_value(k, g, e, pos, id, l, root, prm, force, oe);
+        else if (!(link & AMR_COARSER)) v = g[k];
+        else if (k & 1) continue;  // S4 from a coarser P: the halo slot keeps the value
+        else {
+            // S3 from a coarser M: the pre-step value, still in slot i + q (no push into it).
+            mine[(i + 1 - (int)q) * AMR_B] = mine[(i + (int)q) * AMR_B];
+            continue;
+        }
+        if (k & 1) {
+            // S4: f_{i+1}, into P's slot i + q (the halo slot where P is in no block).
+            bool h;
+            *amr_ep_slot(sum, &blocks[0][0], i, i + (int)q, f, id, cell, h) = enc(v);
+        } else {
+            // S3: f_i, into slot i + 1 - q of n.
+            mine[(i + 1 - (int)q) * AMR_B] = enc(v);
         }
     }
 }
+#endif
 
 // Copy the DDFs of blocks `ids` from `src` to `dst` (a level's data back into the buffer the
 // rest of the forest is in; AmrGpu::settle).
@@ -668,6 +907,68 @@ extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count
     const u64 at = (u64)ids[t / per] * per + t % per;
     dst[at] = src[at];
 }
+
+#if AMR_INPLACE
+// Settling in-place data (AmrGpu::settle) and taking it up again, over blocks `ids` of any
+// levels, each at its level's parity (bit level[id] of `par`). amr_ep_gather with `back` 0
+// copies the values a block's cells keep in a same-level neighbour's slots (f_{i+1}(n), P =
+// n + c_i in that block) into the block's halo slots, with `back` 1 the other way; amr_ep_local
+// (one thread block of B threads per listed block) with `back` 0 rearranges a block whose
+// values are all in it or its halo into the plain layout (slot i of n holds f_i(n)), with
+// `back` 1 the plain layout into the arrangement of the parity, its neighbours' part into the
+// halo slots. settle = gather, local; taking up = local back, gather back.
+extern "C" __global__ void amr_ep_gather(const u32* __restrict__ ids, const u32 count, const unsigned char* __restrict__ level, const u32* __restrict__ nbr, const u32 par, const u32 back, fpxx* f) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u32 q = (par >> level[id]) & 1u;
+    int c[3];
+    amr_coords(cell, c);
+#pragma unroll
+    for (int pi = 0; pi < AMR_NP; pi++) {
+        const int i = 2 * pi + 1;
+        int e[3];
+        const int d = amr_step_dir(c, i, e);
+        if (d == AMR_ND / 2) continue;
+        const u32 link = nbr[(u64)id * AMR_ND + d];
+        if (link == AMR_NONE || (link & AMR_COARSER)) continue;
+        const int sc = amr_cell(c[0] + lat_cx(i) - 4 * e[0], c[1] + lat_cy(i) - 4 * e[1], c[2] + lat_cz(i) - 4 * e[2]);
+        const amr_ix nb = (amr_ix)link * (DEF_Q * AMR_B) + (amr_ix)((i + 1 - (int)q) * AMR_B + sc);
+        const amr_ix h = (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + pi];
+        if (back) f[nb] = f[h];
+        else f[h] = f[nb];
+    }
+}
+extern "C" __global__ void __launch_bounds__(AMR_B) amr_ep_local(const u32* __restrict__ ids, const unsigned char* __restrict__ level, const u32 par, const u32 back, fpxx* f) {
+    __shared__ fpxx v[DEF_Q * AMR_B];
+    const u32 id = ids[blockIdx.x];
+    const int cell = threadIdx.x;
+    const u32 q = (par >> level[id]) & 1u;
+    const amr_ix base = (amr_ix)id * (DEF_Q * AMR_B);
+#pragma unroll
+    for (int j = 0; j < DEF_Q; j++) v[j * AMR_B + cell] = f[base + (amr_ix)(j * AMR_B + cell)];
+    __syncthreads();
+    int c[3];
+    amr_coords(cell, c);
+#pragma unroll
+    for (int pi = 0; pi < AMR_NP; pi++) {
+        const int i = 2 * pi + 1;
+        int e[3];
+        const bool inside = amr_step_dir(c, i, e) == AMR_ND / 2;
+        const int sc = amr_cell(c[0] + lat_cx(i) - 4 * e[0], c[1] + lat_cy(i) - 4 * e[1], c[2] + lat_cz(i) - 4 * e[2]);
+        const amr_ix h = (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)(inside ? 0 : amr_hidx[cell * AMR_NP + pi]);
+        const amr_ix at_p = base + (amr_ix)((i + 1 - (int)q) * AMR_B + sc);
+        if (back) {
+            f[base + (amr_ix)((i + (int)q) * AMR_B + cell)] = v[i * AMR_B + cell];
+            f[inside ? at_p : h] = v[(i + 1) * AMR_B + cell];
+        } else {
+            f[base + (amr_ix)(i * AMR_B + cell)] = v[(i + (int)q) * AMR_B + cell];
+            f[base + (amr_ix)((i + 1) * AMR_B + cell)] = inside ? v[(i + 1 - (int)q) * AMR_B + sc] : f[h];
+        }
+    }
+}
+#endif
 
 // Fill the fluid ghost cells of level l (>= 1) blocks `ids` (those next to the coarser level)
 // from level l - 1 (lbm.rs prolong): per axis quadratic through the parent cell and both its
@@ -750,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
     const int lb = threadIdx.x / AMR_B;
     const int cell = threadIdx.x % AMR_B;
     const u32 id = in ? ids[t / AMR_B] : 0;
-    AmrMesh m = {pos, parent, child, nbr, cmask, solid, mode == AMR_PROLONG_NEW ? AMR_OK_FRESH : mode == AMR_PROLONG_EXPOSED ? AMR_OK_VALID : AMR_OK_MASKS, valid, fresh};
+    AmrMesh m = {pos, parent, child, nbr, cmask, solid, mode == AMR_PROLONG_NEW ? AMR_OK_FRESH : mode == AMR_PROLONG_EXPOSED ? AMR_OK_VALID : AMR_OK_MASKS, valid, fresh, -1};
     const u64 at = (u64)id * AMR_B + cell;
     const u32 l = mode == AMR_PROLONG_GHOSTS ? l_step : level[id];
     bool mine = false;
@@ -764,7 +1065,11 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
     if (!__syncthreads_or(mine)) return;
     AmrRegionCells tile = {tile_v[lb], tile_h[lb], {0, 0, 0}};
     if (in) {
+#if AMR_INPLACE
+        const fpxx* f = fa;
+#else
         const fpxx* f = (sel & 1u) ? fb : fa;
+#endif
         int c[3], k[3] = {0, 0, 0};
         amr_coords(cell, c);
         for (int a = 0; a < DEF_D; a++) {
@@ -774,8 +1079,25 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         const long long src = amr_cell_at(m, parent[id], k, true);
         tile_h[lb][cell] = src >= 0;
         if (src >= 0) {
-            const u64 base = (u64)(src / AMR_B) * DEF_Q * AMR_B + (u64)(src % AMR_B);
             float4* to = reinterpret_cast<float4*>(&tile_v[lb][cell * AMR_TQ]);
+#if AMR_INPLACE
+            if (mode == AMR_PROLONG_GHOSTS) {
+                // The parent level at its parity.
+                float g[DEF_Q];
+                amr_load_ep(f, nbr, (u32)(src / AMR_B), (int)(src % AMR_B), sel & 1u, g);
+#pragma unroll
+                for (int j = 0; j < AMR_TQ / 4; j++) {
+                    float4 q;
+                    q.x = g[4 * j];
+                    q.y = 4 * j + 1 < DEF_Q ? g[4 * j + 1] : 0.0f;
+                    q.z = 4 * j + 2 < DEF_Q ? g[4 * j + 2] : 0.0f;
+                    q.w = 4 * j + 3 < DEF_Q ? g[4 * j + 3] : 0.0f;
+                    to[j] = q;
+                }
+            } else
+#endif
+            {
+            const u64 base = (u64)(src / AMR_B) * DEF_Q * AMR_B + (u64)(src % AMR_B);
 #pragma unroll
             for (int j = 0; j < AMR_TQ / 4; j++) {
                 float4 q;
@@ -784,6 +1106,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
                 q.z = 4 * j + 2 < DEF_Q ? dec(f[base + (u64)(4 * j + 2) * AMR_B]) : 0.0f;
                 q.w = 4 * j + 3 < DEF_Q ? dec(f[base + (u64)(4 * j + 3) * AMR_B]) : 0.0f;
                 to[j] = q;
+            }
             }
         }
     }
@@ -820,6 +1143,12 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         amr_parent_cell(pos, mid, mcell, k, side);
         amr_prolong_from(mtile, prm, ml, k, side, out);
     }
+#if AMR_INPLACE
+    if (mode == AMR_PROLONG_GHOSTS) {
+        amr_store_ep(fa, nbr, mid, mcell, (sel >> 1) & 1u, out);
+        return;
+    }
+#endif
     amr_store((sel & 2u) ? fb : fa, (long long)mat, out);
 }
 
@@ -887,6 +1216,16 @@ __device__ __forceinline__ float amr_tap_w(int p, int t) {
 #define AMR_AVG_G 4
 #endif
 #endif
+// A restricted parent cell's DDFs into fa or fb (sel bit 1), or in place at its level's parity.
+__device__ __forceinline__ void amr_average_store(fpxx* fa, fpxx* fb, u32 sel, const u32* __restrict__ nbr, u32 id, int cell, const float* acc) {
+#if AMR_INPLACE
+    (void)fb;
+    amr_store_ep(fa, nbr, id, cell, (sel >> 1) & 1u, acc);
+#else
+    (void)nbr;
+    amr_store((sel & 2u) ? fb : fa, (long long)((u64)id * AMR_B + cell), acc);
+#endif
+}
 extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel) {
     __shared__ unsigned char todo[AMR_AVG_CELLS];
     __shared__ u32 wmask[AMR_AVG_CELLS / 32];
@@ -919,11 +1258,17 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
     __syncthreads();
     if (n == 0) return;
     AMR_MESH;
+#if AMR_INPLACE
+    // The fine level at its parity; the parents written at theirs.
+    m.q = (int)(sel & 1u);
+    const fpxx* f = fa;
+#else
+    const fpxx* f = (sel & 1u) ? fb : fa;
+#endif
     float tf, tc, ff[3], fc[3];
     amr_level(prm, l, tf, ff);
     amr_level(prm, l - 1, tc, fc);
     const float r = 2.0f * tc / tf;
-    const fpxx* f = (sel & 1u) ? fb : fa;
     const int lane = tid % AMR_AVG_G;
     const int first = (tid & 31) - lane;  // the group's first lane in its warp
     for (u32 w0 = 0; w0 < n; w0 += 256 / AMR_AVG_G) {
@@ -994,9 +1339,16 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
                 for (int tx = 0; tx < 4; tx++) {
                     if (tx < amr_tap_n(pat[0])) {
                         const float wt = amr_tap_w(pat[0], tx) * wyz * wz;
+#if AMR_INPLACE
+                        float g[DEF_Q];
+                        amr_load_ep(f, nbr, at[row][tx] / AMR_B, (int)(at[row][tx] % AMR_B), (u32)m.q, g);
+#pragma unroll
+                        for (int i = 0; i < DEF_Q; i++) acc[i] += wt * g[i];
+#else
                         const fpxx* src = f + ((u64)(at[row][tx] / AMR_B) * DEF_Q * AMR_B + at[row][tx] % AMR_B);
 #pragma unroll
                         for (int i = 0; i < DEF_Q; i++) acc[i] += wt * dec(src[i * AMR_B]);
+#endif
                     }
                 }
             }
@@ -1008,13 +1360,12 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
             if (pending && all) {
                 if (lane == 0) {
                     amr_rescale(acc, ff, fc, r);
-                    amr_store((sel & 2u) ? fb : fa, (long long)((u64)id * AMR_B + cell), acc);
+                    amr_average_store(fa, fb, sel, nbr, id, cell, acc);
                 }
                 pending = false;
             }
         }
-        if (pending && lane == 0 && amr_mean(m, f, ch, f0, 1, false, ff, fc, r, acc))
-            amr_store((sel & 2u) ? fb : fa, (long long)((u64)id * AMR_B + cell), acc);
+        if (pending && lane == 0 && amr_mean(m, f, ch, f0, 1, false, ff, fc, r, acc)) amr_average_store(fa, fb, sel, nbr, id, cell, acc);
     }
 }
 
@@ -1074,13 +1425,23 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
         const int cell = (int)(t % AMR_B);
         const u64 at = (u64)id * AMR_B + cell;
         const u32 l = level[id];
+#if AMR_INPLACE
+        const fpxx* __restrict__ f = fa;
+        (void)fb;
+#else
         const fpxx* __restrict__ f = ((odd >> l) & 1u) ? fb : fa;
+#endif
         const bool leaf = child[id] == AMR_NONE, fluid = !solid[at];
         const u64 own = (u64)id * DEF_Q * AMR_B + cell;
         if (leaf && fluid) {
             float tau, force[3], g[DEF_Q], rm1, u[3];
             amr_level(prm, l, tau, force);
+#if AMR_INPLACE
+            if (odd >> 31) amr_load(f, (long long)at, g);  // at rest: the plain layout
+            else amr_load_ep(f, nbr, id, cell, (odd >> l) & 1u, g);
+#else
             amr_load(f, (long long)at, g);
+#endif
             moments(g, force[0], force[1], force[2], rm1, u[0], u[1], u[2]);
             const float rho = rm1 + 1.0f;
             const double s = sqrt((double)(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]));
@@ -1103,7 +1464,12 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
                 amr_offset(c, ci, e, sv);
                 const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
                 if (link == AMR_NONE || (link & AMR_COARSER) || !solid[(u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2])]) continue;
+#if AMR_INPLACE
+                const int o = (int)opposite((u32)i);
+                const double back = (double)(dec(f[(odd >> 31) ? (amr_ix)(own + (u64)o * AMR_B) : amr_ep_ix(nbr, id, cell, o, (odd >> l) & 1u)]) + lat_w(i));
+#else
                 const double back = (double)(dec(f[own + (u64)opposite((u32)i) * AMR_B]) + lat_w(i));
+#endif
 #pragma unroll
                 for (int a = 0; a < DEF_D; a++) fr[a] += 2.0 * back * (double)ci[a] * scale;
             }
@@ -1278,7 +1644,7 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
     const int mk = cmask[at];
     const bool leaf = child[id] == AMR_NONE;
     const u32 l = level[id];
-    AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, valid, fresh};
+    AmrMesh m = {pos, parent, child, nbr, cmask, solid, AMR_OK_MASKS, valid, fresh, -1};
     float out[DEF_Q];
     switch (op) {
     case XF_VALID:

@@ -77,6 +77,7 @@ pub fn bench_amr(
     );
     let stats = s.stats();
     println!("  mass {:.9e}, max |u| {:.4}", stats.mass, stats.max_u);
+    println!("  DDF storage {} (the solver's memory {:.3} GB)", info.scheme, info.memory_bytes as f64 / 1e9);
     if let Some(path) = csv {
         let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
         writeln!(
@@ -88,10 +89,10 @@ pub fn bench_amr(
             info.device,
             date_utc()
         )?;
-        writeln!(f, "lattice,precision,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share")?;
+        writeln!(f, "lattice,precision,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share,scheme,memory_bytes")?;
         writeln!(
             f,
-            "{},{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5}",
+            "{},{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5},{},{}",
             info.lattice,
             info.precision,
             info.backend,
@@ -101,7 +102,9 @@ pub fn bench_amr(
             a1.blocks.0,
             a1.blocks.1,
             a1.effective_cells,
-            share
+            share,
+            info.scheme,
+            info.memory_bytes
         )?;
         println!("wrote {}", path.display());
     }

@@ -1132,10 +1132,15 @@ fn gpu_adaptive_blocks_match_cpu() {
         ("cavity D2Q9 fp16c", shipped_scene("lid_driven_cavity_amr_2d.toml", &[("solver.precision", "\"fp16c\"")]), 400),
         ("sphere D3Q19 fp16s", scene(SCENE_AMR_3D, &[("solver.precision", "\"fp16s\"")]), 100),
     ];
-    for (what, ls, steps) in cases {
+    // Every case with two DDF buffers, then in place (one buffer with halo slots, Esoteric Pull).
+    for ((what, ls, steps), in_place) in cases.iter().flat_map(|c| [(c, false), (c, true)]) {
+        let (ls, steps) = (ls.clone(), *steps);
+        let what = format!("{what}{}", if in_place { " in place" } else { "" });
         let mut c = cpu::from_scene(&ls).unwrap();
-        let mut g = sim_core::amr::solver::from_scene_cuda(&ls).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut g = sim_core::amr::solver::from_scene_cuda_with(&ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(g.info().backend, "cuda");
+        let scheme = if in_place { sim_core::schemes::Scheme::EsotericPull } else { sim_core::schemes::Scheme::OneStepPull };
+        assert_eq!(g.info().scheme, scheme, "{what}");
         // In four calls, each after the first starting from the host copy the one before
         // left behind; the forest must change on the way (adaptations on the device).
         let start = g.amr().unwrap().boxes;
@@ -1216,14 +1221,17 @@ fn gpu_adaptation_moves_the_data_as_the_cpu_does() {
         return;
     }
     use sim_core::precision::Precision;
-    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp32);
-    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp32);
-    // 16-bit storage: every stored value rounded the same way on both sides.
-    adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp16s);
-    adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp16c);
+    // Two DDF buffers, then in place (one buffer with halo slots, Esoteric Pull).
+    for in_place in [false, true] {
+        adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp32, in_place);
+        adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp32, in_place);
+        // 16-bit storage: every stored value rounded the same way on both sides.
+        adaptation_case::<sim_core::lattice::D2Q9>([6, 6, 1], Precision::Fp16s, in_place);
+        adaptation_case::<sim_core::lattice::D3Q19>([4, 4, 4], Precision::Fp16c, in_place);
+    }
 }
 
-fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_core::precision::Precision) {
+fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_core::precision::Precision, in_place: bool) {
     use sim_core::amr::{cell_mask, lbm::cell_centre, AmrLbm, BlockForest, ForestConfig, BLOCK};
     use sim_core::backend::cuda_amr::AmrGpu;
     let dims = L::D;
@@ -1256,9 +1264,9 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_c
         c.step();
         g.step();
     }
-    let mut gpu = AmrGpu::new(L::KIND, precision, 4096).unwrap();
+    let mut gpu = AmrGpu::with_storage(L::KIND, precision, 4096, in_place).unwrap();
     gpu.upload(&g).unwrap();
-    let what = format!("{} {precision}", L::KIND);
+    let what = format!("{} {precision}{}", L::KIND, if in_place { " in place" } else { "" });
     // The criterion's block maxima.
     for q in [false, true] {
         let dev = gpu.block_values(&g, q).unwrap();
@@ -1274,11 +1282,14 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_c
         for &id in f.active_ids() {
             let masks = f.cell_masks(id);
             for cell in 0..b {
-                let holds = if f.is_leaf(id) {
-                    masks[cell] != cell_mask::GHOST
-                } else {
-                    masks[cell] == cell_mask::PARENT_OF_GHOST || masks[cell] == cell_mask::PARENT_OF_INTERFACE
-                };
+                // Obstacle cells hold no data (in place, their slots carry their fluid
+                // neighbours' bounce-back values).
+                let holds = !c.solid_flags()[id as usize * b + cell]
+                    && if f.is_leaf(id) {
+                        masks[cell] != cell_mask::GHOST
+                    } else {
+                        masks[cell] == cell_mask::PARENT_OF_GHOST || masks[cell] == cell_mask::PARENT_OF_INTERFACE
+                    };
                 let differs = (0..L::Q).any(|i| {
                     let at = (id as usize * L::Q + i) * b + cell;
                     c.raw_ddfs()[at].to_bits() != g.raw_ddfs()[at].to_bits() && c.raw_ddfs()[at] != g.raw_ddfs()[at]

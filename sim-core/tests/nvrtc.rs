@@ -146,22 +146,25 @@ fn adaptive_block_kernels_compile_without_warnings() {
     use sim_core::lattice::Lattice;
     use sim_core::precision::Precision;
     for lattice in [Lattice::D2Q9, Lattice::D3Q19, Lattice::D3Q27] {
-        for arch in ["sm_80", "sm_90"] {
-            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, arch, 1 << 16) {
+        // Two DDF buffers and in place (ESOFLOW_AMR_INPLACE).
+        for inplace in [false, true] {
+            for arch in ["sm_80", "sm_90"] {
+                if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, arch, 1 << 16, inplace) {
+                    panic!("{e}");
+                }
+            }
+            // 16-bit storage on the card the benches run on.
+            for precision in [Precision::Fp16s, Precision::Fp16c] {
+                if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, precision, "sm_90", 1 << 16, inplace) {
+                    panic!("{e}");
+                }
+            }
+            // A forest too large for 32-bit offsets into its DDF buffers (AMR_IDX64).
+            let wide = 1 << 26;
+            assert!(sim_core::backend::cuda_amr::needs_wide_offsets(lattice, wide, inplace));
+            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, "sm_90", wide, inplace) {
                 panic!("{e}");
             }
-        }
-        // 16-bit storage on the card the benches run on.
-        for precision in [Precision::Fp16s, Precision::Fp16c] {
-            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, precision, "sm_90", 1 << 16) {
-                panic!("{e}");
-            }
-        }
-        // A forest too large for 32-bit offsets into its DDF buffers (AMR_IDX64).
-        let wide = 1 << 26;
-        assert!(sim_core::backend::cuda_amr::needs_wide_offsets(lattice, wide));
-        if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, "sm_90", wide) {
-            panic!("{e}");
         }
     }
 }

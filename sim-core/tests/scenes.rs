@@ -352,6 +352,7 @@ size = 3.5
             "amr.wall_margin" => Some((key.into(), "3")),
             "amr.freeze" => Some((key.into(), "[1]")),
             "amr.capacity" => Some((key.into(), "1000")),
+            "amr.in_place" => Some((key.into(), "true")),
             "obstacles.N.min" => obstacle(0, "[2, 2, 2]"),
             "obstacles.N.max" => obstacle(0, "[4, 4, 4]"),
             "obstacles.N.shape" => obstacle(1, "sphere"),

@@ -26,8 +26,10 @@
 //! Collision is the dense solver's [`crate::collision::collide`]; moments and equilibria
 //! are the shared functions too. Storage is two plain copies per block
 //! (`f[(id * Q + i) * B + cell]`, pre-collision, and the post-collision copy streaming pulls
-//! from) rather than Esoteric Pull in place: the block streaming of the GPU port is future
-//! work, and two copies keep this reference obviously right.
+//! from) rather than Esoteric Pull in place: two copies keep this reference obviously right.
+//! The CUDA backend keeps two copies too, or with `amr.in_place` one, streamed in place, whose
+//! every reader applies the level's parity (`kernels/amr.cu`, "In-place storage"): the same
+//! numbers either way.
 //!
 //! # Storage precision
 //! The pre-collision DDFs may be stored in a 16-bit format ([`AmrLbm::set_storage`]: FP16S or

@@ -166,11 +166,20 @@ pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
 /// # Errors
 /// Scene errors as [`from_scene`]; no CUDA device, or a capacity the device cannot hold.
 pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
-    fn on_gpu<L: Lat>(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
+    from_scene_cuda_with(ls, ls.scene.amr.in_place || crate::backend::cuda_amr::in_place_knob())
+}
+
+/// [`from_scene_cuda`] with the device's DDFs in two buffers (`in_place` false) or in one, in
+/// place ([`AmrGpu::with_storage`]).
+///
+/// # Errors
+/// As [`from_scene_cuda`].
+pub fn from_scene_cuda_with(ls: &LoadedScene, in_place: bool) -> Result<Box<dyn Solver>, SolverError> {
+    fn on_gpu<L: Lat>(ls: &LoadedScene, in_place: bool) -> Result<Box<dyn Solver>, SolverError> {
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
         let lbm = s.lbm.get_mut();
-        let mut gpu = AmrGpu::new(L::KIND, lbm.storage(), lbm.forest().capacity())?;
+        let mut gpu = AmrGpu::with_storage(L::KIND, lbm.storage(), lbm.forest().capacity(), in_place)?;
         gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
         // The panel needs only the numbers of blocks an adaptation changed.
         gpu.set_report_ids(false);
@@ -179,9 +188,9 @@ pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError>
         Ok(Box::new(s))
     }
     match ls.derived.lattice {
-        Lattice::D2Q9 => on_gpu::<D2Q9>(ls),
-        Lattice::D3Q19 => on_gpu::<D3Q19>(ls),
-        Lattice::D3Q27 => on_gpu::<D3Q27>(ls),
+        Lattice::D2Q9 => on_gpu::<D2Q9>(ls, in_place),
+        Lattice::D3Q19 => on_gpu::<D3Q19>(ls, in_place),
+        Lattice::D3Q27 => on_gpu::<D3Q27>(ls, in_place),
     }
 }
 
@@ -746,7 +755,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
         // The CPU reference keeps FP32 numbers (rounded to the storage format).
         let stored = if gpu.is_some() { precision.bytes() } else { 4 };
         let memory = match gpu.as_ref() {
-            Some(_) => crate::backend::cuda_amr::device_bytes(L::KIND, precision, capacity),
+            Some(g) => g.bytes(),
             None => (capacity * BLOCK.pow(L::D as u32) * (2 * L::Q * 4 + 1)) as u64,
         };
         let (backend, device) = match gpu.as_ref() {
@@ -757,7 +766,12 @@ impl<L: Lat> Solver for AmrSolver<L> {
             backend,
             device: format!("{device}, adaptive blocks: {} leaves on levels 0-{}", leaves.iter().sum::<usize>(), self.max_level),
             lattice: L::KIND,
-            scheme: crate::schemes::Scheme::EsotericPull,
+            // Two copies of the DDFs (the CPU reference, the GPU's default), or in place.
+            scheme: if gpu.as_ref().is_some_and(|g| g.in_place()) {
+                crate::schemes::Scheme::EsotericPull
+            } else {
+                crate::schemes::Scheme::OneStepPull
+            },
             precision,
             size: self.dom.n,
             bytes_per_cell: memory as f64 / self.dom.cells() as f64,

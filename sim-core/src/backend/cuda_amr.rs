@@ -59,14 +59,62 @@ pub fn amr_source(lattice: Lattice, precision: Precision) -> String {
         boxed: false,
         halo: 0,
     };
-    format!("{}\n{}\n{}\n{}", defines(&cfg), COMMON_CUH, AMR_CU, AMR_MESH_CU)
+    format!("{}\n{}\n{}\n{}\n{}", defines(&cfg), COMMON_CUH, halo_source(lattice), AMR_CU, AMR_MESH_CU)
+}
+
+/// The in-place storage's halo slots of a block (`kernels/amr.cu`, "In-place storage"): per
+/// cell and pair `(i, i + 1)` (`i` odd) whose cell `n + c_i` lies outside the block, its index
+/// among the block's halo slots, else `u16::MAX`; indexed `cell * pairs + (i - 1) / 2`. Returns
+/// the table and the number of halo slots a block has.
+#[must_use]
+pub fn halo_table(lattice: Lattice) -> (Vec<u16>, usize) {
+    let d = lattice.dims();
+    let b = BLOCK.pow(d as u32);
+    let pairs = (lattice.q() - 1) / 2;
+    let c = lattice.velocities();
+    let mut table = vec![u16::MAX; b * pairs];
+    let mut n = 0usize;
+    for cell in 0..b {
+        let k = [cell % BLOCK, (cell / BLOCK) % BLOCK, cell / (BLOCK * BLOCK)];
+        for p in 0..pairs {
+            let ci = c[2 * p + 1];
+            let outside = (0..d).any(|a| {
+                let t = k[a] as i32 + ci[a];
+                !(0..BLOCK as i32).contains(&t)
+            });
+            if outside {
+                table[cell * pairs + p] = n as u16;
+                n += 1;
+            }
+        }
+    }
+    (table, n)
+}
+
+/// The halo table as CUDA source (compiled in only with `AMR_INPLACE`).
+fn halo_source(lattice: Lattice) -> String {
+    let (table, n) = halo_table(lattice);
+    let list: Vec<String> = table.iter().map(u16::to_string).collect();
+    format!(
+        "#if defined(AMR_INPLACE) && AMR_INPLACE\n#define AMR_H {n}\n__device__ const unsigned short amr_hidx[{}] = {{{}}};\n#endif\n",
+        table.len(),
+        list.join(",")
+    )
+}
+
+/// Values of the DDF buffer a forest of `capacity` blocks needs per buffer: `Q * B` a block,
+/// plus its halo slots with in-place storage.
+#[must_use]
+pub fn ddf_values(lattice: Lattice, capacity: usize, inplace: bool) -> usize {
+    let halo = if inplace { halo_table(lattice).1 } else { 0 };
+    capacity * (lattice.q() * BLOCK.pow(lattice.dims() as u32) + halo)
 }
 
 /// Whether a forest of `capacity` blocks needs 64-bit offsets into its DDF buffers (the
 /// kernels' `AMR_IDX64`; 32 bits address up to 2^32 values a buffer).
 #[must_use]
-pub fn needs_wide_offsets(lattice: Lattice, capacity: usize) -> bool {
-    (capacity as u64) * (lattice.q() * BLOCK.pow(lattice.dims() as u32)) as u64 >= 1 << 32
+pub fn needs_wide_offsets(lattice: Lattice, capacity: usize, inplace: bool) -> bool {
+    ddf_values(lattice, capacity, inplace) as u64 >= 1 << 32
 }
 
 /// Compile the block kernels for `arch` (e.g. "sm_90") and a forest of `capacity` blocks,
@@ -74,18 +122,30 @@ pub fn needs_wide_offsets(lattice: Lattice, capacity: usize) -> bool {
 ///
 /// # Errors
 /// NVRTC missing, compile errors or warnings.
-pub fn compile_amr(lattice: Lattice, precision: Precision, arch: &str, capacity: usize) -> Result<cudarc::nvrtc::Ptx, String> {
-    compile_amr_with(lattice, precision, arch, capacity, "", false)
+pub fn compile_amr(
+    lattice: Lattice,
+    precision: Precision,
+    arch: &str,
+    capacity: usize,
+    inplace: bool,
+) -> Result<cudarc::nvrtc::Ptx, String> {
+    compile_amr_with(lattice, precision, arch, capacity, inplace, "", false)
 }
 
 /// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
 /// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
 /// `ESOFLOW_AMR_FMAD=1` (measurement only) lets NVRTC fuse multiply-adds, which the CPU
 /// reference does not: the results are then no longer the CPU's bit for bit.
-fn compile_amr_tuned(lattice: Lattice, precision: Precision, arch: &str, capacity: usize) -> Result<cudarc::nvrtc::Ptx, String> {
+fn compile_amr_tuned(
+    lattice: Lattice,
+    precision: Precision,
+    arch: &str,
+    capacity: usize,
+    inplace: bool,
+) -> Result<cudarc::nvrtc::Ptx, String> {
     let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
     let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
-    compile_amr_with(lattice, precision, arch, capacity, &extra, fmad)
+    compile_amr_with(lattice, precision, arch, capacity, inplace, &extra, fmad)
 }
 
 /// The block kernels with `extra` defines (`NAME=VALUE` separated by spaces) before the source.
@@ -94,11 +154,18 @@ fn compile_amr_with(
     precision: Precision,
     arch: &str,
     capacity: usize,
+    inplace: bool,
     extra: &str,
     fmad: bool,
 ) -> Result<cudarc::nvrtc::Ptx, String> {
-    let wide = if needs_wide_offsets(lattice, capacity) { " AMR_IDX64=1" } else { "" };
-    let all = format!("{extra}{wide}");
+    let wide = if needs_wide_offsets(lattice, capacity, inplace) { " AMR_IDX64=1" } else { "" };
+    let ip = if inplace {
+        let base = capacity * lattice.q() * BLOCK.pow(lattice.dims() as u32);
+        format!(" AMR_INPLACE=1 AMR_HALO_BASE={base}ull")
+    } else {
+        String::new()
+    };
+    let all = format!("{extra}{wide}{ip}");
     let defines: String = all.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     compile_source(
         &format!("{defines}{}", amr_source(lattice, precision)),
@@ -108,11 +175,12 @@ fn compile_amr_with(
     )
 }
 
-/// Device bytes of a forest of `capacity` blocks: two copies of the DDFs in `precision`, the
+/// Device bytes of a forest of `capacity` blocks: two copies of the DDFs in `precision` (one
+/// and its halo slots with in-place storage, `inplace`), the
 /// cell masks, obstacle and current-data flags, the links, the block arrays and the launch
 /// lists.
 #[must_use]
-pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize) -> u64 {
+pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize, inplace: bool) -> u64 {
     let d = lattice.dims();
     let b = BLOCK.pow(d as u32);
     let nd = 3usize.pow(d as u32);
@@ -123,9 +191,17 @@ pub fn device_bytes(lattice: Lattice, precision: Precision, capacity: usize) -> 
     let refresh = 1 + 3 + 3 * 4 + 2 * 4 + 2 * nd * 4 + 2 * b;
     // The step's codes: 8 bytes a cell.
     let codes = 8 * b;
-    (capacity * (2 * lattice.q() * b * precision.bytes() + 3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes))
-        as u64
+    let ddfs = if inplace { ddf_values(lattice, capacity, true) } else { 2 * ddf_values(lattice, capacity, false) };
+    (ddfs * precision.bytes() + capacity * (3 * b + 2 * nd * 4 + 3 * 4 + 2 * 4 + 6 + 4 + 3 * 4 + 6 * 4 + refresh + codes)) as u64
         + 4 * mesh::CTR as u64
+}
+
+/// The developer knob `ESOFLOW_AMR_INPLACE=1`: [`AmrGpu::new`] keeps the DDFs in place (one
+/// buffer with halo slots, Esoteric Pull) instead of in two buffers. Off by default while the
+/// in-place kernels are slower (docs/amr-gpu.md).
+#[must_use]
+pub fn in_place_knob() -> bool {
+    std::env::var("ESOFLOW_AMR_INPLACE").as_deref() == Ok("1")
 }
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
@@ -343,8 +419,16 @@ pub struct AmrGpu {
     post: CudaSlice<u8>,
     precision: Precision,
     /// Per level: its data is in `post`, not `f` (it made an odd number of steps since the
-    /// last settle; only level 0 can be at the end of a coarse step).
+    /// last settle; only level 0 can be at the end of a coarse step). With in-place storage,
+    /// the level's parity.
     odd: [bool; MAX_LEVELS as usize + 1],
+    /// In-place (Esoteric-Pull) storage (`ESOFLOW_AMR_INPLACE=1`): one DDF buffer `f` with the
+    /// blocks' halo slots, each level in the arrangement of its parity while it steps; `post`
+    /// is not used. Its kernels: `amr_ep_gather`, `amr_ep_local`.
+    inplace: Option<(CudaFunction, CudaFunction)>,
+    /// With in-place storage: every level's data is in the plain layout (after an upload or a
+    /// settle); the next step first takes it up into the stepping arrangement.
+    at_rest: bool,
     prm: CudaSlice<f32>,
     prm_host: Vec<f32>,
     lists: CudaSlice<u32>,
@@ -402,6 +486,15 @@ impl AmrGpu {
     /// No CUDA device or NVRTC, compile errors, or a capacity the device memory cannot hold
     /// (the message gives the bytes needed and what to change).
     pub fn new(lattice: Lattice, precision: Precision, capacity: usize) -> Result<AmrGpu, SolverError> {
+        Self::with_storage(lattice, precision, capacity, in_place_knob())
+    }
+
+    /// [`Self::new`] with the DDFs in two buffers (`in_place` false) or in one, in place
+    /// (Esoteric Pull with halo slots: 0.59x the memory for D3Q19).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_storage(lattice: Lattice, precision: Precision, capacity: usize, inplace: bool) -> Result<AmrGpu, SolverError> {
         super::cuda::probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
         // SAFETY: the slices are made after this call; they are used on `stream` and, during
@@ -411,7 +504,7 @@ impl AmrGpu {
         // on `stream` before the step returns.
         unsafe { ctx.disable_event_tracking() };
         let dev = device_info(&ctx).map_err(SolverError::Backend)?;
-        let need = device_bytes(lattice, precision, capacity);
+        let need = device_bytes(lattice, precision, capacity, inplace);
         if need as f64 > dev.mem.0 as f64 * 0.95 {
             return Err(SolverError::Backend(format!(
                 "out of GPU memory: adaptive blocks of {lattice} ({precision}) with amr.capacity = {capacity} blocks need {:.2} GB, but {} has {:.2} GB free; lower amr.capacity (or amr.max_level){}",
@@ -422,7 +515,7 @@ impl AmrGpu {
             )));
         }
         let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-        let ptx = compile_amr_tuned(lattice, precision, &arch, capacity).map_err(SolverError::Backend)?;
+        let ptx = compile_amr_tuned(lattice, precision, &arch, capacity, inplace).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
@@ -432,6 +525,7 @@ impl AmrGpu {
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
+        let inplace = if inplace { Some((get("amr_ep_gather")?, get("amr_ep_local")?)) } else { None };
         // A stream of its own, not the legacy default stream: a coarse step is captured on it
         // as a CUDA graph (AmrGpu::step), which the default stream does not allow.
         let stream = ctx.new_stream().map_err(derr("making the block solver's stream"))?;
@@ -451,8 +545,13 @@ impl AmrGpu {
             valid: stream.alloc_zeros::<u8>(b * capacity).map_err(&a)?,
             fresh: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
             values: stream.alloc_zeros::<f32>(capacity).map_err(&a)?,
-            f: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
-            post: stream.alloc_zeros::<u8>(q * b * capacity * precision.bytes()).map_err(&a)?,
+            f: stream.alloc_zeros::<u8>(ddf_values(lattice, capacity, inplace.is_some()) * precision.bytes()).map_err(&a)?,
+            // In place: one value, never read.
+            post: stream
+                .alloc_zeros::<u8>(if inplace.is_some() { precision.bytes() } else { q * b * capacity * precision.bytes() })
+                .map_err(&a)?,
+            inplace,
+            at_rest: true,
             precision,
             codes: stream.alloc_zeros::<u32>(2 * b * capacity).map_err(&a)?,
             code_cells: (b * capacity) as u64,
@@ -554,13 +653,15 @@ impl AmrGpu {
             )));
         }
         let e = derr("uploading the DDFs");
+        let n = lbm.raw_ddfs().len() * self.precision.bytes();
         // FP32 goes as it is; the 16-bit formats are encoded on the way.
         if self.precision == Precision::Fp32 {
-            self.stream.memcpy_htod(bytemuck::cast_slice::<f32, u8>(lbm.raw_ddfs()), &mut self.f).map_err(e)?;
+            self.stream.memcpy_htod(bytemuck::cast_slice::<f32, u8>(lbm.raw_ddfs()), &mut self.f.slice_mut(0..n)).map_err(e)?;
         } else {
-            self.stream.memcpy_htod(&self.precision.encode_all(lbm.raw_ddfs()), &mut self.f).map_err(e)?;
+            self.stream.memcpy_htod(&self.precision.encode_all(lbm.raw_ddfs()), &mut self.f.slice_mut(0..n)).map_err(e)?;
         }
         self.odd = [false; MAX_LEVELS as usize + 1];
+        self.at_rest = true;
         Ok(())
     }
 
@@ -573,6 +674,9 @@ impl AmrGpu {
     /// CUDA launch errors.
     pub fn settle(&mut self) -> Result<(), SolverError> {
         self.flush()?;
+        if self.inplace.is_some() {
+            return self.rearrange(false);
+        }
         for l in 0..self.odd.len() {
             if !self.odd[l] {
                 continue;
@@ -598,6 +702,62 @@ impl AmrGpu {
             self.tick("settle");
         }
         Ok(())
+    }
+
+    /// In-place storage: bring every level into the plain layout (`back` false: a settle, from
+    /// the arrangement of each level's parity; parities reset) or from it into the stepping
+    /// arrangement at parity 0 (`back` true). Two launches over the ID set (`amr_ep_gather`,
+    /// `amr_ep_local`; the other way round for `back`).
+    fn rearrange(&mut self, back: bool) -> Result<(), SolverError> {
+        let Some((gather, local)) = self.inplace.clone() else {
+            return Ok(());
+        };
+        if self.at_rest != back {
+            return Ok(());
+        }
+        let count = self.active;
+        let par = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+        let b = BLOCK.pow(self.dims as u32);
+        let t0 = self.profile_start()?;
+        if count > 0 {
+            let ids = self.id_set.slice(0..count);
+            let (count32, back32) = (count as u32, u32::from(back));
+            let e = derr("launching a block kernel");
+            let cells = count * b;
+            let g_cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let l_cfg = LaunchConfig { grid_dim: (count32, 1, 1), block_dim: (b as u32, 1, 1), shared_mem_bytes: 0 };
+            for step in 0..2 {
+                // SAFETY (both): arguments as amr_ep_gather and amr_ep_local declare them; the
+                // ID set holds active IDs below the capacity `f` holds with its halo slots;
+                // gather's threads past count * B return, local runs one thread block per ID.
+                if (step == 0) != back {
+                    let mut k = self.stream.launch_builder(&gather);
+                    k.arg(&ids).arg(&count32).arg(&self.level).arg(&self.nbr).arg(&par).arg(&back32).arg(&mut self.f);
+                    unsafe { k.launch(g_cfg) }.map_err(&e)?;
+                } else {
+                    let mut k = self.stream.launch_builder(&local);
+                    k.arg(&ids).arg(&self.level).arg(&par).arg(&back32).arg(&mut self.f);
+                    unsafe { k.launch(l_cfg) }.map_err(&e)?;
+                }
+            }
+        }
+        self.odd = [false; MAX_LEVELS as usize + 1];
+        self.at_rest = !back;
+        self.profile_end(Kernel::Settle, t0)?;
+        self.tick(if back { "take up" } else { "settle" });
+        Ok(())
+    }
+
+    /// Device bytes of this forest (its DDF buffers as allocated).
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        device_bytes(self.lattice, self.precision, self.capacity, self.inplace.is_some())
+    }
+
+    /// Whether the DDFs are kept in place (one buffer, Esoteric Pull).
+    #[must_use]
+    pub fn in_place(&self) -> bool {
+        self.inplace.is_some()
     }
 
     /// With the trace knob: the work launched since the last tick belongs to `op`.
@@ -836,7 +996,7 @@ impl AmrGpu {
         let n = lbm.forest().active_ids().iter().max().map_or(0, |&id| (id as usize + 1) * per_block);
         let bytes = self.precision.bytes();
         let out = lbm.raw_ddfs_mut();
-        if out.len() * bytes != self.f.len() {
+        if out.len() != ddf_values(self.lattice, self.capacity, false) {
             return Err(SolverError::Backend("the solver's DDFs and the device's differ in size".into()));
         }
         let e = derr("reading the DDFs");
@@ -870,7 +1030,9 @@ impl AmrGpu {
         if count > 0 {
             let cells = count * BLOCK.pow(self.dims as u32);
             let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let odd = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+            // Bit 31: in place but at rest (the plain layout).
+            let odd = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l))
+                | u32::from(self.inplace.is_some() && self.at_rest) << 31;
             let (count32, forces32) = (count as u32, u32::from(forces));
             let ids = self.id_set.slice(0..count);
             let mut b = self.stream.launch_builder(&self.stats_k);
@@ -925,6 +1087,7 @@ impl AmrGpu {
     /// CUDA launch errors.
     pub fn step<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
         self.sync_params(lbm)?;
+        self.rearrange(true)?;
         if !self.use_graphs || self.levels.is_empty() {
             let plan = self.plan();
             let lanes = self.lanes_for(&plan)?;
@@ -959,7 +1122,7 @@ impl AmrGpu {
         let defer = self.pipeline && self.concurrent;
         let has = |o: &Op| self.op_range(o).1 > 0;
         let mut odd = self.odd;
-        let plan = schedule::coarse_step(self.levels.len(), &mut odd, self.pending, defer, &has);
+        let plan = schedule::coarse_step(self.levels.len(), &mut odd, self.pending, defer, self.inplace.is_some(), &has);
         self.odd = odd;
         self.pending = plan.pending;
         plan

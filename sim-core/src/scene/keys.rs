@@ -163,7 +163,7 @@ const COMPRESSION: [KeyDoc; 5] = [
     ),
 ];
 
-const AMR: [KeyDoc; 11] = [
+const AMR: [KeyDoc; 12] = [
     k!("amr", "table", "", "", "adaptive octree blocks (seed 004; CPU, fp32, bgk)"),
     k!(
         "amr.enabled",
@@ -205,6 +205,13 @@ const AMR: [KeyDoc; 11] = [
         "blocks",
         "most blocks at once (parents included); a refinement beyond it is skipped with a notice"
     ),
+    k!(
+        "amr.in_place",
+        "true | false",
+        "false",
+        "",
+        "CUDA backend: one copy of the blocks' DDFs streamed in place (Esoteric Pull, 0.59x the memory of D3Q19's two copies, slower for now: docs/amr-gpu.md); the CPU keeps two"
+    ),
 ];
 
 const FACES: [KeyDoc; 30] = {
@@ -215,5 +222,5 @@ const FACES: [KeyDoc; 30] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 82] =
-    cat::<52, 30, 82>(cat::<41, 11, 52>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);
+pub static KEYS: [KeyDoc; 83] =
+    cat::<53, 30, 83>(cat::<41, 12, 53>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);

@@ -375,6 +375,10 @@ pub struct Amr {
     /// Most blocks at once (default: see [`Amr::capacity_for`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<usize>,
+    /// CUDA backend: keep the blocks' DDFs in one buffer, streamed in place (Esoteric Pull with
+    /// halo slots), instead of two (the CPU reference always keeps two).
+    #[serde(default)]
+    pub in_place: bool,
 }
 
 fn default_amr_max_level() -> u8 {
@@ -409,6 +413,7 @@ impl Default for Amr {
             wall_margin: default_amr_margin(),
             freeze: Vec::new(),
             capacity: None,
+            in_place: false,
         }
     }
 }

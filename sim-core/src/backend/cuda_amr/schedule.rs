@@ -73,7 +73,15 @@ pub(super) struct Plan {
 /// deferred by the last coarse step) first, then the recursion; with `defer` the final
 /// restriction into level 0 is left out and returned as the new pending one. `has` says whether
 /// a launch has blocks to run over (those without are left out).
-pub(super) fn coarse_step(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool, has: &dyn Fn(&Op) -> bool) -> Plan {
+/// With `inplace` the data is one buffer (in-place storage, [`accesses`]).
+pub(super) fn coarse_step(
+    levels: usize,
+    odd: &mut [bool],
+    pending: Option<Op>,
+    defer: bool,
+    inplace: bool,
+    has: &dyn Fn(&Op) -> bool,
+) -> Plan {
     let mut ops: Vec<Op> = pending.into_iter().collect();
     if levels > 0 {
         recurse(0, levels, odd, &mut ops);
@@ -86,7 +94,7 @@ pub(super) fn coarse_step(levels: usize, odd: &mut [bool], pending: Option<Op>, 
         }
         _ => None,
     };
-    let deps = dependencies(&ops);
+    let deps = dependencies(&ops, inplace);
     Plan { ops, deps, pending }
 }
 
@@ -118,10 +126,21 @@ pub(super) enum Access {
 /// A region of the data: (level, buffer, part of the level's blocks).
 pub(super) type Region = (usize, u32, u8);
 
-/// What a launch reads and writes.
-pub(super) fn accesses(o: &Op) -> Vec<(Region, Access)> {
+/// What a launch reads and writes. With in-place storage (`inplace`) there is one buffer (0) and
+/// a region is the values its cells own, wherever they lie: a level-step reads and writes those
+/// of its own part's cells only (the slots it loads are the slots it stores), so it writes its
+/// part; the interpolation reads the coarser level and writes the finer one, the restriction
+/// reads the finer level and writes the coarser one's feeding part.
+pub(super) fn accesses(o: &Op, inplace: bool) -> Vec<(Region, Access)> {
     let l = o.level;
     let all = |lv: usize, b: u32, a: Access| PARTS.map(|p| ((lv, b, p as u8), a));
+    if inplace {
+        return match o.kind {
+            OpKind::Step(p) => vec![((l, 0, p as u8), Access::Write)],
+            OpKind::Interpolate => [all(l - 1, 0, Access::Read), all(l, 0, Access::Write)].concat(),
+            OpKind::Average => [all(l, 0, Access::Read).to_vec(), vec![((l - 1, 0, Part::Feed as u8), Access::Write)]].concat(),
+        };
+    }
     match o.kind {
         // Its own cells (a cell's step reads only the cell); pushes into the level's blocks.
         OpKind::Step(p) => {
@@ -157,11 +176,11 @@ struct RegionState {
 
 /// Per launch, the earlier launches it must wait for (read after write, write after read or
 /// write; pushes of one step into the same region do not wait for each other).
-pub(super) fn dependencies(ops: &[Op]) -> Vec<Vec<usize>> {
+pub(super) fn dependencies(ops: &[Op], inplace: bool) -> Vec<Vec<usize>> {
     let mut regions: std::collections::HashMap<Region, RegionState> = std::collections::HashMap::new();
     let mut deps = Vec::with_capacity(ops.len());
     for (i, o) in ops.iter().enumerate() {
-        let acc = accesses(o);
+        let acc = accesses(o, inplace);
         let mut d: Vec<usize> = Vec::new();
         for (r, a) in &acc {
             let s = regions.entry(*r).or_default();
@@ -269,16 +288,19 @@ mod tests {
     /// The launches of a forest where every part has blocks but the finest level's feeding
     /// part (no finer level).
     fn plan(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool) -> Plan {
+        plan_in(levels, odd, pending, defer, false)
+    }
+    fn plan_in(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool, inplace: bool) -> Plan {
         let has = move |o: &Op| o.kind != OpKind::Step(Part::Feed) || o.level + 1 < levels;
-        coarse_step(levels, odd, pending, defer, &has)
+        coarse_step(levels, odd, pending, defer, inplace, &has)
     }
 
     /// Whether two launches touch the same data, one of them writing; the parts of one
     /// level-step (consecutive launches) push into disjoint cells.
-    fn conflict(p: &Plan, i: usize, j: usize) -> bool {
+    fn conflict(p: &Plan, i: usize, j: usize, inplace: bool) -> bool {
         let (a, b) = (&p.ops[i], &p.ops[j]);
         let parts = p.ops[i..=j].iter().all(|o| matches!(o.kind, OpKind::Step(_)) && o.level == a.level && o.sel == a.sel);
-        let (x, y) = (accesses(a), accesses(b));
+        let (x, y) = (accesses(a, inplace), accesses(b, inplace));
         x.iter().any(|(ra, aa)| {
             y.iter().any(|(rb, ab)| {
                 ra == rb && !(*aa == Access::Read && *ab == Access::Read) && !(parts && *aa == Access::Push && *ab == Access::Push)
@@ -322,21 +344,28 @@ mod tests {
     }
 
     /// Every two launches that touch the same data (one of them writing) are ordered as the
-    /// recursion orders them, for 1 to 4 levels, from every parity state, deferred or not.
+    /// recursion orders them, for 1 to 4 levels, from every parity state, deferred or not, with
+    /// two buffers and in place.
     #[test]
     fn conflicting_launches_keep_the_recursions_order() {
-        for levels in 1..=4 {
-            for bits in 0..(1u32 << levels) {
-                for defer in [false, true] {
-                    let mut odd = [false; 6];
-                    (0..levels).for_each(|l| odd[l] = (bits >> l) & 1 == 1);
-                    let first = plan(levels, &mut odd, None, defer);
-                    let p = plan(levels, &mut odd, first.pending, defer);
-                    let anc = ancestors(&p.deps);
-                    for j in 0..p.ops.len() {
-                        for i in 0..j {
-                            if conflict(&p, i, j) {
-                                assert!(anc[j][i], "levels {levels} bits {bits}: {:?} before {:?}", p.ops[i], p.ops[j]);
+        for inplace in [false, true] {
+            for levels in 1..=4 {
+                for bits in 0..(1u32 << levels) {
+                    for defer in [false, true] {
+                        let mut odd = [false; 6];
+                        (0..levels).for_each(|l| odd[l] = (bits >> l) & 1 == 1);
+                        let first = plan_in(levels, &mut odd, None, defer, inplace);
+                        let p = plan_in(levels, &mut odd, first.pending, defer, inplace);
+                        let anc = ancestors(&p.deps);
+                        for j in 0..p.ops.len() {
+                            for i in 0..j {
+                                if conflict(&p, i, j, inplace) {
+                                    assert!(
+                                        anc[j][i],
+                                        "levels {levels} bits {bits} in place {inplace}: {:?} before {:?}",
+                                        p.ops[i], p.ops[j]
+                                    );
+                                }
                             }
                         }
                     }
@@ -345,14 +374,31 @@ mod tests {
         }
     }
 
+    /// In place, a level's step waits for the finer level's interpolation, which reads what it
+    /// overwrites; its two parts still run side by side, and level 0's far blocks beside the
+    /// finer levels' steps.
+    #[test]
+    fn in_place_steps_wait_for_the_interpolation_that_reads_them() {
+        let mut odd = [false; 4];
+        let first = plan_in(2, &mut odd, None, true, true);
+        let p = plan_in(2, &mut odd, first.pending, true, true);
+        let anc = ancestors(&p.deps);
+        let at = |k: OpKind, l: usize| p.ops.iter().position(|o| o.kind == k && o.level == l).unwrap();
+        let (interp, far0, feed0) = (at(OpKind::Interpolate, 1), at(OpKind::Step(Part::Far), 0), at(OpKind::Step(Part::Feed), 0));
+        let far1 = at(OpKind::Step(Part::Far), 1);
+        assert!(anc[far0][interp] && anc[feed0][interp]);
+        assert!(!anc[feed0][far0] && !anc[far0][feed0]);
+        assert!(!anc[far1][far0] && !anc[far0][far1]);
+    }
+
     /// The streams keep every dependency: a launch's stream predecessor and its waits reach all
     /// of its dependencies; and level 0's step is not behind the finer levels' chain.
     #[test]
     fn streams_keep_every_dependency() {
-        for levels in 1..=4 {
+        for (levels, inplace) in (1..=4).flat_map(|l| [(l, false), (l, true)]) {
             let mut odd = [false; 6];
-            let first = plan(levels, &mut odd, None, true);
-            let p = plan(levels, &mut odd, first.pending, true);
+            let first = plan_in(levels, &mut odd, None, true, inplace);
+            let p = plan_in(levels, &mut odd, first.pending, true, inplace);
             let high = |o: &Op| !(matches!(o.kind, OpKind::Step(_)) && o.level == 0);
             let (lanes, last) = assign(&p, &high);
             let n = p.ops.len();
