@@ -499,8 +499,14 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 // 3 -> 80 registers: with the codes, D3Q19 on the H100 runs the fixed-mesh sphere at 6,792
 // MLUPS against 6,240 at 4 (64 registers, spills); before them 4 was the faster; NVRTC
 // defines override them, ESOFLOW_AMR_DEFINES).
+// In place 2 (128 registers: the in-place step spills at 80): H100, fixed-mesh sphere 7,169
+// against 7,009 MLUPS at 3.
 #ifndef AMR_STEP_MINB
+#if AMR_INPLACE
+#define AMR_STEP_MINB 2
+#else
 #define AMR_STEP_MINB 3
+#endif
 #endif
 // The step's warps take rows of 8 cells across two consecutive blocks of the list (see amr_step)
 // for FP32 storage: on the H100 the fixed-mesh FP32 sphere 9,027 -> 9,213 MLUPS, adapting 7,847 ->
