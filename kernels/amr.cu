@@ -650,6 +650,43 @@ __device__ __forceinline__ void amr_push_sums(const int* c, int lb, u32 (&sum)[3
         }
     }
 }
+// The fill bits of a cell's step code (the second plane's word, or the high half read with the
+// first: amr_step_code).
+__device__ __forceinline__ u32 amr_step_fill(const u32* __restrict__ codes, u64 cells, u64 at, u32 hi) {
+#if AMR_CODES_SPLIT
+    (void)hi;
+    return codes[cells + at];
+#else
+    (void)cells;
+    (void)at;
+    return hi;
+#endif
+}
+// Which block of the thread block's list (lb) and which of its cells a step thread takes. With
+// AMR_STEP_PAIRS two consecutive blocks of the list (x neighbours where the list has them in a
+// row: siblings, roots along x) share their warps: a warp takes rows of 8 cells, 4 from each, so
+// that one store instruction fills the x-pushes' sectors on both sides of their common face.
+__device__ __forceinline__ void amr_step_lane(int& lb, int& cell) {
+#if AMR_STEP_PAIRS
+    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
+    lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
+    cell = (px & 3) + 4 * (pu / 8);
+#else
+    lb = threadIdx.x / AMR_B;
+    cell = threadIdx.x % AMR_B;
+#endif
+}
+// The step's collision of a cell's values g with level l's relaxation time and force (into
+// `force`). The Guo source only where the level has a force, as the CPU (a uniform branch: every
+// thread of a launch steps the same level).
+__device__ __forceinline__ void amr_step_collide(const float* __restrict__ prm, u32 l, float* g, float* force) {
+    Params p;
+    amr_level(prm, l, p.tau, force);
+    p.cs = 0.0f;
+    p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
+    if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
+    else collide_with<false>(g, p);
+}
 #if !AMR_INPLACE
 extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
     // The 3^D links of the thread block's 256 / B blocks (the block itself in the middle):
@@ -660,17 +697,8 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     // The same as pointers to the linked blocks' DDFs in dst (unused where no same-level block
     // is linked).
     __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
-#if AMR_STEP_PAIRS
-    // Two consecutive blocks of the list (x neighbours where the list has them in a row:
-    // siblings, roots along x) share their warps: a warp takes rows of 8 cells, 4 from each, so
-    // that one store instruction fills the x-pushes' sectors on both sides of their common face.
-    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
-    const int lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
-    const int cell = (px & 3) + 4 * (pu / 8);
-#else
-    const int lb = threadIdx.x / AMR_B;
-    const int cell = threadIdx.x % AMR_B;
-#endif
+    int lb, cell;
+    amr_step_lane(lb, cell);
     const u64 jb = (u64)blockIdx.x * (256 / AMR_B) + lb;
     const bool in = jb < count;
     const u32 id = in ? ids[jb] : 0;
@@ -715,18 +743,11 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         for (int i = 0; i < DEF_Q; i++) to[i * AMR_B] = v[i];
         if (!collided) return;
     }
-    Params p;
-    float force[3];
-    amr_level(prm, l, p.tau, force);
-    p.cs = 0.0f;
-    p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
     float g[DEF_Q];
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) g[i] = dec(v[i]);
-    // The Guo source only where the level has a force, as the CPU (a uniform branch: every
-    // thread of a launch steps the same level).
-    if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
-    else collide_with<false>(g, p);
+    float force[3];
+    amr_step_collide(prm, l, g, force);
     int c[3];
     amr_coords(cell, c);
     // The pushes, one predicated store each: the streamed cell c + c_k is in the block at
@@ -747,13 +768,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         amr_store_if(b + (s + (u32)(k * AMR_B * (int)sizeof(fpxx))), enc(g[k]), push & (1u << k));
     }
     if (!((w >> AMR_C_HASFILL) & 1u)) return;
-#if AMR_CODES_SPLIT
-    (void)fill_hi;
-    const u32 fill = codes[cells + wat];
-#else
-    (void)cells;
-    const u32 fill = fill_hi;
-#endif
+    const u32 fill = amr_step_fill(codes, cells, wat, fill_hi);
     // The values the cell fills itself (boundary cells only): from the link towards c + c_k,
     // half-way bounce-back (a same-level block: its cell there is an obstacle), the pre-step
     // value (a coarser block), walls and outflows (no block: outside the domain).
@@ -803,14 +818,8 @@ __device__ __forceinline__ fpxx* amr_ep_slot(const u32 (&sum)[3][3], fpxx* const
 extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
     __shared__ u32 links[256 / AMR_B][AMR_ND];
     __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
-#if AMR_STEP_PAIRS
-    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
-    const int lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
-    const int cell = (px & 3) + 4 * (pu / 8);
-#else
-    const int lb = threadIdx.x / AMR_B;
-    const int cell = threadIdx.x % AMR_B;
-#endif
+    int lb, cell;
+    amr_step_lane(lb, cell);
     const u64 jb = (u64)blockIdx.x * (256 / AMR_B) + lb;
     const bool in = jb < count;
     const u32 id = in ? ids[jb] : 0;
@@ -849,13 +858,8 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
             g[i + 1] = dec(*amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell, h));
         }
     }
-    Params p;
     float force[3];
-    amr_level(prm, l, p.tau, force);
-    p.cs = 0.0f;
-    p.fx = force[0]; p.fy = force[1]; p.fz = force[2];
-    if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
-    else collide_with<false>(g, p);
+    amr_step_collide(prm, l, g, force);
     u32 sum[3][3];
     amr_push_sums(c, lb, sum);
     if (streamed) mine[0] = enc(g[0]);
@@ -868,13 +872,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         }
     }
     if (!((w >> AMR_C_HASFILL) & 1u)) return;
-#if AMR_CODES_SPLIT
-    (void)fill_hi;
-    const u32 fill = codes[cells + wat];
-#else
-    (void)cells;
-    const u32 fill = fill_hi;
-#endif
+    const u32 fill = amr_step_fill(codes, cells, wat, fill_hi);
     const int root[3] = {r0, r1, r2};
     AmrOutflowEq oe;
 #pragma unroll
