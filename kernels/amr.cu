@@ -793,13 +793,12 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
 // The in-place step's address of slot `slot` of P = c + c_i (through the thread block's table of
 // block pointers, as the two-buffer step's pushes): `table` holds per linked block its DDFs'
 // address biased by its own byte offset in the table times 2^16, plus 1 where no same-level
-// block is linked; there the halo slot of the cell and pair (`halo` true).
-__device__ __forceinline__ fpxx* amr_ep_slot(const u32 (&sum)[3][3], fpxx* const* table, int i, int slot, fpxx* f, u32 id, int cell, bool& halo) {
+// block is linked; there the halo slot of the cell and pair.
+__device__ __forceinline__ fpxx* amr_ep_slot(const u32 (&sum)[3][3], fpxx* const* table, int i, int slot, fpxx* f, u32 id, int cell) {
     const u32 s = sum[0][lat_cx(i) + 1] + sum[1][lat_cy(i) + 1] + sum[2][lat_cz(i) + 1];
     const char* b = (const char*)*(fpxx* const*)((const char*)table + (s >> 16));
     const char* a = b + (s + (u32)(slot * AMR_B * (int)sizeof(fpxx)));
-    halo = ((u64)a & 1u) != 0;
-    if (halo) return f + (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
+    if ((u64)a & 1u) return f + (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
     return (fpxx*)a;
 }
 // The in-place step (AMR_INPLACE): the same cells do the same as in the two-buffer step above,
@@ -853,9 +852,8 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         g[0] = dec(mine[0]);
 #pragma unroll
         for (int i = 1; i < DEF_Q; i += 2) {
-            bool h;
             g[i] = dec(mine[(i + (int)q) * AMR_B]);
-            g[i + 1] = dec(*amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell, h));
+            g[i + 1] = dec(*amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell));
         }
     }
     float force[3];
@@ -867,8 +865,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     for (int i = 1; i < DEF_Q; i += 2) {
         if ((w >> (i + 1)) & 1u) mine[(i + (int)q) * AMR_B] = enc(g[i + 1]);
         if ((w >> i) & 1u) {
-            bool h;
-            *amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell, h) = enc(g[i]);
+            *amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell) = enc(g[i]);
         }
     }
     if (!((w >> AMR_C_HASFILL) & 1u)) return;
@@ -892,8 +889,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         }
         if (k & 1) {
             // S4: f_{i+1}, into P's slot i + q (the halo slot where P is in no block).
-            bool h;
-            *amr_ep_slot(sum, &blocks[0][0], i, i + (int)q, f, id, cell, h) = enc(v);
+            *amr_ep_slot(sum, &blocks[0][0], i, i + (int)q, f, id, cell) = enc(v);
         } else {
             // S3: f_i, into slot i + 1 - q of n.
             mine[(i + 1 - (int)q) * AMR_B] = enc(v);
