@@ -908,6 +908,29 @@ extern "C" __global__ void amr_copy(const u32* __restrict__ ids, const u32 count
     dst[at] = src[at];
 }
 
+// Cells a cell edit turned solid or fluid (AmrGpu::edit_solids, on the settled layout): each
+// listed cell (id * B + cell, bit 63 set where it turned solid) goes to the rest state (zero in
+// the shifted storage), as lbm.rs change_solids; a leaf cell that turned solid first adds its
+// mass (density times its volume in cells of level 0) to out[0].
+extern "C" __global__ void amr_edit(const u64* __restrict__ cells, const u32 count, const unsigned char* __restrict__ level, const u32* __restrict__ child, fpxx* f, double* out) {
+    const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const u64 w = cells[t];
+    const u64 at = w & ~(1ull << 63);
+    const u32 id = (u32)(at / AMR_B);
+    const u64 base = (u64)id * DEF_Q * AMR_B + at % AMR_B;
+    if ((w >> 63) && child[id] == AMR_NONE) {
+        float g[DEF_Q];
+        amr_load(f, (long long)at, g);
+        float rho = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DEF_Q; i++) rho += g[i];
+        atomicAdd(out, (double)(rho + 1.0f) / (double)(1u << (DEF_D * level[id])));
+    }
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[base + (u64)i * AMR_B] = enc(0.0f);
+}
+
 #if AMR_INPLACE
 // Settling in-place data (AmrGpu::settle) and taking it up again, over blocks `ids` of any
 // levels, each at its level's parity (bit level[id] of `par`). amr_ep_gather with `back` 0
@@ -1373,17 +1396,21 @@ extern "C" __global__ void __launch_bounds__(256, AMR_AVG_MINB) amr_average(cons
 // velocity with half the level's force) from the leaves among blocks `ids` (level l, finest
 // level lmax): each leaf cell fills the 2^(lmax - l) finest cells per axis it covers (the
 // solver's fill_fields); the finest grid's obstacle cells (`flags` nonzero) get rho 1, u 0.
-extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 count, const u32 l, const u32 lmax, const float* __restrict__ prm, const int* __restrict__ pos, const u32* __restrict__ child, const fpxx* __restrict__ f, const unsigned char* __restrict__ flags, const u32 nx, const u32 ny, const u32 nz, float* __restrict__ planes) {
+extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 count, const u32 l, const u32 lmax, const float* __restrict__ prm, const int* __restrict__ pos, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const fpxx* __restrict__ f, const unsigned char* __restrict__ flags, const u32 nx, const u32 ny, const u32 nz, float* __restrict__ planes) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];
     if (child[id] != AMR_NONE) return;
     const int cell = (int)(t % AMR_B);
-    float tau, force[3], g[DEF_Q];
-    amr_level(prm, l, tau, force);
-    amr_load(f, (long long)((u64)id * AMR_B + cell), g);
-    float rm1, u[3];
-    moments(g, force[0], force[1], force[2], rm1, u[0], u[1], u[2]);
+    float rm1 = 0.0f, u[3] = {0.0f, 0.0f, 0.0f};
+    // A solid cell of the forest shows the rest state (its slots may hold its neighbours'
+    // values in place), also under finest cells the obstacles do not cover.
+    if (!solid[(u64)id * AMR_B + cell]) {
+        float tau, force[3], g[DEF_Q];
+        amr_level(prm, l, tau, force);
+        amr_load(f, (long long)((u64)id * AMR_B + cell), g);
+        moments(g, force[0], force[1], force[2], rm1, u[0], u[1], u[2]);
+    }
     int c[3];
     amr_coords(cell, c);
     const u32 s = 1u << (lmax - l);

@@ -1210,6 +1210,84 @@ fn gpu_adaptive_blocks_match_cpu() {
     }
 }
 
+/// Cell edits on adaptive blocks (`Solver::edit_cells`, `AmrGpu::edit_solids`): drawn and erased
+/// cells change the device's obstacle flags, step codes and DDFs as the CPU reference changes its
+/// own, with the host's copy behind the device (the mesh adapted there) and current, in both DDF
+/// storages; the runs go on equal through adaptations, and the reports' masses agree.
+#[test]
+fn gpu_cell_edits_on_adaptive_blocks_match_cpu() {
+    if !gpu() {
+        return;
+    }
+    use sim_core::domain::{id_of, kind, kind_of};
+    use sim_core::{CellEdit, EditTo};
+    let cases = [
+        ("cavity D2Q9", shipped_scene("lid_driven_cavity_amr_2d.toml", &[])),
+        ("sphere D3Q19", scene(SCENE_AMR_3D, &[])),
+        ("sphere D3Q19 fp16s", scene(SCENE_AMR_3D, &[("solver.precision", "\"fp16s\"")])),
+    ];
+    for ((what, ls), in_place) in cases.iter().flat_map(|c| [(c, false), (c, true)]) {
+        let what = format!("{what}{}", if in_place { " in place" } else { "" });
+        let mut c = cpu::from_scene(ls).unwrap();
+        let mut g = sim_core::amr::solver::from_scene_cuda_with(ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let d = c.domain().clone();
+        let dims = d.lattice.dims();
+        // A box across the middle of the domain (whole level-0 cells and parts of others).
+        let (lo, hi) = (d.n.map(|n| n * 2 / 5), d.n.map(|n| n / 2 + 1));
+        let drawn: Vec<usize> = (0..d.cells())
+            .filter(|&i| {
+                let p = d.coords(i);
+                (0..dims).all(|a| p[a] >= lo[a] && p[a] < hi[a])
+            })
+            .collect();
+        let mid = (lo[0] + hi[0]) / 2;
+        for k in 0..2 {
+            c.step(30).unwrap();
+            g.step(30).unwrap();
+            let e = if k == 0 {
+                CellEdit { cells: drawn.clone(), to: EditTo::Solid("drawn".into()) }
+            } else {
+                // Erase every obstacle cell (the scene's and the drawn box's) left of the box's
+                // middle, with the host's copy current before this edit (the first found it
+                // behind the device).
+                let _ = g.fields();
+                let f = &c.domain().flags;
+                let cells = (0..d.cells()).filter(|&i| kind_of(f[i]) == kind::SOLID && id_of(f[i]) > 0 && d.coords(i)[0] < mid).collect();
+                CellEdit { cells, to: EditTo::Fluid }
+            };
+            let rc = c.edit_cells(&e).unwrap();
+            let t = std::time::Instant::now();
+            let rg = g.edit_cells(&e).unwrap_or_else(|err| panic!("{what}: {err}"));
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            eprintln!(
+                "{what}: edit {k}: {} cells changed ({ms:.1} ms on the device), mass removed cpu {:.9e} gpu {:.9e}, added {:.6e}",
+                rc.changed.len(),
+                rc.mass_removed,
+                rg.mass_removed,
+                rg.mass_added
+            );
+            assert!(!rc.changed.is_empty(), "{what}: edit {k} changed nothing");
+            assert_eq!((&rc.changed, rc.obstacle, rc.mass_added), (&rg.changed, rg.obstacle, rg.mass_added), "{what}: edit {k}");
+            assert!((rc.mass_removed - rg.mass_removed).abs() <= 1e-6 * rc.mass_removed.max(1.0), "{what}: edit {k}: {rc:?} {rg:?}");
+            assert_eq!(c.domain().flags, g.domain().flags, "{what}: edit {k}");
+            let (sc, sg) = (c.stats(), g.stats());
+            assert!(((sc.mass - sg.mass) / sc.mass).abs() < 1e-6, "{what}: edit {k}: mass cpu {} gpu {}", sc.mass, sg.mass);
+            c.step(30).unwrap();
+            g.step(30).unwrap();
+            let (dr, du) = rel_diff(g.as_ref(), c.as_ref());
+            let (sc, sg) = (c.stats(), g.stats());
+            eprintln!(
+                "{what}: after edit {k}: rel diff rho {dr:.2e} u {du:.2e}; mass cpu {:.9e} gpu {:.9e}; forces cpu {:?} gpu {:?}",
+                sc.mass, sg.mass, sc.forces, sg.forces
+            );
+            assert_eq!(c.amr().unwrap().boxes, g.amr().unwrap().boxes, "{what}: edit {k}: the forests differ");
+            assert!(dr <= 1e-5 && du <= 1e-5, "{what}: edit {k}: GPU differs from CPU by rho {dr:e}, u {du:e}");
+            assert!(((sc.mass - sg.mass) / sc.mass).abs() < 1e-6, "{what}: edit {k}: mass cpu {} gpu {}", sc.mass, sg.mass);
+            assert_eq!(sc.forces.len(), sg.forces.len(), "{what}: edit {k}");
+        }
+    }
+}
+
 /// An adaptation with the DDFs on the device (criterion block maxima, then restriction into
 /// coarsened blocks, interpolation into new children with the mass shift, refresh of exposed
 /// cells: `AmrGpu::block_values` and `AmrGpu::transfer` around the host's mesh update) leaves

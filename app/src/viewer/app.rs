@@ -1928,10 +1928,6 @@ impl ViewerApp {
 
     /// Draw / erase tools and the STL obstacle loader (top of the Scene panel).
     fn edit_ui(&mut self, ui: &mut Ui) {
-        if self.scene.scene.amr.enabled {
-            ui.label(RichText::new(NO_AMR_EDITS).small());
-            return;
-        }
         ui.horizontal(|ui| {
             let mut t = self.edit.tool;
             ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
@@ -2013,10 +2009,6 @@ impl ViewerApp {
     pub fn set_tool(&mut self, t: Tool) {
         if self.edit.active {
             self.end_stroke();
-        }
-        if t != Tool::Navigate && self.scene.scene.amr.enabled {
-            self.message(NO_AMR_EDITS, true);
-            return;
         }
         self.edit.tool = t;
         if t != Tool::Navigate && !self.is_2d() {
@@ -2504,10 +2496,6 @@ fn left_field(focused: &mut bool, r: &egui::Response) -> bool {
     let was = std::mem::replace(focused, r.has_focus());
     was && !*focused
 }
-
-/// Why the edit tools are off on an adaptive run.
-const NO_AMR_EDITS: &str =
-    "drawing, erasing and STL obstacles are not available on adaptive blocks yet (the forest voxelises the scene's obstacles at the start)";
 
 /// The range of the adaptive blocks' threshold slider (lattice units).
 const AMR_THRESHOLD: (f32, f32) = (1e-5, 1.0);

@@ -1763,8 +1763,24 @@ fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
     // A refused setting comes back as a message.
     h.state_mut().set_amr(AmrSettings { threshold: -1.0, field: Field::Q, ..st });
     run_until(&mut h, "a refusal", |a| has_message(a, "adaptive blocks: invalid parameter: amr threshold -1: must be a number above 0"));
-    // Edits are not offered on adaptive blocks.
+    // Drawing on adaptive blocks: a bar of finest cells becomes an obstacle of the forest that
+    // feels the lid's flow; ctrl+z erases it again.
+    let before = solid_count(h.state());
     h.state_mut().set_tool(Tool::Draw);
-    assert_eq!(h.state().edit.tool, Tool::Navigate);
-    assert!(has_message(h.state(), "not available on adaptive blocks yet"));
+    assert_eq!(h.state().edit.tool, Tool::Draw);
+    h.state_mut().edit.brush = 1.5;
+    let (p0, p1) = (screen(&h, [20.5, 40.5, 0.5]), screen(&h, [44.5, 40.5, 0.5]));
+    drag(&mut h, p0, p1, 6);
+    run_until_applied(&mut h, "the stroke to reach the adaptive solver");
+    assert!(has_message(h.state(), "drew (obstacle \"drawn\")"), "the stroke is summed up");
+    let drawn = solid_count(h.state()) - before;
+    assert!(drawn >= 50, "{drawn} cells drawn");
+    let step0 = h.state().step();
+    h.get_by_label("Step").click();
+    run_until(&mut h, "the drawn bar's force", |a| {
+        a.snap.as_ref().is_some_and(|s| s.step >= step0 + 100 && s.stats.forces.first().is_some_and(|f| f[0].abs() + f[1].abs() > 1e-6))
+    });
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
+    run_until(&mut h, "the undo", |a| solid_count(a) == before);
+    assert!(h.state().snap.as_ref().is_some_and(|s| !s.stats.blown_up()));
 }

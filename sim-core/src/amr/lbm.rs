@@ -256,6 +256,68 @@ impl<L: Lat> AmrLbm<L> {
         self.solid[r.block as usize * self.forest.cells_per_block() + r.cell]
     }
 
+    /// Replace the obstacle query after the obstacles changed inside the box `lo..hi` (cells of
+    /// level 0; a cell edit) and ask it again for every cell of the active blocks that meet the
+    /// box, as [`Self::set_solid`] does: a cell whose flag changes starts at rest. Returns the
+    /// cells that changed, `id * B + cell` with bit 63 set where the cell turned solid, and
+    /// the mass (density times the cell's volume in cells of level 0) of the leaf cells that
+    /// turned solid, before, and of those that turned fluid, after.
+    pub fn change_solids(
+        &mut self,
+        solid: impl Fn([f64; 3], u8) -> bool + Send + Sync + 'static,
+        lo: [f64; 3],
+        hi: [f64; 3],
+    ) -> (Vec<u64>, f64, f64) {
+        let query: SolidFn = Box::new(solid);
+        let dims = L::D;
+        let forest = &self.forest;
+        let ids: Vec<u32> = forest
+            .active_ids()
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let (blo, s) = forest.block_box(id);
+                (0..dims).all(|a| blo[a] < hi[a] && blo[a] + s > lo[a])
+            })
+            .collect();
+        let b = forest.cells_per_block();
+        let this = &*self;
+        let per_block: Vec<(Vec<u64>, f64, f64)> = ids
+            .par_iter()
+            .map(|&id| {
+                let vol = 1.0 / f64::from(1u32 << (u32::from(forest.level(id)) * dims as u32));
+                let leaf = forest.is_leaf(id);
+                let (mut cells, mut removed, mut added) = (Vec::new(), 0.0f64, 0.0f64);
+                for cell in 0..b {
+                    let at = id as usize * b + cell;
+                    let now = query(cell_centre(forest, id, cell), forest.level(id));
+                    if now == this.solid[at] {
+                        continue;
+                    }
+                    if leaf && now {
+                        removed += f64::from(this.moments(CellRef { block: id, cell }).0) * vol;
+                    } else if leaf {
+                        added += vol;
+                    }
+                    cells.push(at as u64 | (u64::from(now) << 63));
+                }
+                (cells, removed, added)
+            })
+            .collect();
+        let removed = per_block.iter().map(|p| p.1).sum();
+        let added = per_block.iter().map(|p| p.2).sum();
+        let changed: Vec<u64> = per_block.into_iter().flat_map(|p| p.0).collect();
+        self.solid_fn = Some(query);
+        let q = L::Q;
+        for &w in &changed {
+            let at = (w & !(1u64 << 63)) as usize;
+            let (id, cell) = (at / b, at % b);
+            self.solid[at] = w >> 63 == 1;
+            (0..q).for_each(|i| self.f[(id * q + i) * b + cell] = 0.0);
+        }
+        (changed, removed, added)
+    }
+
     /// Ask the obstacle query for the cells of blocks `ids`; a cell whose flag changes is set to
     /// the rest state (zero in the shifted storage).
     fn update_solids(&mut self, ids: &[u32]) {

@@ -221,6 +221,9 @@ pub struct AmrSolver<L: Lat> {
     info: AmrInfo,
     /// The scene's near-wall level (the settings' max level caps it).
     near_wall_level: u8,
+    /// The scene's near-wall margin, for the rule a drawn obstacle switches on in a scene
+    /// that had none.
+    wall_margin: f64,
     /// The obstacles for near-wall refinement (prefix sums over the finest grid).
     obstacle_sums: ObstacleSums,
     /// The time stepping and adaptation on the GPU, if this run has it; `lbm` then holds the
@@ -312,7 +315,7 @@ impl<L: Lat> AmrSolver<L> {
         };
         let near_wall =
             (!ls.scene.obstacles.is_empty()).then_some(NearWall { level: a.near_wall.unwrap_or(a.max_level), margin: a.wall_margin });
-        let near_wall_level = near_wall.map_or(a.max_level, |nw| nw.level);
+        let near_wall_level = a.near_wall.unwrap_or(a.max_level);
         let obstacle_sums = ObstacleSums::new(&dom, a.max_level);
         let mut s = AmrSolver {
             lbm: RefCell::new(lbm),
@@ -325,6 +328,7 @@ impl<L: Lat> AmrSolver<L> {
             cfg,
             info: AmrInfo::default(),
             near_wall_level,
+            wall_margin: a.wall_margin,
             obstacle_sums,
             gpu: RefCell::new(None),
             gpu_dirty: false,
@@ -359,12 +363,19 @@ impl<L: Lat> AmrSolver<L> {
 
     /// Solid cells of every level from the obstacles voxelised at the finest level.
     fn install_solids(&mut self) {
+        let query = self.solid_query();
+        self.lbm_mut().set_solid(query);
+    }
+
+    /// The obstacle query of the forest: a cell of any level is solid where at least half of
+    /// the finest cells under it are obstacle cells.
+    fn solid_query(&self) -> impl Fn([f64; 3], u8) -> bool + Send + Sync + 'static {
         let dom = self.dom.clone();
         let max = self.max_level;
         let dims = L::D;
-        self.lbm_mut().set_solid(move |c: [f64; 3], l: u8| {
+        move |c: [f64; 3], l: u8| {
             obstacle_share(&dom, max, dims, c, l) * 2 >= 1u64 << ((u32::from(max) - u32::from(l.min(max))) * dims as u32)
-        });
+        }
     }
 
     /// Adapt the mesh to the criterion now (timed), on the host; a capacity refusal is
@@ -665,7 +676,10 @@ impl<L: Lat> AmrSolver<L> {
                     let c = super::forest::cell_coords(cell, dims);
                     let mut lo = [0usize; 3];
                     (0..dims).for_each(|a| lo[a] = (p[a] as usize * BLOCK + c[a] as usize) * s);
-                    let (r, v) = lbm.moments(CellRef { block: id, cell });
+                    // A solid cell shows the rest state, also under finest cells the obstacles
+                    // do not cover (in-place storage keeps neighbours' values in its slots).
+                    let r = CellRef { block: id, cell };
+                    let (r, v) = if lbm.is_solid(r) { (1.0, [0.0; 3]) } else { lbm.moments(r) };
                     (lo[0] + n[0] * (lo[1] + n[1] * lo[2]), s, r, v)
                 })
             })
@@ -1061,10 +1075,105 @@ impl<L: Lat> Solver for AmrSolver<L> {
         Ok(())
     }
 
-    fn edit_cells(&mut self, _edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError> {
-        Err(SolverError::Edit(
-            "cells cannot be edited in an adaptive run yet (amr.enabled = true): change the scene's obstacles, or run without [amr]".into(),
-        ))
+    /// Cells of the finest grid (the grid [`Solver::domain`] describes) turn solid or fluid;
+    /// the forest's cells follow as they do for the scene's obstacles: a cell of any level is
+    /// solid where at least half of the finest cells under it are. Cells that change start at
+    /// rest (density 1); the others keep their state. With a GPU the edit is applied there
+    /// ([`AmrGpu::edit_solids`]: no copy of the DDFs either way). The near-wall rule (the
+    /// scene's `amr.near_wall` and `amr.wall_margin`) refines around drawn obstacles from the
+    /// next adaptation on, also in a scene that had none.
+    fn edit_cells(&mut self, edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError> {
+        let plan = self.dom.plan_edit(edit).map_err(SolverError::Edit)?;
+        let obstacle = plan.obstacle.as_ref().map(|o| o.0);
+        if plan.changes.is_empty() {
+            return Ok(crate::edit::EditReport { obstacle, ..crate::edit::EditReport::default() });
+        }
+        // The box of the change, in cells of level 0.
+        let fine = f64::from(1u32 << self.max_level);
+        let (mut lo, mut hi) = ([0.0f64; 3], [1.0f64; 3]);
+        for a in 0..L::D {
+            let (min, max) = plan.changes.iter().fold((usize::MAX, 0), |(mn, mx), &(c, _)| {
+                let p = self.dom.coords(c)[a];
+                (mn.min(p), mx.max(p))
+            });
+            lo[a] = min as f64 / fine;
+            hi[a] = (max + 1) as f64 / fine;
+        }
+        let around = self.dom.around(&plan.changes);
+        let changed = self.dom.apply_plan(&plan, &around);
+        self.obstacle_sums = ObstacleSums::new(&self.dom, self.max_level);
+        if self.near_wall.is_none() && self.dom.flags.iter().any(|&f| is_obstacle(f)) {
+            self.near_wall = Some(NearWall { level: self.near_wall_level.min(self.crit.max_level), margin: self.wall_margin });
+        }
+        let query = self.solid_query();
+        let (mass_removed, mass_added) = match self.gpu.get_mut().take() {
+            Some(mut gpu) => {
+                let r = self.edit_on(&mut gpu, query, lo, hi);
+                *self.gpu.get_mut() = Some(gpu);
+                r?
+            }
+            None => {
+                let (_, removed, added) = self.lbm.get_mut().change_solids(query, lo, hi);
+                (removed, added)
+            }
+        };
+        // The near-wall rule at once, one level an adaptation as at the start: a drawn obstacle
+        // is resolved on the near-wall level before the next step, also with a fixed mesh
+        // (interval 0), and not only where it covers half of a coarse cell.
+        for _ in 0..self.near_wall.map_or(0, |nw| nw.level) {
+            self.adapt_now()?;
+        }
+        Ok(crate::edit::EditReport { changed, obstacle, mass_added, mass_removed })
+    }
+}
+
+impl<L: Lat> AmrSolver<L> {
+    /// Adapt to the criterion now: on the device where the state is there, else on the host.
+    fn adapt_now(&mut self) -> Result<(), SolverError> {
+        match self.gpu.get_mut().take() {
+            Some(mut gpu) if !self.gpu_dirty => {
+                let r = self.adapt_on(&mut gpu);
+                *self.gpu.get_mut() = Some(gpu);
+                r
+            }
+            other => {
+                *self.gpu.get_mut() = other;
+                self.adapt();
+                Ok(())
+            }
+        }
+    }
+
+    /// [`Solver::edit_cells`] with a GPU: the host's forest brought up to date (the mesh
+    /// only), the obstacle flags changed there, then on the device ([`AmrGpu::edit_solids`],
+    /// which takes the mass removed from the device's DDFs), unless the host's copy is the
+    /// state still to be uploaded. The device gets the new obstacles for its near-wall rule.
+    /// Returns the mass removed and added.
+    fn edit_on(
+        &mut self,
+        gpu: &mut AmrGpu,
+        query: impl Fn([f64; 3], u8) -> bool + Send + Sync + 'static,
+        lo: [f64; 3],
+        hi: [f64; 3],
+    ) -> Result<(f64, f64), SolverError> {
+        gpu.set_obstacles(&self.obstacle_sums, self.max_level)?;
+        gpu.set_frame_obstacles(&self.dom)?;
+        if self.gpu_dirty {
+            // The host's copy is the state (the device gets it whole before the next step).
+            let (_, removed, added) = self.lbm.get_mut().change_solids(query, lo, hi);
+            return Ok((removed, added));
+        }
+        if self.stale.get().mesh {
+            gpu.download_mesh(self.lbm.get_mut())?;
+            self.stale.set(Stale { mesh: false, ddfs: true });
+        }
+        let host_current = !self.stale.get().ddfs;
+        let lbm = self.lbm.get_mut();
+        let (cells, host_removed, added) = lbm.change_solids(query, lo, hi);
+        let removed = gpu.edit_solids(lbm, &cells)?;
+        // Where the host's copy is current it stays so (both zeroed the same cells), and its
+        // mass is the one the statistics will read.
+        Ok((if host_current { host_removed } else { removed }, added))
     }
 }
 
@@ -1191,7 +1300,56 @@ interval = 50
         // Under the lid the flow follows it.
         let top = f.u[32 + 64 * 63][0];
         assert!(top > 0.03, "u under the lid {top}");
-        assert!(s.edit_cells(&crate::edit::CellEdit { cells: vec![0], to: crate::edit::EditTo::Fluid }).is_err());
+    }
+
+    /// Cells of the finest grid drawn into an adaptive run turn the forest's cells under them
+    /// solid (on every level, half of the fine cells or more), the mass changes by what the
+    /// report says, the new obstacle feels the flow and is refined around at the next
+    /// adaptation (the scene had no obstacle, so no near-wall rule), erasing it with the
+    /// report's undo gives the domain back, and a checkpoint from before then restores.
+    #[test]
+    fn drawn_cells_become_an_obstacle_of_the_forest_and_undo_erases_it() {
+        use crate::edit::{CellEdit, EditTo};
+        let mut s = solver(CAVITY, &[("amr.interval", "20"), ("amr.threshold", "100")]);
+        s.step(40).unwrap();
+        let ck = s.checkpoint();
+        let flags0 = s.domain().flags.clone();
+        assert_eq!(s.amr().unwrap().leaves[1], 0, "nothing refined yet: {:?}", s.amr().unwrap().leaves);
+        // A box of 6 x 6 finest cells (3 x 3 cells of level 0) left of the centre.
+        let d = s.domain();
+        let cells: Vec<usize> = (20..26).flat_map(|y| (14..20).map(move |x| (x, y))).map(|(x, y)| d.index(x, y, 0)).collect();
+        let m0 = s.stats().mass;
+        let r = s.edit_cells(&CellEdit { cells: cells.clone(), to: EditTo::Solid("drawn".into()) }).unwrap();
+        assert_eq!((r.became_solid(), r.obstacle), (36, Some(1)));
+        assert_eq!(s.domain().obstacles, vec!["drawn".to_string()]);
+        let m1 = s.stats().mass;
+        // (The refinement around the box at once keeps the mass up to rounding.)
+        assert!((m1 - (m0 - r.mass_removed + r.mass_added)).abs() < 1e-6 * m0, "mass {m0} -> {m1}, report {r:?}");
+        assert!(r.mass_removed > 8.5 && r.mass_removed < 9.5, "9 level-0 cells removed: {}", r.mass_removed);
+        // Drawing the same cells again changes nothing.
+        let again = s.edit_cells(&CellEdit { cells, to: EditTo::SolidId(1) }).unwrap();
+        assert!(again.changed.is_empty() && again.mass_removed == 0.0);
+        let info = s.amr().unwrap();
+        assert!(info.leaves[1] > 0, "the drawn box is refined around at once: {:?}", info.leaves);
+        s.step(120).unwrap();
+        let st = s.stats();
+        assert!(!st.blown_up() && st.forces.len() == 1, "{st:?}");
+        assert!(st.forces[0][0].abs() + st.forces[0][1].abs() > 1e-5, "the drawn box feels the flow: {:?}", st.forces);
+        // Undo: fluid again at rest; the domain is the scene's, and the old checkpoint fits.
+        for e in r.undo() {
+            let u = s.edit_cells(&e).unwrap();
+            assert_eq!(u.became_fluid(), 36);
+            assert!(u.mass_added > 8.5 && u.mass_added < 9.5 * 4.0, "{}", u.mass_added);
+        }
+        assert_eq!(s.domain().flags, flags0);
+        s.step(20).unwrap();
+        assert!(!s.stats().blown_up());
+        s.restore(&ck).unwrap();
+        assert_eq!(s.time_step(), 40);
+        // Refusals name the cell and change nothing.
+        let e = s.edit_cells(&CellEdit { cells: vec![0], to: EditTo::Fluid }).unwrap_err().to_string();
+        assert!(e.contains("boundary walls") && e.contains("x=0, y=0"), "{e}");
+        assert_eq!(s.domain().flags, flags0);
     }
 
     #[test]

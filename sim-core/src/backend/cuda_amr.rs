@@ -358,6 +358,8 @@ pub struct AmrGpu {
     block_max: CudaFunction,
     transfer_k: CudaFunction,
     mass_k: CudaFunction,
+    /// `amr_edit`: cells a cell edit changed to the rest state ([`Self::edit_solids`]).
+    edit_k: CudaFunction,
     mesh_k: CudaFunction,
     compact_k: CudaFunction,
     id_sets_k: CudaFunction,
@@ -522,6 +524,7 @@ impl AmrGpu {
         let codes_k = get("amr_codes")?;
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
         let (block_max, transfer_k, mass_k) = (get("amr_block_max")?, get("amr_transfer")?, get("amr_mass_shift")?);
+        let edit_k = get("amr_edit")?;
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
@@ -617,6 +620,7 @@ impl AmrGpu {
             block_max,
             transfer_k,
             mass_k,
+            edit_k,
             mesh_k,
             compact_k,
             id_sets_k,
@@ -663,6 +667,36 @@ impl AmrGpu {
         self.odd = [false; MAX_LEVELS as usize + 1];
         self.at_rest = true;
         Ok(())
+    }
+
+    /// Apply a cell edit that [`AmrLbm::change_solids`] made on the host's copy (`lbm`, its
+    /// forest current, its DDFs maybe not): `cells` (`id * B + cell`, bit 63 where the cell
+    /// turned solid) go to the rest state on the device too, after a settle, and the forest's
+    /// obstacle flags, step codes and launch lists are uploaded again. Returns the mass the
+    /// leaf cells that turned solid had on the device (density times the volume in cells of
+    /// level 0).
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn edit_solids<L: Lat>(&mut self, lbm: &AmrLbm<L>, cells: &[u64]) -> Result<f64, SolverError> {
+        self.settle()?;
+        let mut removed = 0.0;
+        if !cells.is_empty() {
+            let e = derr("editing the cells");
+            let list = self.stream.clone_htod(cells).map_err(&e)?;
+            let mut out = self.stream.alloc_zeros::<f64>(1).map_err(&e)?;
+            let n = cells.len() as u32;
+            let cfg = LaunchConfig { grid_dim: (n.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let mut b = self.stream.launch_builder(&self.edit_k);
+            b.arg(&list).arg(&n).arg(&self.level).arg(&self.child).arg(&mut self.f).arg(&mut out);
+            // SAFETY: arguments as amr_edit declares them; every listed cell is a cell of an
+            // active block below the capacity `f`, `level` and `child` hold; threads past n
+            // return.
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+            removed = self.stream.clone_dtoh(&out).map_err(&e)?[0];
+        }
+        self.upload_mesh(lbm)?;
+        Ok(removed)
     }
 
     /// Bring every level's DDFs into `f` (the buffer the criterion, the adaptation and the

@@ -64,8 +64,8 @@ impl AmrGpu {
             let ids = self.lists.slice(off..off + count);
             let (count32, l32) = (count as u32, l as u32);
             let mut bld = self.stream.launch_builder(&self.planes_k);
-            bld.arg(&ids).arg(&count32).arg(&l32).arg(&lmax).arg(&self.prm).arg(&self.pos).arg(&self.child).arg(&self.f);
-            bld.arg(&kit.flags).arg(&nx).arg(&ny).arg(&nz).arg(&mut kit.planes);
+            bld.arg(&ids).arg(&count32).arg(&l32).arg(&lmax).arg(&self.prm).arg(&self.pos).arg(&self.child).arg(&self.solid);
+            bld.arg(&self.f).arg(&kit.flags).arg(&nx).arg(&ny).arg(&nz).arg(&mut kit.planes);
             // SAFETY: arguments as amr_planes declares them; the list holds IDs below the
             // capacity; a leaf's finest cells lie in the grid (checked per cell); the planes
             // hold 4 N floats.
@@ -106,13 +106,23 @@ impl AmrGpu {
         Ok(frame_ranges(&keys, kinds.len(), 0))
     }
 
+    /// The obstacles of the finest grid changed (a cell edit): the next frame marks the new ones.
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn set_frame_obstacles(&mut self, dom: &Domain) -> Result<(), SolverError> {
+        if let Some(kit) = self.frame.as_mut().filter(|k| k.n == dom.n) {
+            self.stream.memcpy_htod(&frame_flags(dom), &mut kit.flags).map_err(derr("uploading the obstacles of the frames"))?;
+        }
+        Ok(())
+    }
+
     fn frame_kit(&self, dom: &Domain) -> Result<FrameKit, SolverError> {
         let dev = device_info(&self._ctx).map_err(SolverError::Backend)?;
         let (module, k) = load_frame_module(&self._ctx, self.lattice, dom.n, &dev)?;
         let cells = dom.cells();
         let a = derr("allocating the frame buffers");
-        // Obstacle cells keep their flag (a solid kind for the frame kernels), the rest 0.
-        let flags: Vec<u8> = dom.flags.iter().map(|&f| if crate::amr::solver::is_obstacle(f) { f } else { 0 }).collect();
+        let flags = frame_flags(dom);
         let mut d_flags = self.stream.alloc_zeros::<u8>(cells).map_err(&a)?;
         self.stream.memcpy_htod(&flags, &mut d_flags).map_err(&a)?;
         Ok(FrameKit {
@@ -125,4 +135,10 @@ impl AmrGpu {
             staging: None,
         })
     }
+}
+
+/// The frame kernels' flags of the finest grid: obstacle cells keep their flag (a solid kind),
+/// the rest 0.
+fn frame_flags(dom: &Domain) -> Vec<u8> {
+    dom.flags.iter().map(|&f| if crate::amr::solver::is_obstacle(f) { f } else { 0 }).collect()
 }
