@@ -442,14 +442,16 @@ __device__ u32 mesh_compact_into(u32* s, const u32* src, u32 n, u32* dst, F keep
 // M_LISTS + 6 l: all, near-coarser, feeding. (Stepping the blocks next to a coarser level by
 // themselves too, so that the others need not wait for the interpolation, made the FP32 sphere
 // 9 % slower on the H100: their neighbours' pushes into them come a whole launch earlier.)
-extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ rl, u32* xl, u32* lists, u32* ctr) {
+// With `id_part` 0 only the transfer's lists (xl) are made here: amr_mesh_lists_tiles,
+// amr_mesh_lists_offsets and amr_mesh_lists_write made the launch lists over many blocks.
+extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ rl, u32* xl, u32* lists, u32* ctr, const u32 id_part) {
     __shared__ u32 s[1024];
     // Levels are contiguous from 0: the first empty one ends both loops (the refined blocks
     // lie below the finest level), so an empty level costs no scans.
     int levels = 0;
     while (levels < M_LEVELS && ctr[M_LEVEL_START + levels + 1] > ctr[M_LEVEL_START + levels]) levels++;
     u32 o = 0;
-    for (int l = 0; l < levels; l++) {
+    for (int l = 0; l < levels && id_part; l++) {
         const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
         const u32 far = mesh_partition_into(s, id_set + ls, nl, lists + o, true, [&](u32 b) { return (bmask[b] & BM_FEEDS) == 0; });
         const u32 nc = mesh_compact_into(s, id_set + ls, nl, lists + o + nl, [&](u32 b) { return (bmask[b] & BM_NEAR_COARSER) != 0; });
@@ -473,6 +475,97 @@ extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ leve
         }
         x += g * (AMR_K + 1);
     }
+}
+
+// The launch lists of amr_mesh_lists over many blocks, the same lists in the same order. The ID
+// set (level-sorted) is cut into tiles of 1024 entries; an entry's place in its level's lists
+// is the count of entries before it in its level with the same flag (feeds / not; next to a
+// coarser level), the tiles before it counted by amr_mesh_lists_tiles and scanned by
+// amr_mesh_lists_offsets, the entries before it in its tile by amr_mesh_lists_write's block
+// scan. cnt holds 2 words per (level, tile): not feeding, next to a coarser level; `tiles`
+// is the grid size of the first and last kernel (the capacity's tiles; tiles past the ID set
+// do nothing).
+__device__ __forceinline__ int mesh_level_of(const u32* ctr, u32 i, int levels) {
+    int l = 0;
+    while (l + 1 < levels && i >= ctr[M_LEVEL_START + l + 1]) l++;
+    return l;
+}
+__device__ __forceinline__ int mesh_levels(const u32* ctr) {
+    int levels = 0;
+    while (levels < M_LEVELS && ctr[M_LEVEL_START + levels + 1] > ctr[M_LEVEL_START + levels]) levels++;
+    return levels;
+}
+extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_tiles(const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ ctr, const u32 tiles, u32* cnt) {
+    __shared__ u32 c[M_LEVELS][2];
+    const int levels = mesh_levels(ctr);
+    const u32 total = ctr[M_LEVEL_START + levels];
+    const u32 t = blockIdx.x, i = t * 1024u + threadIdx.x;
+    if (threadIdx.x < 2 * M_LEVELS) c[threadIdx.x / 2][threadIdx.x % 2] = 0;
+    __syncthreads();
+    if (i < total) {
+        const unsigned char m = bmask[id_set[i]];
+        const int l = mesh_level_of(ctr, i, levels);
+        if (!(m & BM_FEEDS)) atomicAdd(&c[l][0], 1u);
+        if (m & BM_NEAR_COARSER) atomicAdd(&c[l][1], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 2 * (u32)levels) cnt[((u64)(threadIdx.x / 2) * tiles + t) * 2 + threadIdx.x % 2] = c[threadIdx.x / 2][threadIdx.x % 2];
+}
+// One block of 1024 threads: cnt becomes the exclusive scan over the tiles of each (level,
+// flag); the lists' counters into ctr as amr_mesh_lists writes them.
+extern "C" __global__ void amr_mesh_lists_offsets(const u32 tiles, u32* cnt, u32* ctr) {
+    __shared__ u32 s[1024];
+    const int levels = mesh_levels(ctr);
+    u32 o = 0;
+    for (int l = 0; l < levels; l++) {
+        u32 tot[2];
+        for (int k = 0; k < 2; k++) {
+            u32 base = 0;
+            for (u32 t0 = 0; t0 < tiles; t0 += 1024) {
+                const u32 t = t0 + threadIdx.x;
+                const u64 at = ((u64)l * tiles + t) * 2 + k;
+                const u32 v = t < tiles ? cnt[at] : 0u;
+                u32 sum;
+                const u32 ex = mesh_block_scan(s, v, &sum);
+                if (t < tiles) cnt[at] = base + ex;
+                base += sum;
+            }
+            tot[k] = base;
+        }
+        const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
+        const u32 far = tot[0], nc = tot[1];
+        if (threadIdx.x == 0) {
+            u32* r = ctr + M_LISTS + 6 * l;
+            r[0] = o; r[1] = nl; r[2] = o + nl; r[3] = nc; r[4] = o + far; r[5] = nl - far;
+        }
+        o += nl + nc;
+    }
+}
+extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_write(const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ ctr, const u32 tiles, const u32* __restrict__ cnt, u32* lists) {
+    __shared__ u32 s[1024];
+    __shared__ u32 pre[2][1025];
+    const int levels = mesh_levels(ctr);
+    const u32 total = ctr[M_LEVEL_START + levels];
+    const u32 t = blockIdx.x, t0 = t * 1024u, i = t0 + threadIdx.x;
+    if (t0 >= total) return;
+    const bool in = i < total;
+    const u32 b = in ? id_set[i] : 0u;
+    const unsigned char m = in ? bmask[b] : 0;
+    const u32 f0 = in && !(m & BM_FEEDS), f1 = in && (m & BM_NEAR_COARSER);
+    u32 sum;
+    pre[0][threadIdx.x] = mesh_block_scan(s, f0, &sum);
+    pre[1][threadIdx.x] = mesh_block_scan(s, f1, &sum);
+    __syncthreads();
+    if (!in) return;
+    const int l = mesh_level_of(ctr, i, levels);
+    const u32* r = ctr + M_LISTS + 6 * l;
+    const u32 ls = ctr[M_LEVEL_START + l];
+    // The level's first entry in this tile.
+    const u32 j0 = ls > t0 ? ls - t0 : 0u, j = threadIdx.x;
+    const u32 nf = cnt[((u64)l * tiles + t) * 2] + pre[0][j] - pre[0][j0];
+    if (f0) lists[r[0] + nf] = b;
+    else lists[r[4] + (i - ls) - nf] = b;
+    if (f1) lists[r[2] + cnt[((u64)l * tiles + t) * 2 + 1] + pre[1][j] - pre[1][j0]] = b;
 }
 
 // Obstacle cells in the box of finest-grid cells [a0, a1) from the prefix sums (criterion.rs

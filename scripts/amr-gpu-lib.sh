@@ -7,7 +7,9 @@ F="--set amr.interval=0"
 H="--set solver.precision=\"fp16s\""
 
 # The device line into $W/device.txt, then the adaptive-block GPU tests (forest and solver against
-# the CPU reference) with their summary; extra environment for the solver test in $1 (optional).
+# the CPU reference) with their summary; extra environment for the solver test in $1 (optional;
+# ESOFLOW_AMR_LISTS=many runs the test forests, all small, through the many-block launch lists
+# that capacities from 65,536 blocks use).
 amr_gpu_tests() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee "$W/device.txt"
   env ${1:-X=1} "$S/test-cuda" gpu_adapt --nocapture --test-threads 1 > "$W/test-amr.log" 2>&1; echo "test amr rc $?" | tee -a "$W/test-amr.log"

@@ -102,6 +102,9 @@ fn halo_source(lattice: Lattice) -> String {
     )
 }
 
+/// Capacity (blocks) from which the launch lists are built over many thread blocks.
+pub const LISTS_MANY_FROM: usize = 65_536;
+
 /// Values of the DDF buffer a forest of `capacity` blocks needs per buffer: `Q * B` a block,
 /// plus its halo slots with in-place storage.
 #[must_use]
@@ -364,6 +367,12 @@ pub struct AmrGpu {
     compact_k: CudaFunction,
     id_sets_k: CudaFunction,
     lists_k: CudaFunction,
+    /// The launch lists over many blocks (`amr_mesh_lists_tiles`, `_offsets`, `_write`) for a
+    /// capacity of [`LISTS_MANY_FROM`] blocks or more: the single-block `amr_mesh_lists` took
+    /// 0.4 ms for the 110,000 blocks of the sphere in 8x the domain, 20 us over many.
+    lists_many: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// Their per-tile counts: 2 words per (level, tile of 1024 IDs).
+    list_tiles: CudaSlice<u32>,
     targets_k: CudaFunction,
     solids_k: CudaFunction,
     dirty_k: CudaFunction,
@@ -527,6 +536,16 @@ impl AmrGpu {
         let edit_k = get("amr_edit")?;
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
         let (lists_k, targets_k, solids_k) = (get("amr_mesh_lists")?, get("amr_mesh_targets")?, get("amr_mesh_solids")?);
+        // Many thread blocks for large forests; one (one launch instead of four) for small ones,
+        // where the launches cost more than the scans (square cylinder, 5,120 blocks: 14.4 % in
+        // refinement with one, 14.9 % with many). ESOFLOW_AMR_LISTS=1 or =many chooses.
+        let many = match std::env::var("ESOFLOW_AMR_LISTS").as_deref() {
+            Ok("1") => false,
+            Ok("many") => true,
+            _ => capacity >= LISTS_MANY_FROM,
+        };
+        let lists_many =
+            if many { Some((get("amr_mesh_lists_tiles")?, get("amr_mesh_lists_offsets")?, get("amr_mesh_lists_write")?)) } else { None };
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
         let inplace = if inplace { Some((get("amr_ep_gather")?, get("amr_ep_local")?)) } else { None };
         // A stream of its own, not the legacy default stream: a coarse step is captured on it
@@ -563,6 +582,7 @@ impl AmrGpu {
             stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
+            list_tiles: stream.alloc_zeros::<u32>(mesh::list_tiles(capacity) * 2 * mesh::LIST_LEVELS).map_err(&a)?,
             xlists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
             state: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
             nbr_child: stream.alloc_zeros::<u32>(nd * capacity).map_err(&a)?,
@@ -625,6 +645,7 @@ impl AmrGpu {
             compact_k,
             id_sets_k,
             lists_k,
+            lists_many,
             targets_k,
             solids_k,
             dirty_k,

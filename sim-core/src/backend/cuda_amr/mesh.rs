@@ -83,6 +83,14 @@ pub(super) struct Obstacles {
     level: u8,
 }
 
+/// Levels the counters can name (M_LEVELS in kernels/amr_mesh.cu).
+pub(super) const LIST_LEVELS: usize = 16;
+
+/// Tiles of 1024 IDs that cover a capacity (the many-block launch lists).
+pub(super) fn list_tiles(capacity: usize) -> usize {
+    capacity.div_ceil(1024).max(1)
+}
+
 /// Passes of a fixed point run between two reads of its changed flag ([`AmrGpu::fixed_point`]).
 const FIXED_POINT_BATCH: usize = 2;
 
@@ -353,12 +361,30 @@ impl AmrGpu {
     /// blocks next to a row the adaptation `epoch` changed; 0: of every block) and returns
     /// the counters.
     pub(super) fn build_lists(&mut self, epoch: u32) -> Result<Vec<u32>, SolverError> {
+        let e = derr("building the launch lists");
+        if let Some((tiles_k, offsets_k, write_k)) = self.lists_many.clone() {
+            let tiles = list_tiles(self.capacity) as u32;
+            let cfg = LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+            let mut b = self.stream.launch_builder(&tiles_k);
+            b.arg(&self.bmask).arg(&self.id_set).arg(&self.ctr).arg(&tiles).arg(&mut self.list_tiles);
+            // SAFETY (all three): arguments as the kernels declare them; `tiles` thread blocks
+            // of 1024 cover the capacity, so the ID set (at most C entries); list_tiles holds
+            // 2 words per (level, tile) for every level the counters can name.
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+            let mut b = self.stream.launch_builder(&offsets_k);
+            b.arg(&tiles).arg(&mut self.list_tiles).arg(&mut self.ctr);
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+            let mut b = self.stream.launch_builder(&write_k);
+            b.arg(&self.bmask).arg(&self.id_set).arg(&self.ctr).arg(&tiles).arg(&self.list_tiles).arg(&mut self.lists);
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+        }
+        let id_part = u32::from(self.lists_many.is_none());
         let mut b = self.stream.launch_builder(&self.lists_k);
         b.arg(&self.level).arg(&self.child).arg(&self.bmask).arg(&self.id_set).arg(&self.rl);
-        b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr);
+        b.arg(&mut self.xlists).arg(&mut self.lists).arg(&mut self.ctr).arg(&id_part);
         // SAFETY: one block of 1024 threads; the launch lists hold 3 C IDs, the transfer's
         // lists nc + nr (K + 1) <= 3 C.
-        unsafe { b.launch(ONE_BLOCK) }.map_err(derr("building the launch lists"))?;
+        unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
         self.tick("lists");
         let c = self.counters()?;
         self.levels.clear();
