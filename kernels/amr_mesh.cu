@@ -399,6 +399,55 @@ extern "C" __global__ void amr_mesh_id_sets(const u32 cap, const u32 maxl, const
         if (state[b] != ST_INACTIVE) id_set[at[level[b]]++] = b;
 }
 
+// amr_mesh_id_sets over many blocks, the same ID sets and level starts: tiles of 1024 IDs of
+// [0, min(cap, high-water)); amr_mesh_id_tiles counts each level's active IDs per tile into cnt
+// (one word per (level, tile), levels 0..maxl), amr_mesh_id_offsets scans them per level (one
+// block of 1024 threads) and writes the level starts, amr_mesh_id_write places each active ID
+// at its level's start plus the tiles before plus the IDs of its level before it in its tile.
+extern "C" __global__ void __launch_bounds__(1024) amr_mesh_id_tiles(const u32 cap, const u32 maxl, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, const u32* __restrict__ ctr, const u32 tiles, u32* cnt) {
+    __shared__ u32 c[M_LEVELS];
+    const u32 n = min(cap, ctr[M_HW]);
+    const u32 t = blockIdx.x, b = t * 1024u + threadIdx.x;
+    if (threadIdx.x < M_LEVELS) c[threadIdx.x] = 0;
+    __syncthreads();
+    if (b < n && state[b] != ST_INACTIVE) atomicAdd(&c[level[b]], 1u);
+    __syncthreads();
+    if (threadIdx.x <= maxl && threadIdx.x < M_LEVELS) cnt[(u64)threadIdx.x * tiles + t] = c[threadIdx.x];
+}
+extern "C" __global__ void amr_mesh_id_offsets(const u32 maxl, const u32 tiles, u32* cnt, u32* ctr) {
+    __shared__ u32 s[1024];
+    u32 base = 0;
+    for (u32 l = 0; l <= maxl && l < M_LEVELS; l++) {
+        if (threadIdx.x == 0) ctr[M_LEVEL_START + l] = base;
+        for (u32 t0 = 0; t0 < tiles; t0 += 1024) {
+            const u32 t = t0 + threadIdx.x;
+            const u64 at = (u64)l * tiles + t;
+            const u32 v = t < tiles ? cnt[at] : 0u;
+            u32 sum;
+            const u32 ex = mesh_block_scan(s, v, &sum);
+            if (t < tiles) cnt[at] = base + ex;
+            base += sum;
+        }
+    }
+    if (threadIdx.x == 0)
+        for (u32 l = maxl + 1; l <= M_LEVELS; l++) ctr[M_LEVEL_START + l] = base;
+}
+extern "C" __global__ void __launch_bounds__(1024) amr_mesh_id_write(const u32 cap, const u32 maxl, const unsigned char* __restrict__ level, const unsigned char* __restrict__ state, const u32* __restrict__ ctr, const u32 tiles, const u32* __restrict__ cnt, u32* id_set) {
+    __shared__ u32 s[1024];
+    const u32 n = min(cap, ctr[M_HW]);
+    const u32 t = blockIdx.x, b = t * 1024u + threadIdx.x;
+    if (t * 1024u >= n) return;
+    const bool on = b < n && state[b] != ST_INACTIVE;
+    const u32 lb = on ? level[b] : 0xffffffffu;
+    u32 at = 0;
+    for (u32 l = 0; l <= maxl && l < M_LEVELS; l++) {
+        u32 sum;
+        const u32 ex = mesh_block_scan(s, lb == l ? 1u : 0u, &sum);
+        if (lb == l) at = cnt[(u64)l * tiles + t] + ex;
+    }
+    if (on) id_set[at] = b;
+}
+
 // How many of src[0..n) keep(i) holds for, inside one block of 1024 threads.
 template <typename F>
 __device__ u32 mesh_count(u32* s, const u32* src, u32 n, F keep) {

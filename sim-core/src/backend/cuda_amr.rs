@@ -371,6 +371,9 @@ pub struct AmrGpu {
     /// capacity of [`LISTS_MANY_FROM`] blocks or more: the single-block `amr_mesh_lists` took
     /// 0.4 ms for the 110,000 blocks of the sphere in 8x the domain, 20 us over many.
     lists_many: Option<(CudaFunction, CudaFunction, CudaFunction)>,
+    /// The ID sets over many blocks likewise (`amr_mesh_id_tiles`, `_offsets`, `_write`: 90 -> 6
+    /// us an adaptation in the 8x sphere).
+    id_sets_many: Option<(CudaFunction, CudaFunction, CudaFunction)>,
     /// Their per-tile counts: 2 words per (level, tile of 1024 IDs).
     list_tiles: CudaSlice<u32>,
     targets_k: CudaFunction,
@@ -546,6 +549,8 @@ impl AmrGpu {
         };
         let lists_many =
             if many { Some((get("amr_mesh_lists_tiles")?, get("amr_mesh_lists_offsets")?, get("amr_mesh_lists_write")?)) } else { None };
+        let id_sets_many =
+            if many { Some((get("amr_mesh_id_tiles")?, get("amr_mesh_id_offsets")?, get("amr_mesh_id_write")?)) } else { None };
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
         let inplace = if inplace { Some((get("amr_ep_gather")?, get("amr_ep_local")?)) } else { None };
         // A stream of its own, not the legacy default stream: a coarse step is captured on it
@@ -646,6 +651,7 @@ impl AmrGpu {
             id_sets_k,
             lists_k,
             lists_many,
+            id_sets_many,
             targets_k,
             solids_k,
             dirty_k,

@@ -314,14 +314,30 @@ impl AmrGpu {
         self.mesh_op(Mo::Clear, cap, 0)?;
         self.active = needed;
         // ID sets, links level by level, masks, launch lists.
-        {
+        let maxl = u32::from(self.max_level);
+        if let Some((tiles_k, offsets_k, write_k)) = self.id_sets_many.clone() {
+            let tiles = list_tiles(self.capacity) as u32;
+            let cfg = LaunchConfig { grid_dim: (tiles, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+            let mut b = self.stream.launch_builder(&tiles_k);
+            b.arg(&cap32).arg(&maxl).arg(&self.level).arg(&self.state).arg(&self.ctr).arg(&tiles).arg(&mut self.list_tiles);
+            // SAFETY (all three): arguments as the kernels declare them; `tiles` thread blocks
+            // of 1024 cover the capacity; list_tiles holds a word per (level, tile) for every
+            // level up to the maximum (at most 16); id_set holds C IDs.
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+            let mut b = self.stream.launch_builder(&offsets_k);
+            b.arg(&maxl).arg(&tiles).arg(&mut self.list_tiles).arg(&mut self.ctr);
+            unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
+            let mut b = self.stream.launch_builder(&write_k);
+            b.arg(&cap32).arg(&maxl).arg(&self.level).arg(&self.state).arg(&self.ctr).arg(&tiles).arg(&self.list_tiles);
+            b.arg(&mut self.id_set);
+            unsafe { b.launch(cfg) }.map_err(&e)?;
+        } else {
             let mut b = self.stream.launch_builder(&self.id_sets_k);
-            let maxl = u32::from(self.max_level);
             b.arg(&cap32).arg(&maxl).arg(&self.level).arg(&self.state).arg(&mut self.id_set).arg(&mut self.ctr);
             // SAFETY: one block of 1024 threads over the capacity; id_set holds C IDs.
             unsafe { b.launch(ONE_BLOCK) }.map_err(&e)?;
-            self.tick("id sets");
         }
+        self.tick("id sets");
         for l in 0..=u32::from(self.max_level) {
             if l > 0 {
                 self.mesh_op(Mo::Links, needed * nd, l)?;
