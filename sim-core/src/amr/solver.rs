@@ -1080,8 +1080,8 @@ impl<L: Lat> Solver for AmrSolver<L> {
     /// solid where at least half of the finest cells under it are. Cells that change start at
     /// rest (density 1); the others keep their state. With a GPU the edit is applied there
     /// ([`AmrGpu::edit_solids`]: no copy of the DDFs either way). The near-wall rule (the
-    /// scene's `amr.near_wall` and `amr.wall_margin`) refines around drawn obstacles from the
-    /// next adaptation on, also in a scene that had none.
+    /// scene's `amr.near_wall` and `amr.wall_margin`) refines around drawn obstacles at once,
+    /// also in a scene that had none.
     fn edit_cells(&mut self, edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError> {
         let plan = self.dom.plan_edit(edit).map_err(SolverError::Edit)?;
         let obstacle = plan.obstacle.as_ref().map(|o| o.0);
@@ -1304,8 +1304,8 @@ interval = 50
 
     /// Cells of the finest grid drawn into an adaptive run turn the forest's cells under them
     /// solid (on every level, half of the fine cells or more), the mass changes by what the
-    /// report says, the new obstacle feels the flow and is refined around at the next
-    /// adaptation (the scene had no obstacle, so no near-wall rule), erasing it with the
+    /// report says, the new obstacle is refined around at once (the scene had no obstacle, so
+    /// no near-wall rule until then) and feels the flow, erasing it with the
     /// report's undo gives the domain back, and a checkpoint from before then restores.
     #[test]
     fn drawn_cells_become_an_obstacle_of_the_forest_and_undo_erases_it() {
