@@ -135,22 +135,6 @@ pub fn compile_amr(
     compile_amr_with(lattice, precision, arch, capacity, inplace, "", false)
 }
 
-/// [`compile_amr`] with the developer knob `ESOFLOW_AMR_DEFINES` (e.g. `AMR_STEP_MINB=4
-/// AMR_INTERP_MINB=3`: `#define`s put before the source, for tuning launch bounds on a card).
-/// `ESOFLOW_AMR_FMAD=1` (measurement only) lets NVRTC fuse multiply-adds, which the CPU
-/// reference does not: the results are then no longer the CPU's bit for bit.
-fn compile_amr_tuned(
-    lattice: Lattice,
-    precision: Precision,
-    arch: &str,
-    capacity: usize,
-    inplace: bool,
-) -> Result<cudarc::nvrtc::Ptx, String> {
-    let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
-    let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
-    compile_amr_with(lattice, precision, arch, capacity, inplace, &extra, fmad)
-}
-
 /// The block kernels with `extra` defines (`NAME=VALUE` separated by spaces) before the source.
 fn compile_amr_with(
     lattice: Lattice,
@@ -529,7 +513,13 @@ impl AmrGpu {
             )));
         }
         let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-        let ptx = compile_amr_tuned(lattice, precision, &arch, capacity, inplace).map_err(SolverError::Backend)?;
+        // Developer knobs: ESOFLOW_AMR_DEFINES (e.g. `AMR_STEP_MINB=4 AMR_INTERP_MINB=3`:
+        // `#define`s put before the source, for tuning launch bounds on a card), and
+        // ESOFLOW_AMR_FMAD=1 (measurement only: NVRTC fuses multiply-adds, which the CPU
+        // reference does not, so the results are no longer the CPU's bit for bit).
+        let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
+        let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
+        let ptx = compile_amr_with(lattice, precision, &arch, capacity, inplace, &extra, fmad).map_err(SolverError::Backend)?;
         let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
         let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
