@@ -499,10 +499,11 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 // 3 -> 80 registers: with the codes, D3Q19 on the H100 runs the fixed-mesh sphere at 6,792
 // MLUPS against 6,240 at 4 (64 registers, spills); before them 4 was the faster; NVRTC
 // defines override them, ESOFLOW_AMR_DEFINES).
-// In place 2 (128 registers: the in-place step spills at 80): H100, fixed-mesh sphere 7,169
-// against 7,009 MLUPS at 3.
+// In place 3 as well since its pushes' sums are worked out again after the collision
+// (AMR_EP_RECOMPUTE; H100, fixed-mesh sphere 7,306 / 7,327 MLUPS against 6,505 / 6,529 at 2; 7,136
+// before), 2 for D3Q27 (it spills 80 bytes at 3).
 #ifndef AMR_STEP_MINB
-#if AMR_INPLACE
+#if AMR_INPLACE && DEF_Q > 19
 #define AMR_STEP_MINB 2
 #else
 #define AMR_STEP_MINB 3
@@ -666,16 +667,17 @@ __device__ __forceinline__ u32 amr_step_fill(const u32* __restrict__ codes, u64 
 // AMR_STEP_PAIRS two consecutive blocks of the list (x neighbours where the list has them in a
 // row: siblings, roots along x) share their warps: a warp takes rows of 8 cells, 4 from each, so
 // that one store instruction fills the x-pushes' sectors on both sides of their common face.
-__device__ __forceinline__ void amr_step_lane(int& lb, int& cell) {
+__device__ __forceinline__ void amr_step_lane_of(u32 t, int& lb, int& cell) {
 #if AMR_STEP_PAIRS
-    const int pu = threadIdx.x % (2 * AMR_B), px = pu % 8;
-    lb = 2 * (int)(threadIdx.x / (2 * AMR_B)) + (px >> 2);
+    const int pu = t % (2 * AMR_B), px = pu % 8;
+    lb = 2 * (int)(t / (2 * AMR_B)) + (px >> 2);
     cell = (px & 3) + 4 * (pu / 8);
 #else
-    lb = threadIdx.x / AMR_B;
-    cell = threadIdx.x % AMR_B;
+    lb = t / AMR_B;
+    cell = t % AMR_B;
 #endif
 }
+__device__ __forceinline__ void amr_step_lane(int& lb, int& cell) { amr_step_lane_of(threadIdx.x, lb, cell); }
 // The step's collision of a cell's values g with level l's relaxation time and force (into
 // `force`). The Guo source only where the level has a force, as the CPU (a uniform branch: every
 // thread of a launch steps the same level).
@@ -790,17 +792,104 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
 }
 
 #else
+// The in-place step's loads and stores of its slots. Their addresses come from the thread
+// block's table of pointers in shared memory, so the compiler emits generic loads and stores
+// (AMR_EP_LOAD / AMR_EP_STORE 0); the others name the global space with a cache operator:
+// loads 1 non-coherent (a slot is read and written in a step only by the cell that owns it,
+// read first), 2 .ca, 3 .cg, 4 .cs; stores 1 .wb, 2 .cg, 3 .cs.
+#ifndef AMR_EP_LOAD
+#define AMR_EP_LOAD 0
+#endif
+#ifndef AMR_EP_STORE
+#define AMR_EP_STORE 0
+#endif
+__device__ __forceinline__ fpxx amr_ep_ld(const fpxx* p) {
+#if AMR_EP_LOAD == 1
+    return __ldg(p);
+#elif AMR_EP_LOAD == 2
+    return __ldca(p);
+#elif AMR_EP_LOAD == 3
+    return __ldcg(p);
+#elif AMR_EP_LOAD == 4
+    return __ldcs(p);
+#else
+    return *p;
+#endif
+}
+__device__ __forceinline__ void amr_ep_st(fpxx* p, fpxx v) {
+#if AMR_EP_STORE == 1
+    __stwb(p, v);
+#elif AMR_EP_STORE == 2
+    __stcg(p, v);
+#elif AMR_EP_STORE == 3
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+// AMR_EP_RECOMPUTE: the step works its pushes' address sums out again after the collision
+// instead of keeping the loads' ones (ptxas, D3Q19 FP32: 96 registers instead of 128, no spills
+// at 80 against 60 bytes).
+#ifndef AMR_EP_RECOMPUTE
+#define AMR_EP_RECOMPUTE 1
+#endif
 // The in-place step's address of slot `slot` of P = c + c_i (through the thread block's table of
 // block pointers, as the two-buffer step's pushes): `table` holds per linked block its DDFs'
 // address biased by its own byte offset in the table times 2^16, plus 1 where no same-level
 // block is linked; there the halo slot of the cell and pair.
+// HALO false: the caller knows that every block P can fall in is linked (no halo branch).
+template <bool HALO = true>
 __device__ __forceinline__ fpxx* amr_ep_slot(const u32 (&sum)[3][3], fpxx* const* table, int i, int slot, fpxx* f, u32 id, int cell) {
     const u32 s = sum[0][lat_cx(i) + 1] + sum[1][lat_cy(i) + 1] + sum[2][lat_cz(i) + 1];
     const char* b = (const char*)*(fpxx* const*)((const char*)table + (s >> 16));
     const char* a = b + (s + (u32)(slot * AMR_B * (int)sizeof(fpxx)));
-    if ((u64)a & 1u) return f + (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
+    if (HALO && ((u64)a & 1u)) return f + (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
     return (fpxx*)a;
 }
+// Whether the block at offset direction d (0 .. 3^D) can hold P = n + c_i (i odd) of one of a
+// block's cells: each axis's offset is 0 or c_i's.
+__device__ __forceinline__ bool amr_ep_p_dir(int d) {
+    int e[3] = {0, 0, 0};
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++, d /= 3) e[a] = d % 3 - 1;
+    if (e[0] == 0 && e[1] == 0 && e[2] == 0) return false;
+    bool any = false;
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+        bool fits = true;
+#pragma unroll
+        for (int a = 0; a < 3; a++) fits = fits && (e[a] == 0 || e[a] == ci[a]);
+        any = any || fits;
+    }
+    return any;
+}
+// The in-place step's loads of a collided cell (rule of parity q) and its pushes (S1, S2 below,
+// by the rule of q ^ 1), through the thread block's table; HALO as in amr_ep_slot.
+template <bool HALO>
+__device__ __forceinline__ void amr_ep_step_load(const u32 (&sum)[3][3], fpxx* const* table, fpxx* f, const fpxx* mine, u32 id, int cell, u32 q, float* g) {
+    g[0] = dec(amr_ep_ld(mine));
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        g[i] = dec(amr_ep_ld(mine + (i + (int)q) * AMR_B));
+        g[i + 1] = dec(amr_ep_ld(amr_ep_slot<HALO>(sum, table, i, i + 1 - (int)q, f, id, cell)));
+    }
+}
+template <bool HALO>
+__device__ __forceinline__ void amr_ep_step_push(const u32 (&sum)[3][3], fpxx* const* table, fpxx* f, fpxx* mine, u32 id, int cell, u32 q, u32 w, const float* g) {
+    if ((w >> AMR_C_STREAMED) & 1u) amr_ep_st(mine, enc(g[0]));
+#pragma unroll
+    for (int i = 1; i < DEF_Q; i += 2) {
+        if ((w >> (i + 1)) & 1u) amr_ep_st(mine + (i + (int)q) * AMR_B, enc(g[i + 1]));
+        if ((w >> i) & 1u) amr_ep_st(amr_ep_slot<HALO>(sum, table, i, i + 1 - (int)q, f, id, cell), enc(g[i]));
+    }
+}
+// AMR_EP_SPLIT: where no block of a thread block misses a neighbour that P can fall in (most
+// blocks away from the domain's faces and level jumps), its loads and pushes skip the halo
+// branch (a barrier's OR tells; the rest take the general path).
+#ifndef AMR_EP_SPLIT
+#define AMR_EP_SPLIT 1
+#endif
 // The in-place step (AMR_INPLACE): the same cells do the same as in the two-buffer step above,
 // in the one buffer `fa` at level parity q = sel & 1 (see "In-place storage"): a collided cell
 // loads its values from the slots of parity q and stores into the same slots by the rule of
@@ -829,19 +918,26 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     (void)child;
     fpxx* __restrict__ f = fa;
     const u32 q = sel & 1u;
+    bool p_miss = false;
     if (in && cell < AMR_ND) {
         const u32 link = cell == AMR_ND / 2 ? id : nbr[(u64)id * AMR_ND + cell];
         const bool miss = link == AMR_NONE || (link & AMR_COARSER);
+        p_miss = miss && amr_ep_p_dir(cell);
         links[lb][cell] = link;
         blocks[lb][cell] = (fpxx*)((char*)(f + (amr_ix)(miss ? 0u : link) * (DEF_Q * AMR_B)) - ((u64)((lb * AMR_ND + cell) * sizeof(fpxx*)) << 16) + (miss ? 1 : 0));
     }
+#if AMR_EP_SPLIT
+    const bool halo = __syncthreads_or(p_miss) != 0;
+#else
+    (void)p_miss;
     __syncthreads();
+    const bool halo = true;
+#endif
     if (!in) return;
     const u64 wat = (u64)id * AMR_B + cell;
     u32 w = 0u, fill_hi = 0u;
     amr_step_code(codes, wat, w, fill_hi);
     if (!((w >> AMR_C_COLLIDED) & 1u)) return;
-    const bool streamed = (w >> AMR_C_STREAMED) & 1u;
     fpxx* const mine = f + ((amr_ix)id * (DEF_Q * AMR_B) + (amr_ix)cell);
     int c[3];
     amr_coords(cell, c);
@@ -849,25 +945,25 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     {
         u32 sum[3][3];
         amr_push_sums(c, lb, sum);
-        g[0] = dec(mine[0]);
-#pragma unroll
-        for (int i = 1; i < DEF_Q; i += 2) {
-            g[i] = dec(mine[(i + (int)q) * AMR_B]);
-            g[i + 1] = dec(*amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell));
-        }
+        if (halo) amr_ep_step_load<true>(sum, &blocks[0][0], f, mine, id, cell, q, g);
+        else amr_ep_step_load<false>(sum, &blocks[0][0], f, mine, id, cell, q, g);
     }
     float force[3];
     amr_step_collide(prm, l, g, force);
+#if AMR_EP_RECOMPUTE
+    // The lane and its coordinates again from the thread index, read anew, so that the pushes'
+    // address sums are recomputed rather than kept live through the collision (AMR_EP_RECOMPUTE).
+    {
+        u32 t;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+        amr_step_lane_of(t, lb, cell);
+        amr_coords(cell, c);
+    }
+#endif
     u32 sum[3][3];
     amr_push_sums(c, lb, sum);
-    if (streamed) mine[0] = enc(g[0]);
-#pragma unroll
-    for (int i = 1; i < DEF_Q; i += 2) {
-        if ((w >> (i + 1)) & 1u) mine[(i + (int)q) * AMR_B] = enc(g[i + 1]);
-        if ((w >> i) & 1u) {
-            *amr_ep_slot(sum, &blocks[0][0], i, i + 1 - (int)q, f, id, cell) = enc(g[i]);
-        }
-    }
+    if (halo) amr_ep_step_push<true>(sum, &blocks[0][0], f, mine, id, cell, q, w, g);
+    else amr_ep_step_push<false>(sum, &blocks[0][0], f, mine, id, cell, q, w, g);
     if (!((w >> AMR_C_HASFILL) & 1u)) return;
     const u32 fill = amr_step_fill(codes, cells, wat, fill_hi);
     const int root[3] = {r0, r1, r2};
@@ -889,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         }
         if (k & 1) {
             // S4: f_{i+1}, into P's slot i + q (the halo slot where P is in no block).
-            *amr_ep_slot(sum, &blocks[0][0], i, i + (int)q, f, id, cell) = enc(v);
+            amr_ep_st(amr_ep_slot(sum, &blocks[0][0], i, i + (int)q, f, id, cell), enc(v));
         } else {
             // S3: f_i, into slot i + 1 - q of n.
             mine[(i + 1 - (int)q) * AMR_B] = enc(v);
@@ -1532,7 +1628,11 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
 // cells of every leaf among `ids` (one thread block of B threads per listed block), per unit
 // time of level 0, with velocity differences inside the block (central, one-sided at its
 // faces; solid cells at rest). Non-leaves get 0.
-extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 q_crit, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const fpxx* __restrict__ f, float* __restrict__ out) {
+// The DDFs are read where the steps left them (no settle first): level l's in fb where bit l
+// of `par` is set (two buffers: an odd number of steps since the last settle), else in fa; in
+// place (`ep` nonzero) through the accessor at parity bit l of `par`, or plain where `ep` is 0
+// (at rest).
+extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 q_crit, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const u32* __restrict__ nbr, const fpxx* __restrict__ fa, const fpxx* __restrict__ fb, const u32 par, const u32 ep, float* __restrict__ out) {
     __shared__ float u[3][AMR_B];
     __shared__ float best[AMR_B];
     const u32 id = ids[blockIdx.x];
@@ -1548,7 +1648,16 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
     const bool fluid = !solid[at];
     if (fluid) {
         float g[DEF_Q], rm1;
-        amr_load(f, (long long)at, g);
+        const u32 odd = (par >> l) & 1u;
+#if AMR_INPLACE
+        (void)fb;
+        if (ep) amr_load_ep(fa, nbr, id, cell, odd, g);
+        else amr_load(fa, (long long)at, g);
+#else
+        (void)nbr;
+        (void)ep;
+        amr_load(odd ? fb : fa, (long long)at, g);
+#endif
         moments(g, force[0], force[1], force[2], rm1, u[0][cell], u[1][cell], u[2][cell]);
     } else {
         u[0][cell] = 0.0f;

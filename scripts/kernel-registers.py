@@ -2,7 +2,9 @@
 """Registers and spills per kernel of a CUDA source, from ptxas through NVRTC (no GPU needed).
 
     cargo test --release -p sim-core --test nvrtc dump_adaptive_block_sources -- --ignored
-    python3 scripts/kernel-registers.py target/amr-kernels/amr_D3Q19_fp32.cu [REGEX] [-DNAME=VALUE ...]
+    python3 scripts/kernel-registers.py target/amr-kernels/amr_D3Q19_fp32.cu [REGEX] [-DNAME=VALUE ...] [--cubin=OUT]
+
+--cubin=OUT also writes the compiled cubin, for `nvdisasm -c OUT` (pip nvidia-cuda-nvdisasm).
 
 Needs libnvrtc (CUDA toolkit, or `pip install nvidia-cuda-nvrtc` with LD_LIBRARY_PATH set to
 its lib folder). Compiles for sm_90 without fused multiply-adds, as the solver does.
@@ -14,7 +16,8 @@ import sys
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("-D")]
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    cubin = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--cubin=")), None)
     defines = [a[2:] for a in sys.argv[1:] if a.startswith("-D")]
     if not args:
         sys.exit(__doc__)
@@ -43,6 +46,13 @@ def main():
     text = log.value.decode()
     if rc != 0:
         sys.exit(text)
+    if cubin:
+        size = ctypes.c_size_t()
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        data = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, data)
+        with open(cubin, "wb") as out:
+            out.write(data.raw)
     kernel, rows = None, {}
     for line in text.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)

@@ -889,8 +889,10 @@ impl AmrGpu {
     }
 
     /// [`Self::block_values`] into the device's `values`, not read back.
+    /// The DDFs are read where the steps left them (no settle: most adaptations change
+    /// nothing, and [`Self::adapt_marked`] settles only where they do).
     fn block_maxima<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<(), SolverError> {
-        self.settle()?;
+        self.flush()?;
         self.sync_params(lbm)?;
         let e = derr("computing the refinement criterion");
         // No zeroing first: every active block gets its value, and the targets read only
@@ -904,7 +906,12 @@ impl AmrGpu {
             let ids = self.id_set.slice(0..count);
             let cfg = LaunchConfig { grid_dim: (count as u32, 1, 1), block_dim: (b, 1, 1), shared_mem_bytes: 0 };
             let mut l = self.stream.launch_builder(&self.block_max);
-            l.arg(&ids).arg(&q).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.solid).arg(&self.f).arg(&mut self.values);
+            // Bit l: level l made an odd number of steps since the last settle (two buffers:
+            // its data is in `post`; in place: its parity, `ep` where not at rest).
+            let par = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+            let ep = u32::from(self.inplace.is_some() && !self.at_rest);
+            l.arg(&ids).arg(&q).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.solid).arg(&self.nbr);
+            l.arg(&self.f).arg(if self.inplace.is_some() { &self.f } else { &self.post }).arg(&par).arg(&ep).arg(&mut self.values);
             // SAFETY: arguments as amr_block_max declares them; one thread block of B threads
             // per listed ID, every ID below the capacity the arrays hold.
             unsafe { l.launch(cfg) }.map_err(&e)?;

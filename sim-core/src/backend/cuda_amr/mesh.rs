@@ -238,10 +238,10 @@ impl AmrGpu {
         let e = derr("adapting the forest");
         let cap32 = cap as u32;
         let mut t = std::time::Instant::now();
-        // The data moves with the old lists: every level's in `f` first.
-        self.settle()?;
+        // Steps still queued run first; the settle waits until the mesh is known to change.
+        self.flush()?;
         self.clear_counters()?;
-        self.tick("settle, clear counters");
+        self.tick("clear counters");
         // This adaptation's number: the rows it changes are marked with it.
         self.epoch = self.epoch % 255 + 1;
         // Marks, the refine closure, cancellation by frozen blocks, coarsening reverted.
@@ -289,6 +289,9 @@ impl AmrGpu {
             return Ok(Ok(report));
         }
         report.counts = (nr, nc);
+        // The data moves with the old lists: every level's in `f` (plain layout in place) first.
+        self.settle()?;
+        self.tick("settle");
         if self.report_ids {
             report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
             report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
