@@ -60,6 +60,8 @@
 #define M_LISTS 32
 #define M_XGROUPS 128
 #define M_LEVELS 16
+// Per level, its core blocks' count (the head of its launch list: amr_mesh_lists).
+#define M_CORE 176
 
 // Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells;
 // MO_REVERT: blocks x children; MO_FREE: freed children x (links + 1)).
@@ -484,9 +486,14 @@ __device__ u32 mesh_compact_into(u32* s, const u32* src, u32 n, u32* dst, F keep
     return mesh_partition_into(s, src, n, dst, false, keep);
 }
 
+// A level's core blocks: leaves with no non-leaf among their same-level neighbours (the finer
+// level's interpolation reads none of their cells; schedule.rs Part::Core).
+__device__ __forceinline__ bool mesh_core(unsigned char m) { return (m & BM_LEAF) && !(m & BM_NEAR_FINER); }
+
 // The stepping's launch lists (cuda_amr.rs Lists) per level: all its blocks, those that feed no
-// coarser leaf first and those that do (the restriction's targets) after them, so that the two
-// parts step by themselves (schedule.rs) and the feeding blocks are the list's tail; then those
+// coarser leaf first (the core blocks first among them, their count at M_CORE + l) and those
+// that do (the restriction's targets) after them, so that the parts step by themselves
+// (schedule.rs) and the feeding blocks are the list's tail; then those
 // next to a coarser level (the ghost interpolation's); (offset, count) pairs into ctr at
 // M_LISTS + 6 l: all, near-coarser, feeding. (Stepping the blocks next to a coarser level by
 // themselves too, so that the others need not wait for the interpolation, made the FP32 sphere
@@ -502,11 +509,15 @@ extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ leve
     u32 o = 0;
     for (int l = 0; l < levels && id_part; l++) {
         const u32 ls = ctr[M_LEVEL_START + l], nl = ctr[M_LEVEL_START + l + 1] - ls;
-        const u32 far = mesh_partition_into(s, id_set + ls, nl, lists + o, true, [&](u32 b) { return (bmask[b] & BM_FEEDS) == 0; });
+        const u32 core = mesh_compact_into(s, id_set + ls, nl, lists + o, [&](u32 b) { return mesh_core(bmask[b]); });
+        const u32 rim = mesh_compact_into(s, id_set + ls, nl, lists + o + core, [&](u32 b) { return (bmask[b] & BM_FEEDS) == 0 && !mesh_core(bmask[b]); });
+        const u32 far = core + rim;
+        mesh_compact_into(s, id_set + ls, nl, lists + o + far, [&](u32 b) { return (bmask[b] & BM_FEEDS) != 0; });
         const u32 nc = mesh_compact_into(s, id_set + ls, nl, lists + o + nl, [&](u32 b) { return (bmask[b] & BM_NEAR_COARSER) != 0; });
         if (threadIdx.x == 0) {
             u32* r = ctr + M_LISTS + 6 * l;
             r[0] = o; r[1] = nl; r[2] = o + nl; r[3] = nc; r[4] = o + far; r[5] = nl - far;
+            ctr[M_CORE + l] = core;
         }
         o += nl + nc;
     }
@@ -529,9 +540,9 @@ extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ leve
 // The launch lists of amr_mesh_lists over many blocks, the same lists in the same order. The ID
 // set (level-sorted) is cut into tiles of 1024 entries; an entry's place in its level's lists
 // is the count of entries before it in its level with the same flag (feeds / not; next to a
-// coarser level), the tiles before it counted by amr_mesh_lists_tiles and scanned by
+// coarser level; core), the tiles before it counted by amr_mesh_lists_tiles and scanned by
 // amr_mesh_lists_offsets, the entries before it in its tile by amr_mesh_lists_write's block
-// scan. cnt holds 2 words per (level, tile): not feeding, next to a coarser level; `tiles`
+// scan. cnt holds 3 words per (level, tile): not feeding, next to a coarser level, core; `tiles`
 // is the grid size of the first and last kernel (the capacity's tiles; tiles past the ID set
 // do nothing).
 __device__ __forceinline__ int mesh_level_of(const u32* ctr, u32 i, int levels) {
@@ -545,20 +556,21 @@ __device__ __forceinline__ int mesh_levels(const u32* ctr) {
     return levels;
 }
 extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_tiles(const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ ctr, const u32 tiles, u32* cnt) {
-    __shared__ u32 c[M_LEVELS][2];
+    __shared__ u32 c[M_LEVELS][3];
     const int levels = mesh_levels(ctr);
     const u32 total = ctr[M_LEVEL_START + levels];
     const u32 t = blockIdx.x, i = t * 1024u + threadIdx.x;
-    if (threadIdx.x < 2 * M_LEVELS) c[threadIdx.x / 2][threadIdx.x % 2] = 0;
+    if (threadIdx.x < 3 * M_LEVELS) c[threadIdx.x / 3][threadIdx.x % 3] = 0;
     __syncthreads();
     if (i < total) {
         const unsigned char m = bmask[id_set[i]];
         const int l = mesh_level_of(ctr, i, levels);
         if (!(m & BM_FEEDS)) atomicAdd(&c[l][0], 1u);
         if (m & BM_NEAR_COARSER) atomicAdd(&c[l][1], 1u);
+        if (mesh_core(m)) atomicAdd(&c[l][2], 1u);
     }
     __syncthreads();
-    if (threadIdx.x < 2 * (u32)levels) cnt[((u64)(threadIdx.x / 2) * tiles + t) * 2 + threadIdx.x % 2] = c[threadIdx.x / 2][threadIdx.x % 2];
+    if (threadIdx.x < 3 * (u32)levels) cnt[((u64)(threadIdx.x / 3) * tiles + t) * 3 + threadIdx.x % 3] = c[threadIdx.x / 3][threadIdx.x % 3];
 }
 // One block of 1024 threads: cnt becomes the exclusive scan over the tiles of each (level,
 // flag); the lists' counters into ctr as amr_mesh_lists writes them.
@@ -567,12 +579,12 @@ extern "C" __global__ void amr_mesh_lists_offsets(const u32 tiles, u32* cnt, u32
     const int levels = mesh_levels(ctr);
     u32 o = 0;
     for (int l = 0; l < levels; l++) {
-        u32 tot[2];
-        for (int k = 0; k < 2; k++) {
+        u32 tot[3];
+        for (int k = 0; k < 3; k++) {
             u32 base = 0;
             for (u32 t0 = 0; t0 < tiles; t0 += 1024) {
                 const u32 t = t0 + threadIdx.x;
-                const u64 at = ((u64)l * tiles + t) * 2 + k;
+                const u64 at = ((u64)l * tiles + t) * 3 + k;
                 const u32 v = t < tiles ? cnt[at] : 0u;
                 u32 sum;
                 const u32 ex = mesh_block_scan(s, v, &sum);
@@ -586,13 +598,14 @@ extern "C" __global__ void amr_mesh_lists_offsets(const u32 tiles, u32* cnt, u32
         if (threadIdx.x == 0) {
             u32* r = ctr + M_LISTS + 6 * l;
             r[0] = o; r[1] = nl; r[2] = o + nl; r[3] = nc; r[4] = o + far; r[5] = nl - far;
+            ctr[M_CORE + l] = tot[2];
         }
         o += nl + nc;
     }
 }
 extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_write(const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ ctr, const u32 tiles, const u32* __restrict__ cnt, u32* lists) {
     __shared__ u32 s[1024];
-    __shared__ u32 pre[2][1025];
+    __shared__ u32 pre[3][1025];
     const int levels = mesh_levels(ctr);
     const u32 total = ctr[M_LEVEL_START + levels];
     const u32 t = blockIdx.x, t0 = t * 1024u, i = t0 + threadIdx.x;
@@ -600,10 +613,11 @@ extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_write(const un
     const bool in = i < total;
     const u32 b = in ? id_set[i] : 0u;
     const unsigned char m = in ? bmask[b] : 0;
-    const u32 f0 = in && !(m & BM_FEEDS), f1 = in && (m & BM_NEAR_COARSER);
+    const u32 f0 = in && !(m & BM_FEEDS), f1 = in && (m & BM_NEAR_COARSER), f2 = in && mesh_core(m);
     u32 sum;
     pre[0][threadIdx.x] = mesh_block_scan(s, f0, &sum);
     pre[1][threadIdx.x] = mesh_block_scan(s, f1, &sum);
+    pre[2][threadIdx.x] = mesh_block_scan(s, f2, &sum);
     __syncthreads();
     if (!in) return;
     const int l = mesh_level_of(ctr, i, levels);
@@ -611,10 +625,13 @@ extern "C" __global__ void __launch_bounds__(1024) amr_mesh_lists_write(const un
     const u32 ls = ctr[M_LEVEL_START + l];
     // The level's first entry in this tile.
     const u32 j0 = ls > t0 ? ls - t0 : 0u, j = threadIdx.x;
-    const u32 nf = cnt[((u64)l * tiles + t) * 2] + pre[0][j] - pre[0][j0];
-    if (f0) lists[r[0] + nf] = b;
+    const u64 ct = ((u64)l * tiles + t) * 3;
+    const u32 nf = cnt[ct] + pre[0][j] - pre[0][j0], nk = cnt[ct + 2] + pre[2][j] - pre[2][j0];
+    // Core blocks first, then the rest of the far ones (rim), then the feeding ones.
+    if (f2) lists[r[0] + nk] = b;
+    else if (f0) lists[r[0] + ctr[M_CORE + l] + (nf - nk)] = b;
     else lists[r[4] + (i - ls) - nf] = b;
-    if (f1) lists[r[2] + cnt[((u64)l * tiles + t) * 2 + 1] + pre[1][j] - pre[1][j0]] = b;
+    if (f1) lists[r[2] + cnt[ct + 1] + pre[1][j] - pre[1][j0]] = b;
 }
 
 // Obstacle cells in the box of finest-grid cells [a0, a1) from the prefix sums (criterion.rs

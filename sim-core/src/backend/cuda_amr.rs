@@ -193,19 +193,24 @@ pub fn in_place_knob() -> bool {
 
 /// Which launch lists a level has: all its active blocks, those next to a coarser level
 /// (ghost interpolation), those whose cells feed a coarser leaf (restriction; the tail of `all`,
-/// whose head is the blocks that feed none: `amr_mesh_lists`).
+/// whose head is the blocks that feed none: `amr_mesh_lists`). The head starts with the `core`
+/// leaves that have no non-leaf neighbour of their level.
 #[derive(Clone, Copy, Default)]
 struct Lists {
     all: (usize, usize),
     near_coarser: (usize, usize),
     feeds: (usize, usize),
+    core: usize,
 }
 
 impl Lists {
     /// The blocks of a part of the level (a range of `all`).
     fn part(&self, p: Part) -> (usize, usize) {
+        let far = self.all.1 - self.feeds.1;
         match p {
-            Part::Far => (self.all.0, self.all.1 - self.feeds.1),
+            Part::Far => (self.all.0, far),
+            Part::Core => (self.all.0, self.core),
+            Part::Rim => (self.all.0 + self.core, far - self.core),
             Part::Feed => self.feeds,
         }
     }
@@ -577,7 +582,7 @@ impl AmrGpu {
             stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
-            list_tiles: stream.alloc_zeros::<u32>(mesh::list_tiles(capacity) * 2 * mesh::LIST_LEVELS).map_err(&a)?,
+            list_tiles: stream.alloc_zeros::<u32>(mesh::list_tiles(capacity) * mesh::LIST_FLAGS * mesh::LIST_LEVELS).map_err(&a)?,
             xlists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
             state: stream.alloc_zeros::<u8>(capacity).map_err(&a)?,
             nbr_child: stream.alloc_zeros::<u32>(nd * capacity).map_err(&a)?,

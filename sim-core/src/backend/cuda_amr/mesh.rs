@@ -32,6 +32,8 @@ const M_HW: usize = 31;
 const M_LEVEL_START: usize = 8;
 const M_LISTS: usize = 32;
 const M_XGROUPS: usize = 128;
+/// Per level, the count of its core blocks (the head of its launch list; kernels: `M_CORE`).
+const M_CORE: usize = 176;
 const M_LEVELS: usize = 16;
 
 /// Passes of `amr_mesh` (its `MO_*`).
@@ -85,6 +87,10 @@ pub(super) struct Obstacles {
 
 /// Levels the counters can name (M_LEVELS in kernels/amr_mesh.cu).
 pub(super) const LIST_LEVELS: usize = 16;
+
+/// Words per (level, tile) of the many-block launch lists' counts: blocks not feeding, next to
+/// a coarser level, core (`amr_mesh_lists_tiles`).
+pub(super) const LIST_FLAGS: usize = 3;
 
 /// Tiles of 1024 IDs that cover a capacity (the many-block launch lists).
 pub(super) fn list_tiles(capacity: usize) -> usize {
@@ -418,7 +424,7 @@ impl AmrGpu {
                 break;
             }
             let p = |i: usize| (r[2 * i] as usize, r[2 * i + 1] as usize);
-            self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2) });
+            self.levels.push(Lists { all: p(0), near_coarser: p(1), feeds: p(2), core: c[M_CORE + l] as usize });
         }
         // Every list change is a mesh change (an upload or an adaptation, obstacle flags of
         // new children included): the step's codes follow it.

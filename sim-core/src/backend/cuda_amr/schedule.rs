@@ -26,13 +26,29 @@
 /// Which blocks of a level a step launch takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Part {
-    /// Blocks whose cells feed no coarser leaf (the restriction writes none of their cells).
+    /// Blocks whose cells feed no coarser leaf (the restriction writes none of their cells):
+    /// with two buffers, [`Part::Core`] and [`Part::Rim`] in one launch.
     Far,
     /// Blocks with parent-of-interface cells: non-leaves (the restriction's targets).
     Feed,
+    /// In place: the leaves with no non-leaf among their same-level neighbours (the finer
+    /// level's interpolation reads none of their cells).
+    Core,
+    /// In place: the other blocks that feed no coarser leaf (leaves next to a non-leaf, whose
+    /// cells the finer level's interpolation may read, and non-leaves without leaf neighbours).
+    Rim,
 }
 
-const PARTS: [Part; 2] = [Part::Far, Part::Feed];
+/// The parts a level's step is launched in: with two buffers the far and the feeding blocks;
+/// in place the far ones split in two, so that the core need not wait for the finer level's
+/// interpolation, which reads the level's blocks around the interface.
+pub(super) fn parts(inplace: bool) -> &'static [Part] {
+    if inplace {
+        &[Part::Core, Part::Rim, Part::Feed]
+    } else {
+        &[Part::Far, Part::Feed]
+    }
+}
 
 /// What a launch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +100,7 @@ pub(super) fn coarse_step(
 ) -> Plan {
     let mut ops: Vec<Op> = pending.into_iter().collect();
     if levels > 0 {
-        recurse(0, levels, odd, &mut ops);
+        recurse(0, levels, odd, inplace, &mut ops);
     }
     ops.retain(|o| has(o));
     let pending = match ops.last() {
@@ -99,17 +115,17 @@ pub(super) fn coarse_step(
 }
 
 /// The recursion of `AmrLbm::step_level` for level `l`.
-fn recurse(l: usize, levels: usize, odd: &mut [bool], ops: &mut Vec<Op>) {
+fn recurse(l: usize, levels: usize, odd: &mut [bool], inplace: bool, ops: &mut Vec<Op>) {
     let finer = l + 1 < levels;
     if finer {
         ops.push(Op { kind: OpKind::Interpolate, level: l + 1, sel: u32::from(odd[l]) | u32::from(odd[l + 1]) << 1 });
     }
     let sel = u32::from(odd[l]);
-    ops.extend(PARTS.map(|p| Op { kind: OpKind::Step(p), level: l, sel }));
+    ops.extend(parts(inplace).iter().map(|&p| Op { kind: OpKind::Step(p), level: l, sel }));
     odd[l] = !odd[l];
     if finer {
-        recurse(l + 1, levels, odd, ops);
-        recurse(l + 1, levels, odd, ops);
+        recurse(l + 1, levels, odd, inplace, ops);
+        recurse(l + 1, levels, odd, inplace, ops);
         ops.push(Op { kind: OpKind::Average, level: l + 1, sel: u32::from(odd[l + 1]) | u32::from(odd[l]) << 1 });
     }
 }
@@ -126,19 +142,30 @@ pub(super) enum Access {
 /// A region of the data: (level, buffer, part of the level's blocks).
 pub(super) type Region = (usize, u32, u8);
 
-/// What a launch reads and writes. With in-place storage (`inplace`) there is one buffer (0) and
-/// a region is the values its cells own, wherever they lie: a level-step reads and writes those
-/// of its own part's cells only (the slots it loads are the slots it stores), so it writes its
-/// part; the interpolation reads the coarser level and writes the finer one, the restriction
-/// reads the finer level and writes the coarser one's feeding part.
+/// What a launch reads and writes. A region is a level's part's values in one buffer (two
+/// buffers: `sel`) or, in place, at one parity: its cells' values of that parity wherever they
+/// lie. In place a level-step at parity q reads its part's values of parity q and pushes the
+/// values of parity q ^ 1 of every part (into the slots that held the pushing cells' own values
+/// of parity q, so it also overwrites its part's values of parity q: a write, after their
+/// readers); the interpolation reads the coarser level's rim and feeding blocks (the ghosts'
+/// parents are in non-leaves, their stencils within those blocks' neighbours) and writes the
+/// finer level, the restriction reads the finer level and writes the coarser one's feeding part.
+/// (A core step must still wait for whatever read its neighbours' values of the parity before:
+/// its pushes overwrite them. Without the parity, the split lost that edge on levels that step
+/// twice in a coarse step.)
 pub(super) fn accesses(o: &Op, inplace: bool) -> Vec<(Region, Access)> {
     let l = o.level;
-    let all = |lv: usize, b: u32, a: Access| PARTS.map(|p| ((lv, b, p as u8), a));
+    let all = |lv: usize, b: u32, a: Access| parts(inplace).iter().map(move |&p| ((lv, b, p as u8), a)).collect::<Vec<_>>();
     if inplace {
+        let (lo, hi) = (o.sel & 1, o.sel >> 1);
         return match o.kind {
-            OpKind::Step(p) => vec![((l, 0, p as u8), Access::Write)],
-            OpKind::Interpolate => [all(l - 1, 0, Access::Read), all(l, 0, Access::Write)].concat(),
-            OpKind::Average => [all(l, 0, Access::Read).to_vec(), vec![((l - 1, 0, Part::Feed as u8), Access::Write)]].concat(),
+            OpKind::Step(p) => [vec![((l, lo, p as u8), Access::Write)], all(l, 1 - lo, Access::Push)].concat(),
+            OpKind::Interpolate => [
+                vec![((l - 1, lo, Part::Rim as u8), Access::Read), ((l - 1, lo, Part::Feed as u8), Access::Read)],
+                all(l, hi, Access::Write),
+            ]
+            .concat(),
+            OpKind::Average => [all(l, lo, Access::Read), vec![((l - 1, hi, Part::Feed as u8), Access::Write)]].concat(),
         };
     }
     match o.kind {
@@ -151,13 +178,13 @@ pub(super) fn accesses(o: &Op, inplace: bool) -> Vec<(Region, Access)> {
         // The coarser level's cells around the ghosts' parents; the ghost cells (of leaves
         // next to a coarser level: far blocks; both parts, to be safe).
         OpKind::Interpolate => {
-            let mut v = all(l - 1, o.sel & 1, Access::Read).to_vec();
+            let mut v = all(l - 1, o.sel & 1, Access::Read);
             v.extend(all(l, o.sel >> 1, Access::Write));
             v
         }
         // The level's cells around the interface; the parent-of-interface cells.
         OpKind::Average => {
-            let mut v = all(l, o.sel & 1, Access::Read).to_vec();
+            let mut v = all(l, o.sel & 1, Access::Read);
             v.push(((l - 1, o.sel >> 1, Part::Feed as u8), Access::Write));
             v
         }
@@ -286,12 +313,12 @@ mod tests {
     use super::*;
 
     /// The launches of a forest where every part has blocks but the finest level's feeding
-    /// part (no finer level).
+    /// and rim parts (no finer level).
     fn plan(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool) -> Plan {
         plan_in(levels, odd, pending, defer, false)
     }
     fn plan_in(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool, inplace: bool) -> Plan {
-        let has = move |o: &Op| o.kind != OpKind::Step(Part::Feed) || o.level + 1 < levels;
+        let has = move |o: &Op| !matches!(o.kind, OpKind::Step(Part::Feed | Part::Rim)) || o.level + 1 < levels;
         coarse_step(levels, odd, pending, defer, inplace, &has)
     }
 
@@ -374,9 +401,9 @@ mod tests {
         }
     }
 
-    /// In place, a level's step waits for the finer level's interpolation, which reads what it
-    /// overwrites; its two parts still run side by side, and level 0's far blocks beside the
-    /// finer levels' steps.
+    /// In place, a level's rim and feeding blocks wait for the finer level's interpolation,
+    /// which reads what they overwrite; its core does not, and runs beside the interpolation and
+    /// the finer level's steps; the three parts run side by side.
     #[test]
     fn in_place_steps_wait_for_the_interpolation_that_reads_them() {
         let mut odd = [false; 4];
@@ -384,11 +411,44 @@ mod tests {
         let p = plan_in(2, &mut odd, first.pending, true, true);
         let anc = ancestors(&p.deps);
         let at = |k: OpKind, l: usize| p.ops.iter().position(|o| o.kind == k && o.level == l).unwrap();
-        let (interp, far0, feed0) = (at(OpKind::Interpolate, 1), at(OpKind::Step(Part::Far), 0), at(OpKind::Step(Part::Feed), 0));
-        let far1 = at(OpKind::Step(Part::Far), 1);
-        assert!(anc[far0][interp] && anc[feed0][interp]);
-        assert!(!anc[feed0][far0] && !anc[far0][feed0]);
-        assert!(!anc[far1][far0] && !anc[far0][far1]);
+        let interp = at(OpKind::Interpolate, 1);
+        let (core0, rim0, feed0) = (at(OpKind::Step(Part::Core), 0), at(OpKind::Step(Part::Rim), 0), at(OpKind::Step(Part::Feed), 0));
+        let core1 = at(OpKind::Step(Part::Core), 1);
+        assert!(anc[rim0][interp] && anc[feed0][interp]);
+        assert!(!anc[core0][interp] && !anc[interp][core0]);
+        for (a, b) in [(core0, rim0), (core0, feed0), (rim0, feed0), (core0, core1)] {
+            assert!(!anc[a][b] && !anc[b][a], "{:?} and {:?} are ordered", p.ops[a], p.ops[b]);
+        }
+        assert!(p.deps[core0].is_empty(), "{:?}", p.deps[core0]);
+        assert!(p.ops.iter().all(|o| !matches!(o.kind, OpKind::Step(Part::Far))));
+    }
+
+    /// In place, a level that steps twice in a coarse step: its second step's core pushes over
+    /// its neighbours' values of the parity the first interpolation of the finer level read,
+    /// so it waits for that interpolation, and for the first step's rim and feeding blocks
+    /// (whose pushes it reads). (The split without parities missed these: the in-place GPU
+    /// tests failed on the 3-level cavity, run on streams.)
+    #[test]
+    fn in_place_second_steps_wait_for_the_reads_of_the_first() {
+        for bits in 0..8u32 {
+            let mut odd = [false; 4];
+            (0..3).for_each(|l| odd[l] = (bits >> l) & 1 == 1);
+            let p = plan_in(3, &mut odd, None, false, true);
+            let anc = ancestors(&p.deps);
+            let all = |k: OpKind, l: usize| {
+                p.ops.iter().enumerate().filter(|(_, o)| o.kind == k && o.level == l).map(|(i, _)| i).collect::<Vec<_>>()
+            };
+            let (interp2, core1, rim1, feed1) = (
+                all(OpKind::Interpolate, 2),
+                all(OpKind::Step(Part::Core), 1),
+                all(OpKind::Step(Part::Rim), 1),
+                all(OpKind::Step(Part::Feed), 1),
+            );
+            assert_eq!((interp2.len(), core1.len()), (2, 2));
+            assert!(anc[core1[1]][interp2[0]], "bits {bits}: the second core step does not wait for the first interpolation");
+            assert!(anc[core1[1]][rim1[0]] && anc[core1[1]][feed1[0]], "bits {bits}");
+            assert!(!anc[core1[0]][interp2[0]], "bits {bits}: the first core step waits for the interpolation");
+        }
     }
 
     /// The streams keep every dependency: a launch's stream predecessor and its waits reach all
@@ -425,7 +485,8 @@ mod tests {
             let ends: usize = last.iter().map(|v| v.iter().flatten().count()).sum();
             assert!(ends >= 1);
             if levels >= 2 {
-                let far0 = p.ops.iter().position(|o| o.kind == OpKind::Step(Part::Far) && o.level == 0).unwrap();
+                let far = if inplace { Part::Core } else { Part::Far };
+                let far0 = p.ops.iter().position(|o| o.kind == OpKind::Step(far) && o.level == 0).unwrap();
                 let fine = p.ops.iter().position(|o| matches!(o.kind, OpKind::Step(_)) && o.level == 1).unwrap();
                 assert!(!reach[fine][far0] && !reach[far0][fine], "levels {levels}: level 0's far step and level 1 are ordered");
             }
