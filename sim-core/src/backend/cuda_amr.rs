@@ -721,6 +721,12 @@ impl AmrGpu {
         Ok(removed)
     }
 
+    /// `odd` as bits (bit l: level l made an odd number of steps since the last settle), as
+    /// the kernels and the graphs' keys take it.
+    fn parity_bits(&self) -> u32 {
+        self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l))
+    }
+
     /// Bring every level's DDFs into `f` (the buffer the criterion, the adaptation and the
     /// host's copy read): a level that made an odd number of steps since the last settle is
     /// copied back from `post` (at the end of a coarse step only level 0, so this costs one
@@ -772,7 +778,7 @@ impl AmrGpu {
             return Ok(());
         }
         let count = self.active;
-        let par = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+        let par = self.parity_bits();
         let b = BLOCK.pow(self.dims as u32);
         let t0 = self.profile_start()?;
         if count > 0 {
@@ -913,7 +919,7 @@ impl AmrGpu {
             let mut l = self.stream.launch_builder(&self.block_max);
             // Bit l: level l made an odd number of steps since the last settle (two buffers:
             // its data is in `post`; in place: its parity, `ep` where not at rest).
-            let par = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l));
+            let par = self.parity_bits();
             let ep = u32::from(self.inplace.is_some() && !self.at_rest);
             l.arg(&ids).arg(&q).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.solid).arg(&self.nbr);
             l.arg(&self.f).arg(if self.inplace.is_some() { &self.f } else { &self.post }).arg(&par).arg(&ep).arg(&mut self.values);
@@ -1094,8 +1100,7 @@ impl AmrGpu {
             let cells = count * BLOCK.pow(self.dims as u32);
             let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             // Bit 31: in place but at rest (the plain layout).
-            let odd = self.odd.iter().enumerate().fold(0u32, |m, (l, &o)| m | (u32::from(o) << l))
-                | u32::from(self.inplace.is_some() && self.at_rest) << 31;
+            let odd = self.parity_bits() | u32::from(self.inplace.is_some() && self.at_rest) << 31;
             let (count32, forces32) = (count as u32, u32::from(forces));
             let ids = self.id_set.slice(0..count);
             let mut b = self.stream.launch_builder(&self.stats_k);
@@ -1157,7 +1162,7 @@ impl AmrGpu {
             return self.run_plan(&plan, lanes);
         }
         let e = derr("replaying a coarse step");
-        let key = self.odd.iter().enumerate().fold(0u32, |k, (l, &o)| k | u32::from(o) << l) | u32::from(self.pending.is_some()) << 31;
+        let key = self.parity_bits() | u32::from(self.pending.is_some()) << 31;
         if let Some((g, after)) = self.graphs.get(&key) {
             g.launch().map_err(&e)?;
             (self.odd, self.pending) = (after.odd, after.pending);
