@@ -69,8 +69,8 @@ struct AmrMesh {
     int ok;
     const unsigned char* valid;
     const unsigned char* fresh;
-    // In-place storage: the parity of the level read (0, 1), or -1 where the data is at rest
-    // (plain layout: an adaptation, the two-buffer kernels).
+    // The layout of the level read (amr_load_q): -1 plain (at rest, the two-buffer kernels), in
+    // place 0 or 1 the stepping arrangement of that parity, 2 or 3 the halo form (an adaptation).
     int q;
 };
 
@@ -169,11 +169,14 @@ __device__ __forceinline__ void amr_store(fpxx* __restrict__ f, long long at, co
 #if AMR_INPLACE
 // Offset of P's slot `slot` for pair i of cell `cell` (local coordinates c) of block id: in the
 // block (a constant offset from the cell's), a same-level neighbour's, else the halo slot.
-__device__ __forceinline__ amr_ix amr_ep_p(const u32* __restrict__ nbr, u32 id, int cell, const int* c, int i, int slot) {
+// Without `links` (the halo form an adaptation works on, AmrGpu::settle_for_mesh: amr_ep_gather
+// only), every P outside the block is the halo slot and `nbr` is not read.
+__device__ __forceinline__ amr_ix amr_ep_p(const u32* __restrict__ nbr, u32 id, int cell, const int* c, int i, int slot, bool links = true) {
     const int t[3] = {c[0] + lat_cx(i), c[1] + lat_cy(i), c[2] + lat_cz(i)};
     const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
     if ((unsigned)t[0] < 4u && (DEF_D < 2 || (unsigned)t[1] < 4u) && (DEF_D < 3 || (unsigned)t[2] < 4u))
         return own + (amr_ix)(slot * AMR_B + cell + lat_cx(i) + 4 * lat_cy(i) + 16 * lat_cz(i));
+    if (!links) return (amr_ix)AMR_HALO_BASE + (amr_ix)id * AMR_H + (amr_ix)amr_hidx[cell * AMR_NP + i / 2];
     int e[3], s[3];
     const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
     amr_offset(c, ci, e, s);
@@ -190,7 +193,7 @@ __device__ __forceinline__ amr_ix amr_ep_ix(const u32* __restrict__ nbr, u32 id,
     amr_coords(cell, c);
     return amr_ep_p(nbr, id, cell, c, j - 1, j - (int)q);
 }
-__device__ __forceinline__ void amr_load_ep(const fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, float* g) {
+__device__ __forceinline__ void amr_load_ep(const fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, float* g, bool links = true) {
     const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
     int c[3];
     amr_coords(cell, c);
@@ -198,10 +201,10 @@ __device__ __forceinline__ void amr_load_ep(const fpxx* __restrict__ f, const u3
 #pragma unroll
     for (int i = 1; i < DEF_Q; i += 2) {
         g[i] = dec(f[own + (amr_ix)((i + (int)q) * AMR_B + cell)]);
-        g[i + 1] = dec(f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q)]);
+        g[i + 1] = dec(f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q, links)]);
     }
 }
-__device__ __forceinline__ void amr_store_ep(fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, const float* g) {
+__device__ __forceinline__ void amr_store_ep(fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 q, const float* g, bool links = true) {
     const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B);
     int c[3];
     amr_coords(cell, c);
@@ -209,19 +212,53 @@ __device__ __forceinline__ void amr_store_ep(fpxx* __restrict__ f, const u32* __
 #pragma unroll
     for (int i = 1; i < DEF_Q; i += 2) {
         f[own + (amr_ix)((i + (int)q) * AMR_B + cell)] = enc(g[i]);
-        f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q)] = enc(g[i + 1]);
+        f[amr_ep_p(nbr, id, cell, c, i, i + 1 - (int)q, links)] = enc(g[i + 1]);
     }
 }
 #endif
-// A cell's DDFs through the mesh's view of the data: plain (m.q < 0) or in place at parity m.q.
-__device__ __forceinline__ void amr_load_m(const AmrMesh& m, const fpxx* __restrict__ f, long long at, float* g) {
+// The layout an in-place kernel reads a level in (`q`): -1 plain (at rest; always with two
+// buffers), 0 or 1 the stepping arrangement of that parity, 2 or 3 the halo form of parity
+// q - 2 (an adaptation's, AmrGpu::settle_for_mesh).
+#define AMR_Q_PLAIN -1
+#define AMR_Q_HALO 2
+// Bit 31 of an adaptation's `form` word: the data is at rest (plain); else in halo form, level
+// l at the parity of bit l. The layout of level l under that word.
+#define AMR_FORM_PLAIN 0x80000000u
+__device__ __forceinline__ int amr_form_q(u32 form, u32 l) {
+    return (!AMR_INPLACE || (form & AMR_FORM_PLAIN)) ? AMR_Q_PLAIN : AMR_Q_HALO + (int)((form >> l) & 1u);
+}
+// A cell's DDFs (at = id * B + cell) in layout q, and stored in it.
+__device__ __forceinline__ void amr_load_q(const fpxx* __restrict__ f, const u32* __restrict__ nbr, long long at, int q, float* g) {
 #if AMR_INPLACE
-    if (m.q >= 0) {
-        amr_load_ep(f, m.nbr, (u32)(at / AMR_B), (int)(at % AMR_B), (u32)m.q, g);
+    const u32 id = (u32)(at / AMR_B);
+    const int cell = (int)(at % AMR_B);
+    if (q >= 0) {
+        amr_load_ep(f, nbr, id, cell, (u32)q & 1u, g, q < AMR_Q_HALO);
         return;
     }
+#else
+    (void)nbr;
+    (void)q;
 #endif
     amr_load(f, at, g);
+}
+__device__ __forceinline__ void amr_store_q(fpxx* __restrict__ f, const u32* __restrict__ nbr, long long at, int q, const float* g) {
+#if AMR_INPLACE
+    const u32 id = (u32)(at / AMR_B);
+    const int cell = (int)(at % AMR_B);
+    if (q >= 0) {
+        amr_store_ep(f, nbr, id, cell, (u32)q & 1u, g, q < AMR_Q_HALO);
+        return;
+    }
+#else
+    (void)nbr;
+    (void)q;
+#endif
+    amr_store(f, at, g);
+}
+// A cell's DDFs through the mesh's view of the data (m.q, as amr_load_q's q).
+__device__ __forceinline__ void amr_load_m(const AmrMesh& m, const fpxx* __restrict__ f, long long at, float* g) {
+    amr_load_q(f, m.nbr, at, m.q, g);
 }
 
 // Move DDFs from a level with force fs to one with fd, the non-equilibrium part scaled by r
@@ -1127,9 +1164,15 @@ __device__ __forceinline__ void amr_parent_cell(const int* __restrict__ pos, u32
 // its neighbours) around the 2^D parent cells under it: each thread loads one tile cell into
 // shared memory, then the cells interpolate from the tile (the same arithmetic as through the
 // mesh, AmrGlobalCells, without its 27 mesh lookups and loads a cell). The parent level's
-// DDFs are read from fa or fb (sel bit 0), the filled cells' written to fa or fb (sel bit 1).
-// Launched with 256 threads a thread block.
-extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
+// DDFs are read from fa or fb (sel bit 0), the filled cells' written to fa or fb (sel bit 1);
+// in place, ghosts at the parities in sel's bits 0 and 1, and in an adaptation's modes `sel` is
+// its form word (amr_form_q: plain, or halo form at the levels' parities).
+// Launched with 256 threads a thread block. amr_interpolate fills ghosts (the stepping's, `mode`
+// not read), amr_interpolate_adapt the adaptation's modes: two kernels, so that the stepping's
+// has none of the adaptation's registers.
+template <bool ADAPT>
+__device__ __forceinline__ void amr_interpolate_in(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode_arg, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
+    const u32 mode = ADAPT ? mode_arg : AMR_PROLONG_GHOSTS;
     __shared__ __align__(16) float tile_v[256 / AMR_B][AMR_TQ * AMR_B];
     __shared__ unsigned char tile_h[256 / AMR_B][AMR_B];
     __shared__ unsigned char todo[256];
@@ -1169,10 +1212,11 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         if (src >= 0) {
             float4* to = reinterpret_cast<float4*>(&tile_v[lb][cell * AMR_TQ]);
 #if AMR_INPLACE
-            if (mode == AMR_PROLONG_GHOSTS) {
-                // The parent level at its parity.
+            const bool ghosts = mode == AMR_PROLONG_GHOSTS;
+            if (ghosts || !(sel & AMR_FORM_PLAIN)) {
+                // The parent level at its parity: stepping, or an adaptation's halo form.
                 float g[DEF_Q];
-                amr_load_ep(f, nbr, (u32)(src / AMR_B), (int)(src % AMR_B), sel & 1u, g);
+                amr_load_ep(f, nbr, (u32)(src / AMR_B), (int)(src % AMR_B), ghosts ? sel & 1u : (sel >> (l - 1)) & 1u, g, ghosts);
 #pragma unroll
                 for (int j = 0; j < AMR_TQ / 4; j++) {
                     float4 q;
@@ -1232,12 +1276,21 @@ extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpola
         amr_prolong_from(mtile, prm, ml, k, side, out);
     }
 #if AMR_INPLACE
-    if (mode == AMR_PROLONG_GHOSTS) {
-        amr_store_ep(fa, nbr, mid, mcell, (sel >> 1) & 1u, out);
+    const bool ghosts = mode == AMR_PROLONG_GHOSTS;
+    if (ghosts || !(sel & AMR_FORM_PLAIN)) {
+        amr_store_ep(fa, nbr, mid, mcell, ghosts ? (sel >> 1) & 1u : (sel >> ml) & 1u, out, ghosts);
         return;
     }
-#endif
+    amr_store(fa, (long long)mat, out);
+#else
     amr_store((sel & 2u) ? fb : fa, (long long)mat, out);
+#endif
+}
+extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
+    amr_interpolate_in<false>(ids, count, l_step, prm, pos, parent, child, nbr, cmask, solid, fa, fb, sel, mode, level, valid, fresh);
+}
+extern "C" __global__ void __launch_bounds__(256, AMR_INTERP_MINB) amr_interpolate_adapt(const u32* __restrict__ ids, const u32 count, const u32 l_step, const float* __restrict__ prm, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32 mode, const unsigned char* __restrict__ level, const unsigned char* __restrict__ valid, const unsigned char* __restrict__ fresh) {
+    amr_interpolate_in<true>(ids, count, l_step, prm, pos, parent, child, nbr, cmask, solid, fa, fb, sel, mode, level, valid, fresh);
 }
 
 // The restriction of cell `cell` of block id (level lc) from its children with the plain
@@ -1676,10 +1729,10 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
 // update (each over its own list of blocks, one thread per (block, cell)):
 #define XF_VALID 0       // old mesh, every active block: whether each cell holds current data
 #define XF_COARSEN 1     // old mesh, blocks being coarsened: every cell from its old children
-#define XF_NEW 2         // new mesh, new children: interpolated from their parent's level (amr_interpolate)
+#define XF_NEW 2         // new mesh, new children: interpolated from their parent's level (amr_interpolate_adapt)
 #define XF_MASS 3        // new mesh, new children: shifted to their parent cell's mass (amr_mass_shift)
 #define XF_CURRENT 4     // coarsened blocks and new children: every cell holds current data
-#define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again (amr_interpolate)
+#define XF_LEAF 5        // leaves of levels >= 1: exposed stale cells interpolated again (amr_interpolate_adapt)
 #define XF_LEAF_MARK 6   // the same cells marked current (a pass of its own: XF_LEAF reads flags)
 #define XF_PARENT 7      // non-leaves: stale stepped or averaged cells from their children
 
@@ -1688,7 +1741,8 @@ extern "C" __global__ void amr_block_max(const u32* __restrict__ ids, const u32 
 // a fluid parent cell get the parent cell's density minus their mean density, spread by the
 // weights. Each thread sums its own cell's density into shared memory; the cells under one
 // parent cell (all in one child) then add them up in the CPU's order (sub-cells ascending).
-extern "C" __global__ void __launch_bounds__(256) amr_mass_shift(const u32* __restrict__ ids, const u32 count, const u32* __restrict__ parent, const u32* __restrict__ child, const unsigned char* __restrict__ solid, fpxx* f) {
+// `form`: the layout of the data (amr_form_q), `level` the blocks' levels.
+extern "C" __global__ void __launch_bounds__(256) amr_mass_shift(const u32* __restrict__ ids, const u32 count, const u32* __restrict__ parent, const u32* __restrict__ child, const unsigned char* __restrict__ solid, const unsigned char* __restrict__ level, const u32* __restrict__ nbr, const u32 form, fpxx* f) {
     __shared__ float rho[256];
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool in = t < (u64)count * AMR_B;
@@ -1696,9 +1750,10 @@ extern "C" __global__ void __launch_bounds__(256) amr_mass_shift(const u32* __re
     const u32 ch = in ? ids[t / AMR_B] : 0;
     const u64 at = (u64)ch * AMR_B + cell;
     const bool fluid = in && !solid[at];
+    const u32 lf = in ? level[ch] : 1u;
     float g[DEF_Q];
     if (fluid) {
-        amr_load(f, (long long)at, g);
+        amr_load_q(f, nbr, (long long)at, amr_form_q(form, lf), g);
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) sum += g[i];
@@ -1730,17 +1785,18 @@ extern "C" __global__ void __launch_bounds__(256) amr_mass_shift(const u32* __re
     }
     mean = mean / (float)n;
     float gp[DEF_Q];
-    amr_load(f, (long long)pat, gp);
+    amr_load_q(f, nbr, (long long)pat, amr_form_q(form, lf - 1), gp);
     float d = 0.0f;
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) d += gp[i];
     d = d - mean;
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) g[i] += d * lat_w(i);
-    amr_store(f, (long long)at, g);
+    amr_store_q(f, nbr, (long long)at, amr_form_q(form, lf), g);
 }
 
-extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, fpxx* f) {
+// `form`: the layout of the data (amr_form_q).
+extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 count, const u32 op, const float* __restrict__ prm, const unsigned char* __restrict__ level, AMR_ARGS, unsigned char* valid, const unsigned char* __restrict__ fresh, const u32 form, fpxx* f) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)count * AMR_B) return;
     const u32 id = ids[t / AMR_B];
@@ -1757,11 +1813,12 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
         return;
     case XF_COARSEN:
         m.ok = AMR_OK_FLUID;
+        m.q = amr_form_q(form, l + 1);
         if (solid[at] || !amr_restrict_plain(m, f, prm, l, id, cell, out)) {
 #pragma unroll
             for (int i = 0; i < DEF_Q; i++) out[i] = 0.0f;
         }
-        amr_store(f, (long long)at, out);
+        amr_store_q(f, nbr, (long long)at, amr_form_q(form, l), out);
         return;
     case XF_CURRENT:
         valid[at] = 1;
@@ -1773,7 +1830,8 @@ extern "C" __global__ void amr_transfer(const u32* __restrict__ ids, const u32 c
     case XF_PARENT:
         if (leaf || (mk != CM_POG && mk != CM_POI) || valid[at] || solid[at]) return;
         m.ok = AMR_OK_VALID;
-        if (amr_restrict_plain(m, f, prm, l, id, cell, out)) amr_store(f, (long long)at, out);
+        m.q = amr_form_q(form, l + 1);
+        if (amr_restrict_plain(m, f, prm, l, id, cell, out)) amr_store_q(f, nbr, (long long)at, amr_form_q(form, l), out);
         return;
     }
 }

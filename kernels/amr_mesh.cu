@@ -688,7 +688,8 @@ extern "C" __global__ void amr_mesh_targets(const u32 cap, const float* __restri
 // Obstacle flags of the new children's cells (solver.rs install_solids: a cell is solid when
 // at least half of the finest-grid cells under it are obstacle cells; domain level dl), over
 // the refined blocks rl[0 .. count / (K B)); a cell whose flag changes is set to rest (zero), as
-// lbm.rs update_solids does.
+// lbm.rs update_solids does (its slots in the plain layout: in place, whatever the layout, the
+// transfer then writes every cell of the new children through it, XF_NEW).
 extern "C" __global__ void amr_mesh_solids(const u32 count, const u32* __restrict__ rl, const u32* __restrict__ sums, const u32 n0, const u32 n1, const u32 n2, const u32 dl, const unsigned char* __restrict__ level, const int* __restrict__ pos, const u32* __restrict__ child, unsigned char* solid, fpxx* f) {
     const u32 t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count) return;

@@ -345,7 +345,10 @@ pub struct AmrGpu {
     /// The lattice (for the frame kernels) and what frames need, made on the first one.
     lattice: Lattice,
     frame: Option<frame::FrameKit>,
+    /// `amr_interpolate` (the stepping's ghosts) and `amr_interpolate_adapt` (an adaptation's
+    /// new children and exposed cells).
     interpolate: CudaFunction,
+    interpolate_adapt: CudaFunction,
     average: CudaFunction,
     block_max: CudaFunction,
     transfer_k: CudaFunction,
@@ -432,6 +435,9 @@ pub struct AmrGpu {
     /// With in-place storage: every level's data is in the plain layout (after an upload or a
     /// settle); the next step first takes it up into the stepping arrangement.
     at_rest: bool,
+    /// With in-place storage: the data is in the halo form of an adaptation
+    /// ([`Self::settle_for_mesh`]); the next step first takes it up with the new links.
+    halo: bool,
     prm: CudaSlice<f32>,
     prm_host: Vec<f32>,
     lists: CudaSlice<u32>,
@@ -530,6 +536,7 @@ impl AmrGpu {
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
         let codes_k = get("amr_codes")?;
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
+        let interpolate_adapt = get("amr_interpolate_adapt")?;
         let (block_max, transfer_k, mass_k) = (get("amr_block_max")?, get("amr_transfer")?, get("amr_mass_shift")?);
         let edit_k = get("amr_edit")?;
         let (mesh_k, compact_k, id_sets_k) = (get("amr_mesh")?, get("amr_mesh_compact")?, get("amr_mesh_id_sets")?);
@@ -574,6 +581,7 @@ impl AmrGpu {
                 .map_err(&a)?,
             inplace,
             at_rest: true,
+            halo: false,
             precision,
             codes: stream.alloc_zeros::<u32>(2 * b * capacity).map_err(&a)?,
             code_cells: (b * capacity) as u64,
@@ -636,6 +644,7 @@ impl AmrGpu {
             lattice,
             frame: None,
             interpolate,
+            interpolate_adapt,
             average,
             block_max,
             transfer_k,
@@ -688,6 +697,7 @@ impl AmrGpu {
         }
         self.odd = [false; MAX_LEVELS as usize + 1];
         self.at_rest = true;
+        self.halo = false;
         Ok(())
     }
 
@@ -766,47 +776,107 @@ impl AmrGpu {
         Ok(())
     }
 
-    /// In-place storage: bring every level into the plain layout (`back` false: a settle, from
-    /// the arrangement of each level's parity; parities reset) or from it into the stepping
-    /// arrangement at parity 0 (`back` true). Two launches over the ID set (`amr_ep_gather`,
-    /// `amr_ep_local`; the other way round for `back`).
-    fn rearrange(&mut self, back: bool) -> Result<(), SolverError> {
-        let Some((gather, local)) = self.inplace.clone() else {
-            return Ok(());
-        };
-        if self.at_rest != back {
+    /// Before an adaptation moves the DDFs: with two buffers a settle; in place the halo form,
+    /// [`amr_ep_gather`] alone: each level keeps the arrangement of its parity, and the values
+    /// its cells keep in a same-level neighbour's slots move into their own block's halo slots,
+    /// so that the transfer kernels read and write a block's cells without its links (which
+    /// the adaptation changes). The next step takes it up with the new links (the gather
+    /// back). Two passes over the blocks' faces instead of the settle's and the take-up's four
+    /// over every DDF (`amr_ep_local` both ways). Already at rest, the data stays plain.
+    ///
+    /// # Errors
+    /// CUDA launch errors.
+    pub(super) fn settle_for_mesh(&mut self) -> Result<(), SolverError> {
+        if self.inplace.is_none() {
+            return self.settle();
+        }
+        self.flush()?;
+        if self.at_rest || self.halo {
             return Ok(());
         }
-        let count = self.active;
-        let par = self.parity_bits();
-        let b = BLOCK.pow(self.dims as u32);
         let t0 = self.profile_start()?;
-        if count > 0 {
-            let ids = self.id_set.slice(0..count);
-            let (count32, back32) = (count as u32, u32::from(back));
-            let e = derr("launching a block kernel");
-            let cells = count * b;
-            let g_cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let l_cfg = LaunchConfig { grid_dim: (count32, 1, 1), block_dim: (b as u32, 1, 1), shared_mem_bytes: 0 };
-            for step in 0..2 {
-                // SAFETY (both): arguments as amr_ep_gather and amr_ep_local declare them; the
-                // ID set holds active IDs below the capacity `f` holds with its halo slots;
-                // gather's threads past count * B return, local runs one thread block per ID.
-                if (step == 0) != back {
-                    let mut k = self.stream.launch_builder(&gather);
-                    k.arg(&ids).arg(&count32).arg(&self.level).arg(&self.nbr).arg(&par).arg(&back32).arg(&mut self.f);
-                    unsafe { k.launch(g_cfg) }.map_err(&e)?;
-                } else {
-                    let mut k = self.stream.launch_builder(&local);
-                    k.arg(&ids).arg(&self.level).arg(&par).arg(&back32).arg(&mut self.f);
-                    unsafe { k.launch(l_cfg) }.map_err(&e)?;
-                }
-            }
+        self.ep_pass(false, false)?;
+        self.halo = true;
+        self.profile_end(Kernel::Settle, t0)?;
+        self.tick("settle");
+        Ok(())
+    }
+
+    /// The layout an adaptation's transfer kernels find the data in (their `form`, kernels:
+    /// `amr_form_q`): bit 31 at rest (the plain layout, also with two buffers), else the halo
+    /// form at the levels' parities.
+    fn form(&self) -> u32 {
+        if self.halo {
+            self.parity_bits()
+        } else {
+            1 << 31
         }
-        self.odd = [false; MAX_LEVELS as usize + 1];
+    }
+
+    /// In-place storage: bring every level into the plain layout (`back` false: a settle, from
+    /// the arrangement of each level's parity or from the halo form; parities reset) or into
+    /// the stepping arrangement (`back` true: from the plain layout at parity 0, or from the
+    /// halo form at the levels' parities with the links as they are now). `amr_ep_gather` moves
+    /// the values between the neighbours' slots and the halo, `amr_ep_local` between the halo
+    /// form and the plain layout within each block.
+    fn rearrange(&mut self, back: bool) -> Result<(), SolverError> {
+        if self.inplace.is_none() {
+            return Ok(());
+        }
+        // Nothing to do: taking up data already stepping, settling data at rest.
+        if (back && !self.at_rest && !self.halo) || (!back && self.at_rest) {
+            return Ok(());
+        }
+        let t0 = self.profile_start()?;
+        if back {
+            if self.at_rest {
+                self.ep_pass(true, true)?;
+            }
+            self.ep_pass(false, true)?;
+        } else {
+            if !self.halo {
+                self.ep_pass(false, false)?;
+            }
+            self.ep_pass(true, false)?;
+            self.odd = [false; MAX_LEVELS as usize + 1];
+        }
         self.at_rest = !back;
+        self.halo = false;
         self.profile_end(Kernel::Settle, t0)?;
         self.tick(if back { "take up" } else { "settle" });
+        Ok(())
+    }
+
+    /// One launch over the active blocks at the levels' parities: `amr_ep_local` (`local`) or
+    /// `amr_ep_gather`, either way (`back`).
+    fn ep_pass(&mut self, local: bool, back: bool) -> Result<(), SolverError> {
+        let Some((gather, local_k)) = self.inplace.clone() else {
+            return Ok(());
+        };
+        let count = self.active;
+        if count == 0 {
+            return Ok(());
+        }
+        let par = self.parity_bits();
+        let b = BLOCK.pow(self.dims as u32);
+        let ids = self.id_set.slice(0..count);
+        let (count32, back32) = (count as u32, u32::from(back));
+        let e = derr("launching a block kernel");
+        // SAFETY (both): arguments as amr_ep_gather and amr_ep_local declare them; the ID set
+        // holds active IDs below the capacity `f` holds with its halo slots; gather's threads
+        // past count * B return, local runs one thread block per ID.
+        if local {
+            let cfg = LaunchConfig { grid_dim: (count32, 1, 1), block_dim: (b as u32, 1, 1), shared_mem_bytes: 0 };
+            let mut k = self.stream.launch_builder(&local_k);
+            k.arg(&ids).arg(&self.level).arg(&par).arg(&back32).arg(&mut self.f);
+            unsafe { k.launch(cfg) }.map_err(&e)?;
+        } else {
+            let cells = count * b;
+            let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let mut k = self.stream.launch_builder(&gather);
+            k.arg(&ids).arg(&count32).arg(&self.level).arg(&self.nbr).arg(&par).arg(&back32).arg(&mut self.f);
+            unsafe { k.launch(cfg) }.map_err(&e)?;
+        }
         Ok(())
     }
 
@@ -904,6 +974,10 @@ impl AmrGpu {
     /// nothing, and [`Self::adapt_marked`] settles only where they do).
     fn block_maxima<L: Lat>(&mut self, lbm: &AmrLbm<L>, q: bool) -> Result<(), SolverError> {
         self.flush()?;
+        // An adaptation's halo form (no step since): into the stepping arrangement first.
+        if self.halo {
+            self.rearrange(true)?;
+        }
         self.sync_params(lbm)?;
         let e = derr("computing the refinement criterion");
         // No zeroing first: every active block gets its value, and the targets read only
@@ -960,7 +1034,7 @@ impl AmrGpu {
             xl.push(0);
         }
         let e = derr("moving the DDFs through an adaptation");
-        self.settle()?;
+        self.settle_for_mesh()?;
         self.sync_params(lbm)?;
         self.stream.memcpy_htod(&xl, &mut self.xlists.slice_mut(0..xl.len())).map_err(&e)?;
         let mut fresh = vec![0u8; self.capacity];
@@ -1014,16 +1088,18 @@ impl AmrGpu {
         }
         .slice(off..off + count);
         // New children and exposed leaf cells are interpolated as ghost cells are, through
-        // the parent tile of amr_interpolate (its modes; the level is each block's own).
+        // the parent tile of amr_interpolate_adapt (its modes; the level is each block's own).
         let prolong = match op {
             Xf::New => Some(PROLONG_NEW),
             Xf::Leaf => Some(PROLONG_EXPOSED),
             _ => None,
         };
+        let form = self.form();
         if let Xf::Mass = op {
             let count = count as u32;
             let mut b = self.stream.launch_builder(&self.mass_k);
-            b.arg(&ids).arg(&count).arg(&self.parent).arg(&self.child).arg(&self.solid).arg(&mut self.f);
+            b.arg(&ids).arg(&count).arg(&self.parent).arg(&self.child).arg(&self.solid).arg(&self.level).arg(&self.nbr).arg(&form);
+            b.arg(&mut self.f);
             // SAFETY: arguments as amr_mass_shift declares them; the list holds new children's
             // IDs below the capacity; threads past count * B load and write nothing.
             unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
@@ -1031,12 +1107,14 @@ impl AmrGpu {
             return Ok(());
         }
         if let Some(mode) = prolong {
-            let (count, l, sel) = (count as u32, 0u32, 0u32);
-            let mut b = self.stream.launch_builder(&self.interpolate);
+            // In these modes `sel` is the form word in place (two buffers: 0, `f` both ways).
+            let sel = if self.inplace.is_some() { form } else { 0 };
+            let (count, l) = (count as u32, 0u32);
+            let mut b = self.stream.launch_builder(&self.interpolate_adapt);
             b.arg(&ids).arg(&count).arg(&l).arg(&self.prm);
             b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
             b.arg(&mut self.f).arg(&mut self.post).arg(&sel).arg(&mode).arg(&self.level).arg(&self.valid).arg(&self.fresh);
-            // SAFETY: arguments as amr_interpolate declares them; the list holds IDs below the
+            // SAFETY: arguments as amr_interpolate_adapt declares them; the list holds IDs below the
             // capacity; threads past count * B load and write nothing.
             unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
             self.tick(XF_NAMES[op as usize]);
@@ -1046,7 +1124,7 @@ impl AmrGpu {
         let mut b = self.stream.launch_builder(&self.transfer_k);
         b.arg(&ids).arg(&count).arg(&op).arg(&self.prm).arg(&self.level);
         b.arg(&self.pos).arg(&self.parent).arg(&self.child).arg(&self.nbr).arg(&self.cmask).arg(&self.solid);
-        b.arg(&mut self.valid).arg(&self.fresh).arg(&mut self.f);
+        b.arg(&mut self.valid).arg(&self.fresh).arg(&form).arg(&mut self.f);
         // SAFETY: arguments as amr_transfer declares them; the list holds IDs below the
         // capacity every array was allocated for; threads past count * B return.
         unsafe { b.launch(cfg) }.map_err(derr("launching a transfer kernel"))?;
@@ -1093,6 +1171,9 @@ impl AmrGpu {
     /// CUDA errors.
     pub fn stats(&mut self, forces: bool) -> Result<DeviceStats, SolverError> {
         self.flush()?;
+        if self.halo {
+            self.rearrange(true)?;
+        }
         let e = derr("computing the statistics");
         self.stream.memset_zeros(&mut self.stat).map_err(&e)?;
         let count = self.active;

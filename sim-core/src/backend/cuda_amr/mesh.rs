@@ -295,9 +295,9 @@ impl AmrGpu {
             return Ok(Ok(report));
         }
         report.counts = (nr, nc);
-        // The data moves with the old lists: every level's in `f` (plain layout in place) first.
-        self.settle()?;
-        self.tick("settle");
+        // The data moves with the old lists: every level's in `f` first (in place: in the halo
+        // form, which holds whatever the links become).
+        self.settle_for_mesh()?;
         if self.report_ids {
             report.coarsened = self.stream.clone_dtoh(&self.xlists.slice(0..nc)).map_err(&e)?;
             report.refined = self.stream.clone_dtoh(&self.rl.slice(0..nr)).map_err(&e)?;
