@@ -5,6 +5,7 @@
 //! then: with the isosurface off nothing more is computed).
 
 use super::frames::{Frame, FramePool, SharedSlot};
+use crate::run::CheckpointPacer;
 use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
@@ -317,9 +318,8 @@ struct Worker {
     flags: Arc<Vec<u8>>,
     strokes: Vec<Stroke>,
     edit_seq: u64,
-    /// When the last rollback checkpoint was taken and how long it took (seconds).
-    last_ckpt_at: Instant,
-    ckpt_secs: f64,
+    /// When the last rollback checkpoint was taken and how long it took.
+    pacer: CheckpointPacer,
     cells: f64,
     stats: Option<(Instant, Stats)>,
     solid: Arc<Vec<u8>>,
@@ -371,11 +371,10 @@ impl Worker {
         // Frames and stats from the last step of each batch (one step old) where the backend
         // can: no pass of their own over the state.
         solver.fuse_frame_fields(true);
-        let t = Instant::now();
         let flags = Arc::new(solver.domain().flags.clone());
         let mass0 = solver.stats().mass;
-        let initial = Arc::new(Saved { ckpt: solver.checkpoint(), flags: Arc::clone(&flags), mass0 });
-        let ckpt_secs = t.elapsed().as_secs_f64();
+        let mut pacer = CheckpointPacer::new();
+        let initial = pacer.take(|| Arc::new(Saved { ckpt: solver.checkpoint(), flags: Arc::clone(&flags), mass0 }));
         let last_good = Arc::clone(&initial);
         let solid = Arc::new(solid_mask(solver.domain()));
         let bricks = Arc::new(solver.bricks());
@@ -402,8 +401,7 @@ impl Worker {
             flags,
             strokes: Vec::new(),
             edit_seq: 0,
-            last_ckpt_at: Instant::now(),
-            ckpt_secs,
+            pacer,
             cells,
             stats: None,
             solid,
@@ -579,12 +577,10 @@ impl Worker {
                 if keep_state && self.go_on_from(old.as_ref()) {
                     return true;
                 }
-                let t = Instant::now();
                 self.flags = Arc::new(self.solver.domain().flags.clone());
                 self.mass0 = self.solver.stats().mass;
-                self.initial = Arc::new(Saved { ckpt: self.solver.checkpoint(), flags: Arc::clone(&self.flags), mass0: self.mass0 });
-                self.ckpt_secs = t.elapsed().as_secs_f64();
-                self.last_ckpt_at = Instant::now();
+                let (solver, flags, mass0) = (&self.solver, &self.flags, self.mass0);
+                self.initial = self.pacer.take(|| Arc::new(Saved { ckpt: solver.checkpoint(), flags: Arc::clone(flags), mass0 }));
                 self.last_good = Arc::clone(&self.initial);
                 self.solid = Arc::new(solid_mask(self.solver.domain()));
                 self.bricks = Arc::new(self.solver.bricks());
@@ -917,17 +913,15 @@ impl Worker {
             left -= k;
             // A rollback state every `checkpoint_every` steps, but spaced in wall time so that
             // copying the state (a GiB on a large GPU grid) costs at most ~5 % of the run.
-            let due = (now + k) % self.checkpoint_every == 0 && self.last_ckpt_at.elapsed().as_secs_f64() >= 20.0 * self.ckpt_secs;
+            let due = (now + k) % self.checkpoint_every == 0 && self.pacer.due();
             if due {
                 let st = self.solver.stats();
                 if st.blown_up() {
                     self.blow_up(&st);
                     return;
                 }
-                let t = Instant::now();
-                self.last_good = Arc::new(Saved { ckpt: self.solver.checkpoint(), flags: Arc::clone(&self.flags), mass0: self.mass0 });
-                self.ckpt_secs = t.elapsed().as_secs_f64();
-                self.last_ckpt_at = Instant::now();
+                let (solver, flags, mass0) = (&self.solver, &self.flags, self.mass0);
+                self.last_good = self.pacer.take(|| Arc::new(Saved { ckpt: solver.checkpoint(), flags: Arc::clone(flags), mass0 }));
             }
         }
         let dt = self.rate_t0.elapsed().as_secs_f64();
