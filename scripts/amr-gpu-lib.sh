@@ -58,3 +58,14 @@ cyl_accuracy() {
   cp "$W/cyl-amr/stats.csv" "$W/cyl-amr-stats.csv" 2>/dev/null
   rm -rf "$W/cyl-amr"
 }
+
+# A run with its statistics every EVERY steps (forces for St and C_D: scripts/strouhal.py), the
+# run's own "done" line printed: run_stats NAME EVERY ARGS... (esoflow run ARGS) into
+# $W/NAME.log and $W/NAME-stats.csv; the exported fields are removed.
+run_stats() {
+  local n=$1 e=$2; shift 2
+  "$S/esoflow" run "$@" --set solver.stats_every="$e" --export "$W/$n" > "$W/$n.log" 2>&1
+  echo "$n: $(grep -h '^done' "$W/$n.log")"
+  cp "$W/$n/stats.csv" "$W/$n-stats.csv" 2>/dev/null
+  rm -rf "$W/$n"
+}

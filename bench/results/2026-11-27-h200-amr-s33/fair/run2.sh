@@ -6,16 +6,9 @@
 # the run's own "done" time (stepping and statistics, no start-up or export). Then the bench
 # of the adaptive run at three intervals, then the adaptive-block GPU tests (session 32's halo
 # form for in-place adaptations).
-source scripts/amr-gpu-lib.sh
+source scripts/amr-gpu-lib.sh  # run_stats: the runs with their statistics
 OPEN="$S/scenes/square_cylinder_open_amr_2d.toml"
 DENSE="$S/scenes/square_cylinder_2d.toml"
-run_stats() { # NAME EVERY ARGS...: esoflow run ARGS with stats every EVERY steps into $W/NAME-stats.csv
-  local n=$1 e=$2; shift 2
-  "$S/esoflow" run "$@" --set solver.stats_every=$e --export "$W/$n" > "$W/$n.log" 2>&1
-  echo "$n: $(grep -h '^done' "$W/$n.log")"
-  cp "$W/$n/stats.csv" "$W/$n-stats.csv" 2>/dev/null
-  rm -rf "$W/$n"
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee "$W/device.txt"
 run_stats open-amr 10 "$OPEN" --backend cuda --steps 20000
 run_stats open-dense 40 "$DENSE" --backend cuda --steps 80000 \

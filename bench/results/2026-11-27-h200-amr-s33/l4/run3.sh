@@ -2,17 +2,10 @@
 # Session 33, device call 3 (same binary as call 2): the open-flow square cylinder one level
 # further (D = 80 finest cells: adaptive blocks on 5 levels against the dense 4033 x 2561 grid),
 # and square_cylinder_amr_2d.toml (blockage 1/8) at equal accuracy with the dense solver's
-# checkpoints paced (session 29's 8.5x was timed with a checkpoint every 10 dense steps).
-source scripts/amr-gpu-lib.sh
+# checkpoints paced (session 28's 8.5x was timed with a checkpoint every 10 dense steps).
+source scripts/amr-gpu-lib.sh  # run_stats: the runs with their statistics
 OPEN="$S/scenes/square_cylinder_open_amr_2d.toml"
 DENSE="$S/scenes/square_cylinder_2d.toml"
-run_stats() { # NAME EVERY ARGS...: esoflow run ARGS with stats every EVERY steps into $W/NAME-stats.csv
-  local n=$1 e=$2; shift 2
-  "$S/esoflow" run "$@" --set solver.stats_every=$e --export "$W/$n" > "$W/$n.log" 2>&1
-  echo "$n: $(grep -h '^done' "$W/$n.log")"
-  cp "$W/$n/stats.csv" "$W/$n-stats.csv" 2>/dev/null
-  rm -rf "$W/$n"
-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee "$W/device.txt"
 run_stats cyl-amr 10 "$S/scenes/square_cylinder_amr_2d.toml" --backend cuda --steps 20000
 run_stats cyl-dense 20 "$DENSE" --backend cuda --steps 40000
