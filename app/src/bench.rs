@@ -12,7 +12,6 @@ use sim_core::lattice::Lattice;
 use sim_core::precision::Precision;
 use sim_core::schemes::Scheme;
 use sim_core::{Params, Solver};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -22,8 +21,8 @@ pub struct BenchArgs {
     /// Backend to measure.
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendChoice,
-    /// Edge of the 3D box (2D boxes get the same cell count).
-    #[arg(long, default_value_t = 100)]
+    /// Edge of the 3D box, 4 to 65536 (2D boxes get the same cell count).
+    #[arg(long, default_value_t = 100, value_parser = box_edge)]
     pub size: usize,
     /// Only these lattices (comma separated: D2Q9,D3Q19,D3Q27).
     #[arg(long, value_delimiter = ',')]
@@ -34,8 +33,8 @@ pub struct BenchArgs {
     /// Only these precisions (comma separated: fp32,fp16s,fp16c).
     #[arg(long, value_delimiter = ',')]
     pub precision: Vec<String>,
-    /// Seconds to time each case (at least 3 steps).
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds to time each case (at least 3 steps), 0.01 to 86400.
+    #[arg(long, default_value_t = 1.0, value_parser = bench_secs)]
     pub seconds: f64,
     /// Also write the table as CSV.
     #[arg(long, value_name = "FILE")]
@@ -59,8 +58,8 @@ pub struct BenchArgs {
     /// Override a scene key for --compress / --subgrids / --amr, e.g. --set domain.size=[384,128,128].
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Steps to run the scene before compressing (--compress).
-    #[arg(long, default_value_t = 2000)]
+    /// Steps to run the scene before compressing (--compress), 0 to 10^12.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=crate::run::MAX_STEPS))]
     pub steps: u64,
     /// Thresholds to sweep with --compress / --subgrids (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
     #[arg(long, value_delimiter = ',')]
@@ -69,6 +68,18 @@ pub struct BenchArgs {
     /// reports MLUPS, MLUPS per GPU, speedup and scaling efficiency.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
+}
+
+fn box_edge(s: &str) -> Result<usize, String> {
+    let n: usize = s.trim().parse().map_err(|_| format!("expected a whole number from 4 to 65536, got \"{s}\""))?;
+    if !(4..=65_536).contains(&n) {
+        return Err(format!("{n} is out of range: give an edge from 4 to 65536 cells"));
+    }
+    Ok(n)
+}
+
+fn bench_secs(s: &str) -> Result<f64, String> {
+    crate::parse_f64_in(s, 0.01, 86_400.0)
 }
 
 /// Measured copy bandwidth in GB/s, counting bytes read plus bytes written.
@@ -218,37 +229,40 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         disaggregation_gain(a)?;
     }
     if let Some(path) = &a.csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-        let date = date_utc();
-        let cmd: Vec<String> = std::env::args().collect();
-        writeln!(f, "# device: {device}")?;
-        writeln!(f, "# date: {date}")?;
-        writeln!(f, "# command: {}", cmd.join(" "))?;
-        writeln!(f, "# copy_gbs: {copy:.3}")?;
-        writeln!(
-            f,
-            "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs"
-        )?;
-        for r in &rows {
-            let gbs = r.mlups * r.moved / 1e3;
+        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
+            let date = date_utc();
+            let cmd: Vec<String> = std::env::args().collect();
+            writeln!(f, "# device: {device}")?;
+            writeln!(f, "# date: {date}")?;
+            writeln!(f, "# command: {}", cmd.join(" "))?;
+            writeln!(f, "# copy_gbs: {copy:.3}")?;
             writeln!(
                 f,
-                "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
-                r.lattice.name(),
-                r.scheme.name(),
-                r.precision.name(),
-                r.size[0],
-                r.size[1],
-                r.size[2],
-                r.steps,
-                r.mlups,
-                r.stored,
-                r.moved,
-                gbs,
-                100.0 * gbs / copy,
-                copy
+                "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs"
             )?;
-        }
+            for r in &rows {
+                let gbs = r.mlups * r.moved / 1e3;
+                writeln!(
+                    f,
+                    "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
+                    r.lattice.name(),
+                    r.scheme.name(),
+                    r.precision.name(),
+                    r.size[0],
+                    r.size[1],
+                    r.size[2],
+                    r.steps,
+                    r.mlups,
+                    r.stored,
+                    r.moved,
+                    gbs,
+                    100.0 * gbs / copy,
+                    copy
+                )?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -376,19 +390,22 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if let Some(path) = &a.csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-        let cmd: Vec<String> = std::env::args().collect();
-        writeln!(f, "# device: {n} x {device}")?;
-        writeln!(f, "# date: {}", date_utc())?;
-        writeln!(f, "# command: {}", cmd.join(" "))?;
-        writeln!(f, "# copy_gbs (one GPU, read + write): {copy:.3}")?;
-        writeln!(
-            f,
-            "device,gpus,lattice,precision,nx,ny,nz,steps,mlups_1gpu,mlups_ngpu,mlups_per_gpu,speedup,efficiency,transport,copy_gbs"
-        )?;
-        for l in &lines {
-            writeln!(f, "{l}")?;
-        }
+        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
+            let cmd: Vec<String> = std::env::args().collect();
+            writeln!(f, "# device: {n} x {device}")?;
+            writeln!(f, "# date: {}", date_utc())?;
+            writeln!(f, "# command: {}", cmd.join(" "))?;
+            writeln!(f, "# copy_gbs (one GPU, read + write): {copy:.3}")?;
+            writeln!(
+                f,
+                "device,gpus,lattice,precision,nx,ny,nz,steps,mlups_1gpu,mlups_ngpu,mlups_per_gpu,speedup,efficiency,transport,copy_gbs"
+            )?;
+            for l in &lines {
+                writeln!(f, "{l}")?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

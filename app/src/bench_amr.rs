@@ -6,7 +6,6 @@
 
 use crate::bench::date_utc;
 use anyhow::{bail, Context};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -79,33 +78,36 @@ pub fn bench_amr(
     println!("  mass {:.9e}, max |u| {:.4}", stats.mass, stats.max_u);
     println!("  DDF storage {} (the solver's memory {:.3} GB)", info.scheme, info.memory_bytes as f64 / 1e9);
     if let Some(path) = csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-        writeln!(
-            f,
-            "# esoflow bench --amr {} --backend {} {} --steps {warmup} --seconds {seconds}; device {}; date {}",
-            scene.display(),
-            info.backend,
-            sets.iter().map(|s| format!("--set {s}")).collect::<Vec<_>>().join(" "),
-            info.device,
-            date_utc()
-        )?;
-        writeln!(f, "lattice,precision,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share,scheme,memory_bytes")?;
-        writeln!(
-            f,
-            "{},{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5},{},{}",
-            info.lattice,
-            info.precision,
-            info.backend,
-            adapt / wall,
-            a1.adaptations - a0.adaptations,
-            leaves.join("/"),
-            a1.blocks.0,
-            a1.blocks.1,
-            a1.effective_cells,
-            share,
-            info.scheme,
-            info.memory_bytes
-        )?;
+        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
+            writeln!(
+                f,
+                "# esoflow bench --amr {} --backend {} {} --steps {warmup} --seconds {seconds}; device {}; date {}",
+                scene.display(),
+                info.backend,
+                sets.iter().map(|s| format!("--set {s}")).collect::<Vec<_>>().join(" "),
+                info.device,
+                date_utc()
+            )?;
+            writeln!(f, "lattice,precision,backend,coarse_steps,wall_s,mlups_seed,mlups_stepping,refine_share,adaptations,leaves_per_level,active_blocks,capacity,effective_cells,uniform_update_share,scheme,memory_bytes")?;
+            writeln!(
+                f,
+                "{},{},{},{steps},{wall:.4},{mlups:.2},{mlups_steps:.2},{:.5},{},{},{},{},{},{:.5},{},{}",
+                info.lattice,
+                info.precision,
+                info.backend,
+                adapt / wall,
+                a1.adaptations - a0.adaptations,
+                leaves.join("/"),
+                a1.blocks.0,
+                a1.blocks.1,
+                a1.effective_cells,
+                share,
+                info.scheme,
+                info.memory_bytes
+            )?;
+            Ok(())
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(())

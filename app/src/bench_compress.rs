@@ -13,7 +13,6 @@ use anyhow::{bail, Context};
 use sim_core::compress::{field::block_counts, nmse, BlockShape, CompressedField, Thresholds};
 use sim_core::domain::is_solid;
 use sim_core::precision::Precision;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -204,29 +203,32 @@ pub fn bench_compress(
     );
     println!("x step: compress / decompress time of all {q} planes over one LBM step of the same grid.");
     if let Some(path) = csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        writeln!(f, "# esoflow bench --compress {} {}; device {device}; date {}", scene.display(), sets.join(" "), date_utc())?;
-        writeln!(f, "# grid {:?} {} steps {steps}; LBM step {step_ms:.4} ms on {}", n, info.lattice, info.backend)?;
-        writeln!(
-            f,
-            "tau,ratio,nmse_rho,nmse_ddf,blocks_dense,blocks_mask,blocks_coo,mass_drift_per_cell,compress_ms,decompress_ms,step_ms"
-        )?;
-        for r in &rows {
+        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
+            writeln!(f, "# esoflow bench --compress {} {}; device {device}; date {}", scene.display(), sets.join(" "), date_utc())?;
+            writeln!(f, "# grid {:?} {} steps {steps}; LBM step {step_ms:.4} ms on {}", n, info.lattice, info.backend)?;
             writeln!(
                 f,
-                "{:e},{:.4},{:.4e},{:.4e},{},{},{},{:.3e},{:.4},{:.4},{step_ms:.4}",
-                r.tau,
-                r.ratio,
-                r.nmse_rho,
-                r.nmse_ddf,
-                r.formats[0],
-                r.formats[1],
-                r.formats[2],
-                r.mass_drift,
-                r.compress_ms,
-                r.decompress_ms
+                "tau,ratio,nmse_rho,nmse_ddf,blocks_dense,blocks_mask,blocks_coo,mass_drift_per_cell,compress_ms,decompress_ms,step_ms"
             )?;
-        }
+            for r in &rows {
+                writeln!(
+                    f,
+                    "{:e},{:.4},{:.4e},{:.4e},{},{},{},{:.3e},{:.4},{:.4},{step_ms:.4}",
+                    r.tau,
+                    r.ratio,
+                    r.nmse_rho,
+                    r.nmse_ddf,
+                    r.formats[0],
+                    r.formats[1],
+                    r.formats[2],
+                    r.mass_drift,
+                    r.compress_ms,
+                    r.decompress_ms
+                )?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

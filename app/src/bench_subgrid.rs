@@ -12,7 +12,6 @@ use sim_core::compress::nmse;
 use sim_core::domain::Domain;
 use sim_core::scene::human_bytes;
 use sim_core::Solver;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -163,39 +162,42 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
          launch gaps; ratio = FP32 DDFs over shells + records)"
     );
     if let Some(path) = csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
-        writeln!(
-            f,
-            "# esoflow bench --subgrids {} {} --steps {steps}; device {}; date {}",
-            scene.display(),
-            sets.join(" "),
-            gpu.name,
-            date_utc()
-        )?;
-        writeln!(f, "# grid {n:?} {}; subgrids {g:?}; budget {budget:?}; dense {dense} bytes", dom.lattice)?;
-        writeln!(f, "tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho")?;
-        for r in &rows {
+        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
             writeln!(
                 f,
-                "{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{}",
-                r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:e}")),
-                r.mlups,
-                r.step_ms,
-                r.lbm,
-                r.decompress,
-                r.compress,
-                r.interfaces,
-                r.store,
-                r.sync(),
-                r.ratio,
-                r.device_bytes,
-                r.host_bytes,
-                r.tau_range.0,
-                r.tau_range.1,
-                r.drift,
-                r.nmse.map_or_else(String::new, |x| format!("{x:e}"))
+                "# esoflow bench --subgrids {} {} --steps {steps}; device {}; date {}",
+                scene.display(),
+                sets.join(" "),
+                gpu.name,
+                date_utc()
             )?;
-        }
+            writeln!(f, "# grid {n:?} {}; subgrids {g:?}; budget {budget:?}; dense {dense} bytes", dom.lattice)?;
+            writeln!(f, "tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho")?;
+            for r in &rows {
+                writeln!(
+                    f,
+                    "{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{}",
+                    r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:e}")),
+                    r.mlups,
+                    r.step_ms,
+                    r.lbm,
+                    r.decompress,
+                    r.compress,
+                    r.interfaces,
+                    r.store,
+                    r.sync(),
+                    r.ratio,
+                    r.device_bytes,
+                    r.host_bytes,
+                    r.tau_range.0,
+                    r.tau_range.1,
+                    r.drift,
+                    r.nmse.map_or_else(String::new, |x| format!("{x:e}"))
+                )?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if rows.is_empty() {

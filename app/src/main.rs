@@ -84,6 +84,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parse a number for a flag that takes values from `lo` to `hi` (finite): the message says
+/// which values are valid.
+///
+/// # Errors
+/// Not a number, not finite, or out of the range.
+pub fn parse_f64_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("expected a number from {lo} to {hi}, got \"{s}\""))?;
+    if !(v >= lo && v <= hi) {
+        return Err(format!("{} is out of range: give a number from {lo} to {hi}", s.trim()));
+    }
+    Ok(v)
+}
+
 /// Total and available memory of this machine in bytes, from /proc/meminfo.
 #[must_use]
 pub fn host_memory() -> Option<(u64, u64)> {

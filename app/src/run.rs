@@ -1,7 +1,7 @@
 //! `esoflow run`: run a scene headless.
 
 use crate::{BackendChoice, DEFAULT_SCENE, DEFAULT_SCENE_NAME};
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim_core::backend::cpu;
@@ -9,8 +9,10 @@ use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
 use sim_core::scene::{self, human_bytes, LoadedScene};
 use sim_core::Solver;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 /// Exit code of a run stopped by a blow-up.
@@ -63,8 +65,8 @@ pub struct RunArgs {
     /// exchanged through NCCL).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
-    /// Steps to run (default: the scene's solver.steps).
-    #[arg(long)]
+    /// Steps to run (default: the scene's solver.steps), 0 to 10^12.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_STEPS))]
     pub steps: Option<u64>,
     /// Override a scene key, e.g. --set solver.scheme=aa --set fluid.reynolds=200.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -72,13 +74,13 @@ pub struct RunArgs {
     /// Write fields.csv, fields.vti and stats.csv into this directory.
     #[arg(long, value_name = "DIR")]
     pub export: Option<PathBuf>,
-    /// Also export the fields every K steps (fields_STEP.csv / .vti).
-    #[arg(long, value_name = "K")]
+    /// Also export the fields every K steps (fields_STEP.csv / .vti), K >= 1.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
     pub every: Option<u64>,
     /// Save a checkpoint to this file at the end (and every K steps with --every).
     #[arg(long, value_name = "FILE")]
     pub checkpoint: Option<PathBuf>,
-    /// Resume from a checkpoint made on the same scene.
+    /// Resume from a checkpoint made on the same scene (stats.csv in --export is continued).
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
     /// After the run, render the view offscreen (no window) and write it as PNG.
@@ -92,6 +94,17 @@ pub struct RunArgs {
     /// outlines=bricks+subgrids.
     #[arg(long, value_name = "SPEC", requires = "screenshot")]
     pub view: Option<String>,
+    /// Where stderr is not a terminal (a log file, a pipe), print a progress line every SECONDS
+    /// (0.1 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = progress_secs)]
+    pub progress_every: f64,
+}
+
+/// Largest `--steps` and `--every`.
+pub const MAX_STEPS: u64 = 1_000_000_000_000;
+
+fn progress_secs(s: &str) -> Result<f64, String> {
+    crate::parse_f64_in(s, 0.1, 86_400.0)
 }
 
 fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -190,22 +203,133 @@ fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Resul
     Ok(vec![csv, vti])
 }
 
+/// Check every destination a run writes to before the first step, so that a bad path fails
+/// at once instead of after the compute: the export folder is created and must take files
+/// (leftover temporary files of killed runs in it are removed), the checkpoint's folder must
+/// take files, and a screenshot must be a PNG in a folder that takes files, with a GPU adapter
+/// to render it (opened here and returned for the end of the run).
+fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::Gpu>> {
+    if let Some(d) = &a.export {
+        std::fs::create_dir_all(d).with_context(|| format!("--export {}: cannot create the folder", d.display()))?;
+        sim_core::atomic_file::probe_dir(d).with_context(|| format!("--export {}: cannot write into the folder", d.display()))?;
+        let n = sim_core::atomic_file::remove_leftovers(d);
+        if n > 0 {
+            eprintln!("note: removed {n} partial file(s) that an interrupted run left in {}", d.display());
+        }
+    }
+    if let Some(c) = &a.checkpoint {
+        sim_core::atomic_file::check_writable(c).map_err(|e| anyhow!("--checkpoint {e}"))?;
+    }
+    let Some(p) = &a.screenshot else { return Ok(None) };
+    let png = p.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !png {
+        bail!("--screenshot {}: screenshots are written as PNG; give a file name ending in .png", p.display());
+    }
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--screenshot {}: cannot create the folder {}", p.display(), dir.display()))?;
+    }
+    sim_core::atomic_file::check_writable(p).map_err(|e| anyhow!("--screenshot {e}"))?;
+    let gpu = crate::viewer::headless::gpu().map_err(|e| anyhow!("--screenshot {}: no GPU adapter to render it: {e}", p.display()))?;
+    Ok(Some(gpu))
+}
+
+/// Signals that ask a run to stop (Ctrl+C, SIGTERM, SIGHUP): the first finishes the steps under
+/// way and writes what was asked for, the second exits at once (every file is written whole or
+/// not at all, so that loses nothing already written).
+static STOPS: AtomicU32 = AtomicU32::new(0);
+
+/// Exit code of a run stopped by a signal (128 + SIGINT, as shells report Ctrl+C).
+pub const EXIT_STOPPED: u8 = 130;
+
+fn catch_stops() {
+    let r = ctrlc::set_handler(|| {
+        if STOPS.fetch_add(1, Ordering::SeqCst) == 0 {
+            eprintln!("\nstopping: finishing the steps under way, then writing the outputs asked for (press Ctrl+C again to quit at once)");
+        } else {
+            eprintln!("\nquit at once");
+            std::process::exit(i32::from(EXIT_STOPPED));
+        }
+    });
+    if let Err(e) = r {
+        tracing::warn!("Ctrl+C will end the run at once: {e}");
+    }
+}
+
+fn stop_asked() -> bool {
+    STOPS.load(Ordering::SeqCst) > 0
+}
+
+/// How far a run got and how fast, for the progress bar, the plain progress lines (stderr not
+/// a terminal) and the stats rows.
+struct Progress {
+    bar: ProgressBar,
+    plain: Option<(f64, Instant)>,
+    start: u64,
+    end: u64,
+    t0: Instant,
+}
+
+impl Progress {
+    fn new(start: u64, end: u64, plain_every: f64) -> Progress {
+        let plain = !std::io::stderr().is_terminal();
+        let bar = if plain { ProgressBar::hidden() } else { ProgressBar::new(end - start) };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}  ETA {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Progress { bar, plain: plain.then(|| (plain_every, Instant::now())), start, end, t0: Instant::now() }
+    }
+
+    fn update(&mut self, step: u64, msg: String) {
+        self.bar.set_position(step - self.start);
+        if let Some((every, last)) = &mut self.plain {
+            if last.elapsed().as_secs_f64() >= *every {
+                *last = Instant::now();
+                let done = (step - self.start) as f64;
+                let total = (self.end - self.start).max(1) as f64;
+                let secs = self.t0.elapsed().as_secs_f64();
+                let eta = if done > 0.0 { format!("{:.0} s", secs * (total - done) / done) } else { "-".into() };
+                eprintln!("progress: step {step} of {} ({:.1} %), {msg}, {secs:.0} s elapsed, ETA {eta}", self.end, 100.0 * done / total);
+            }
+        }
+        self.bar.set_message(msg);
+    }
+}
+
+/// The solver's own summary of the chunk just run, for the progress line.
+fn chunk_message(solver: &dyn Solver, mlups: f64) -> String {
+    match (solver.compression(), solver.amr_counts()) {
+        (Some(c), _) => format!("{mlups:.1} MLUPS, compressed {:.1}x ({})", c.ratio, human_bytes(c.bytes)),
+        (None, Some(i)) => format!("{mlups:.1} MLUPS, leaves per level {:?}, {:.1} % in refinement", i.leaves, 100.0 * i.adapt_share()),
+        (None, None) => format!("{mlups:.1} MLUPS"),
+    }
+}
+
+/// Wall time a batch of steps aims at between two looks at the stop flag and the progress.
+const BATCH_SECS: f64 = 0.25;
+
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     let view = a.view.as_deref().map(crate::viewer::ViewSpec::parse).transpose()?.unwrap_or_default();
     let ls = load_scene(a.scene.as_deref(), &a.set)?;
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
+    let render_gpu = check_outputs(a)?;
+    let resume = match &a.resume {
+        Some(r) => Some(Checkpoint::load(r).map_err(|e| anyhow!("--resume {e}"))?),
+        None => None,
+    };
     set_gpus(a.gpus);
     let mut solver = build_solver(&ls, a.backend)?;
-    if let Some(r) = &a.resume {
-        let c = Checkpoint::load(r).map_err(anyhow::Error::msg)?;
-        solver.restore(&c).with_context(|| format!("resuming from {}", r.display()))?;
+    if let (Some(r), Some(c)) = (&a.resume, &resume) {
+        solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
+        eprintln!("resumed from step {} ({})", c.step, r.display());
     }
+    drop(resume);
     let info = solver.info();
     let steps = a.steps.unwrap_or(ls.scene.solver.steps);
     let start_step = solver.time_step();
-    let end_step = start_step + steps;
+    let end_step = start_step.checked_add(steps).context("--steps: the run would end beyond step 2^64")?;
     let cells = (info.size[0] * info.size[1] * info.size[2]) as f64;
     eprintln!(
         "{}: {} {}x{}x{}, {} {} {}, tau {:.4}, {} steps on {} ({})",
@@ -222,50 +346,73 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         info.backend,
         info.device
     );
-    if let Some(d) = &a.export {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
     let mut stats_w = match &a.export {
-        Some(d) => Some(StatsWriter::create(&d.join("stats.csv")).with_context(|| format!("writing {}", d.join("stats.csv").display()))?),
+        Some(d) => {
+            let p = d.join("stats.csv");
+            let w = if a.resume.is_some() {
+                let (w, kept) = StatsWriter::resume(&p, start_step).with_context(|| format!("continuing {}", p.display()))?;
+                if kept > 0 {
+                    eprintln!("continuing {} after its {kept} rows before step {start_step}", p.display());
+                }
+                w
+            } else {
+                StatsWriter::create(&p).with_context(|| format!("writing {}", p.display()))?
+            };
+            Some(w)
+        }
         None => None,
     };
     let stats_every = ls.scene.solver.stats_every;
-    let every = a.every.filter(|&k| k > 0);
-    let bar = ProgressBar::new(steps);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} steps  {msg}  ETA {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let every = a.every;
+    catch_stops();
+    let mut progress = Progress::new(start_step, end_step, a.progress_every);
     let mut pacer = CheckpointPacer::new();
     let mut last_good = pacer.take(|| solver.checkpoint());
     let mut written: Vec<PathBuf> = Vec::new();
     let t0 = Instant::now();
-    let mut mlups = 0.0;
+    // Cell updates and seconds since the last stats row: the row's MLUPS.
+    let (mut row_updates, mut row_secs, mut mlups) = (0.0f64, 0.0f64, 0.0f64);
+    let mut secs_per_step = 0.0f64;
     if let Some(w) = stats_w.as_mut() {
         w.row(&solver.stats(), 0.0)?;
     }
+    let mut row_at = start_step;
+    let mut stopped = false;
     while solver.time_step() < end_step {
+        if stop_asked() {
+            stopped = true;
+            break;
+        }
         let now = solver.time_step();
         let mut next = (now / stats_every + 1) * stats_every;
         if let Some(k) = every {
             next = next.min((now / k + 1) * k);
         }
         let next = next.min(end_step);
+        // Batches of about BATCH_SECS between the boundaries, so that a stop or a progress line
+        // never waits for a long stretch of steps.
+        let batch = if secs_per_step > 0.0 { ((BATCH_SECS / secs_per_step) as u64).max(1) } else { 1 };
+        let to = next.min(now + batch);
         let chunk_t = Instant::now();
-        solver.step(next - now)?;
-        let dt = chunk_t.elapsed().as_secs_f64();
-        // Adaptive runs count cell updates as seed 004 does (a level-l cell 2^l times a step).
-        let amr = solver.amr();
-        let updates = amr.as_ref().map_or(cells, |i| i.updates_per_step as f64);
-        mlups = updates * (next - now) as f64 / dt.max(1e-9) / 1e6;
-        bar.set_position(next - start_step);
-        bar.set_message(match (solver.compression(), amr) {
-            (Some(c), _) => format!("{mlups:.1} MLUPS, compressed {:.1}x ({})", c.ratio, human_bytes(c.bytes)),
-            (None, Some(i)) => format!("{mlups:.1} MLUPS, leaves per level {:?}, {:.1} % in refinement", i.leaves, 100.0 * i.adapt_share()),
-            (None, None) => format!("{mlups:.1} MLUPS"),
-        });
+        solver.step(to - now)?;
+        // The clock stops when the device has finished, not when the steps were queued.
+        solver.synchronize()?;
+        let dt = chunk_t.elapsed().as_secs_f64().max(1e-9);
+        secs_per_step = dt / (to - now) as f64;
+        // Adaptive runs count a level-l cell 2^l times a step (as the adaptive-block papers do).
+        let updates = solver.amr_counts().map_or(cells, |i| i.updates_per_step as f64);
+        row_updates += updates * (to - now) as f64;
+        row_secs += dt;
+        mlups = updates * (to - now) as f64 / dt / 1e6;
+        progress.update(to, chunk_message(solver.as_ref(), mlups));
+        if to != next {
+            continue;
+        }
+        let row_due = next % stats_every == 0 || next == end_step;
+        let export_due = every.is_some_and(|k| next % k == 0 && next != end_step);
         let st = solver.stats();
         if st.blown_up() {
-            bar.abandon();
+            progress.bar.abandon();
             let good = last_good.step;
             let cell =
                 st.first_bad_cell.map(|c| format!(" (first non-finite cell at x={}, y={}, z={})", c[0], c[1], c[2])).unwrap_or_default();
@@ -278,39 +425,83 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(d) = &a.export {
                 let p = d.join("last_good.ckpt");
                 last_good.save(&p).with_context(|| format!("writing {}", p.display()))?;
-                written.extend(export_fields(d, solver.as_ref(), "")?);
+                export_fields(d, solver.as_ref(), "")?;
                 eprintln!("wrote the last good state to {} and {}", p.display(), d.join("fields.vti").display());
             }
             return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
         }
-        if next % stats_every == 0 || next == end_step {
+        if row_due {
             if let Some(w) = stats_w.as_mut() {
-                w.row(&st, mlups)?;
+                w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;
             }
+            (row_updates, row_secs, row_at) = (0.0, 0.0, next);
             if pacer.due() {
                 last_good = pacer.take(|| solver.checkpoint());
             }
         }
-        if let Some(k) = every {
-            if next % k == 0 && next != end_step {
-                if let Some(d) = &a.export {
-                    written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"))?);
-                }
-                if let Some(c) = &a.checkpoint {
-                    solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
-                }
+        if export_due {
+            if let Some(d) = &a.export {
+                written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"))?);
+            }
+            if let Some(c) = &a.checkpoint {
+                solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
             }
         }
     }
-    bar.finish_and_clear();
+    progress.bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     let st = solver.stats();
+    if stopped {
+        // The stats row of the step the run stopped at (a stop between rows), unless the state
+        // is not worth one: a blow-up since the last row goes back to the last good state.
+        if st.blown_up() {
+            solver.restore(&last_good)?;
+            eprintln!("the state at step {} is not finite; the outputs hold the last good state, step {}", st.step, last_good.step);
+        } else if st.step != row_at {
+            if let Some(w) = stats_w.as_mut() {
+                w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;
+            }
+        }
+    }
+    let st = solver.stats();
+    let done = solver.time_step() - start_step;
     let amr = solver.amr();
-    let avg = amr.as_ref().map_or(cells, |i| i.updates_per_step as f64) * steps as f64 / secs.max(1e-9) / 1e6;
+    let avg = amr.as_ref().map_or(cells, |i| i.updates_per_step as f64) * done as f64 / secs.max(1e-9) / 1e6;
     eprintln!(
-        "done: step {}, {:.2} s, {:.1} MLUPS (last chunk {:.1}), mass {:.6e}, max |u| {:.4e}",
-        st.step, secs, avg, mlups, st.mass, st.max_u
+        "{}: step {}, {:.2} s, {:.1} MLUPS (last batch {:.1}), mass {:.6e}, max |u| {:.4e}",
+        if stopped { "stopped" } else { "done" },
+        st.step,
+        secs,
+        avg,
+        mlups,
+        st.mass,
+        st.max_u
     );
+    report_solver(solver.as_ref(), &st);
+    if let Some(d) = &a.export {
+        written.extend(export_fields(d, solver.as_ref(), "")?);
+        written.push(d.join("stats.csv"));
+    }
+    if let Some(c) = &a.checkpoint {
+        solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
+        written.push(c.clone());
+    }
+    if let (Some(p), Some(gpu)) = (&a.screenshot, &render_gpu) {
+        let adapter = crate::viewer::headless::screenshot_solver(gpu, solver.as_ref(), &view, p)
+            .with_context(|| format!("screenshot {}", p.display()))?;
+        eprintln!("rendered {} offscreen on {adapter}", p.display());
+        written.push(p.clone());
+    }
+    list_written(&written);
+    if stopped {
+        eprintln!("stopped at step {} by a signal; the outputs above hold that state", solver.time_step());
+        return Ok(ExitCode::from(EXIT_STOPPED));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the compressed and adaptive solvers and the obstacles report at the end of a run.
+fn report_solver(solver: &dyn Solver, st: &sim_core::Stats) {
     if let Some(c) = solver.compression() {
         let tau = if c.tau.0 == c.tau.1 { format!("tau {:e}", c.tau.0) } else { format!("tau {:e} to {:e}", c.tau.0, c.tau.1) };
         let budget = c.budget.map(|b| format!(", budget {}", human_bytes(b))).unwrap_or_default();
@@ -322,7 +513,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             c.subgrids
         );
     }
-    if let Some(i) = amr {
+    if let Some(i) = solver.amr() {
         eprintln!(
             "adaptive blocks: leaves per level {:?} ({} of {} blocks in use), {} cell updates a step against {} cells at the finest level \
              ({:.1} % of them), {} adaptations, {:.2} % of the time in refinement; last: {}",
@@ -340,33 +531,21 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {
         eprintln!("force on {name}: ({:.4e}, {:.4e}, {:.4e})", f[0], f[1], f[2]);
     }
-    if let Some(d) = &a.export {
-        written.extend(export_fields(d, solver.as_ref(), "")?);
-        written.push(d.join("stats.csv"));
-    }
-    if let Some(c) = &a.checkpoint {
-        solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
-        written.push(c.clone());
-    }
-    if let Some(p) = &a.screenshot {
-        let adapter =
-            crate::viewer::headless::screenshot_solver(solver.as_ref(), &view, p).with_context(|| format!("screenshot {}", p.display()))?;
-        eprintln!("rendered {} offscreen on {adapter}", p.display());
-        written.push(p.clone());
-    }
+}
+
+fn list_written(written: &[PathBuf]) {
     if written.is_empty() {
         eprintln!("no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)");
-    } else {
-        eprintln!("output:");
-        for w in written.iter().filter(|p| !p.to_string_lossy().contains("fields_")) {
-            eprintln!("  {}", w.display());
-        }
-        let n = written.iter().filter(|p| p.to_string_lossy().contains("fields_")).count();
-        if n > 0 {
-            eprintln!("  and {n} intermediate field files (fields_STEP.csv/.vti)");
-        }
+        return;
     }
-    Ok(ExitCode::SUCCESS)
+    eprintln!("output:");
+    for w in written.iter().filter(|p| !p.to_string_lossy().contains("fields_")) {
+        eprintln!("  {}", w.display());
+    }
+    let n = written.iter().filter(|p| p.to_string_lossy().contains("fields_")).count();
+    if n > 0 {
+        eprintln!("  and {n} intermediate field files (fields_STEP.csv/.vti)");
+    }
 }
 
 #[cfg(test)]

@@ -60,6 +60,16 @@ impl Checkpoint {
     /// Serialise.
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.data.len() + 1024);
+        self.write_to(&mut out).unwrap_or_else(|_| unreachable!("writing to a Vec cannot fail"));
+        out
+    }
+
+    /// Serialise into `w` without a copy of the data in memory (the CRC is computed on the way).
+    ///
+    /// # Errors
+    /// I/O errors of `w`.
+    pub fn write_to(&self, w: &mut dyn Write) -> std::io::Result<()> {
         let p = &self.params;
         let header = format!(
             "lattice={}\nprecision={}\nsize={}x{}x{}\nflags_crc={}\nstep={}\ncollision={}\ntau={}\ncs={}\nforce={}\nwalls={}\ninlets={}\noutlets={}\n",
@@ -78,15 +88,17 @@ impl Checkpoint {
             vecs(&p.inlets),
             p.outlets.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         );
-        let mut out = Vec::with_capacity(self.data.len() + header.len() + 40);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(&(self.data.len() as u64).to_le_bytes());
-        out.extend_from_slice(&self.data);
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        let mut crc = crc32fast::Hasher::new();
+        let mut put = |w: &mut dyn Write, b: &[u8]| -> std::io::Result<()> {
+            crc.update(b);
+            w.write_all(b)
+        };
+        put(w, MAGIC)?;
+        put(w, &(header.len() as u64).to_le_bytes())?;
+        put(w, header.as_bytes())?;
+        put(w, &(self.data.len() as u64).to_le_bytes())?;
+        put(w, &self.data)?;
+        w.write_all(&crc.finalize().to_le_bytes())
     }
 
     /// Parse, refusing anything damaged.
@@ -103,17 +115,25 @@ impl Checkpoint {
             return Err("checksum mismatch: the file is damaged or truncated".into());
         }
         let mut pos = 16;
-        let take_u64 = |pos: &mut usize| -> Result<u64, String> {
-            let s = body.get(*pos..*pos + 8).ok_or("truncated")?;
-            *pos += 8;
-            Ok(u64::from_le_bytes(s.try_into().map_err(|_| "truncated")?))
+        // Lengths come from the file: every range is checked before it is used.
+        let span = |pos: usize, len: u64| -> Option<std::ops::Range<usize>> {
+            let end = pos.checked_add(usize::try_from(len).ok()?)?;
+            (end <= body.len()).then_some(pos..end)
         };
-        let hl = take_u64(&mut pos)? as usize;
-        let header = std::str::from_utf8(body.get(pos..pos + hl).ok_or("truncated header")?).map_err(|_| "header is not text")?;
-        pos += hl;
-        let dl = take_u64(&mut pos)? as usize;
-        let data = body.get(pos..pos + dl).ok_or("truncated data")?.to_vec();
-        if pos + dl != body.len() {
+        let take_u64 = |pos: &mut usize| -> Result<u64, String> {
+            let r = span(*pos, 8).ok_or("truncated")?;
+            *pos = r.end;
+            Ok(u64::from_le_bytes(body[r].try_into().map_err(|_| "truncated")?))
+        };
+        let hl = take_u64(&mut pos)?;
+        let r = span(pos, hl).ok_or("truncated header")?;
+        pos = r.end;
+        let header = std::str::from_utf8(&body[r]).map_err(|_| "header is not text")?;
+        let dl = take_u64(&mut pos)?;
+        let r = span(pos, dl).ok_or("truncated data")?;
+        pos = r.end;
+        let data = body[r].to_vec();
+        if pos != body.len() {
             return Err("trailing bytes after the data".into());
         }
         let mut kv = std::collections::HashMap::new();
@@ -170,18 +190,13 @@ impl Checkpoint {
         })
     }
 
-    /// Write to a file (through a temporary file, so a crash never leaves half a checkpoint).
+    /// Write to a file (through a temporary file, so a crash never leaves half a checkpoint:
+    /// see [`crate::atomic_file`]).
     ///
     /// # Errors
     /// I/O errors.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("ckpt.tmp");
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&self.to_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(tmp, path)
+        crate::atomic_file::write_atomic(path, |w| self.write_to(w))
     }
 
     /// Read from a file.

@@ -11,12 +11,16 @@ pub const FIELDS_CSV_HEADER: &str = "x,y,z,rho,ux,uy,uz";
 /// Header of stats.csv (a contract other tools script against).
 pub const STATS_CSV_HEADER: &str = "step,mass,max_u,fx,fy,fz,mlups";
 
-/// Write one row per fluid cell: cell indices and lattice units.
+/// Write one row per fluid cell: cell indices and lattice units (atomically: see
+/// [`crate::atomic_file`]).
 ///
 /// # Errors
 /// I/O errors.
 pub fn write_fields_csv(path: &Path, f: &Fields) -> std::io::Result<()> {
-    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    crate::atomic_file::write_atomic(path, |w| fields_csv(w, f))
+}
+
+fn fields_csv(w: &mut dyn Write, f: &Fields) -> std::io::Result<()> {
     writeln!(w, "{FIELDS_CSV_HEADER}")?;
     let n = f.size;
     for z in 0..n[2] {
@@ -31,10 +35,11 @@ pub fn write_fields_csv(path: &Path, f: &Fields) -> std::io::Result<()> {
             }
         }
     }
-    w.flush()
+    Ok(())
 }
 
-/// Write VTK image data with point arrays rho, velocity, vorticity, Q and solid.
+/// Write VTK image data with point arrays rho, velocity, vorticity, Q and solid (atomically:
+/// see [`crate::atomic_file`]).
 ///
 /// # Errors
 /// I/O or encoding errors.
@@ -80,23 +85,33 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
             }))],
         },
     };
-    vtk.export(path).map_err(|e| format!("{}: {e}", path.display()))
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    crate::atomic_file::write_atomic(path, |w| vtk.write_xml(w).map_err(|e| std::io::Error::other(e.to_string()))).map_err(io)
 }
 
-/// Appends rows to stats.csv.
+/// Appends rows to stats.csv, one whole row per write (see [`crate::atomic_file::AppendLog`]).
 pub struct StatsWriter {
-    w: std::io::BufWriter<std::fs::File>,
+    log: crate::atomic_file::AppendLog,
 }
 
 impl StatsWriter {
-    /// Create the file and write the header.
+    /// Create (or replace) the file and write the header.
     ///
     /// # Errors
     /// I/O errors.
     pub fn create(path: &Path) -> std::io::Result<StatsWriter> {
-        let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
-        writeln!(w, "{STATS_CSV_HEADER}")?;
-        Ok(StatsWriter { w })
+        Ok(StatsWriter { log: crate::atomic_file::AppendLog::create(path, STATS_CSV_HEADER)? })
+    }
+    /// Continue the file of a run resumed at `step`: its rows of earlier steps stay, later ones
+    /// (and a partial last line) go, and new rows are appended. A missing file is created.
+    /// Returns the writer and the number of rows kept.
+    ///
+    /// # Errors
+    /// I/O errors, or a file that is not an Esoflow stats.csv.
+    pub fn resume(path: &Path, step: u64) -> std::io::Result<(StatsWriter, usize)> {
+        let before = |row: &str| row.split(',').next().and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s < step);
+        let (log, kept) = crate::atomic_file::AppendLog::resume(path, STATS_CSV_HEADER, before)?;
+        Ok((StatsWriter { log }, kept))
     }
     /// One row.
     ///
@@ -104,7 +119,6 @@ impl StatsWriter {
     /// I/O errors.
     pub fn row(&mut self, s: &Stats, mlups: f64) -> std::io::Result<()> {
         let f = s.total_force();
-        writeln!(self.w, "{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}", s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups)?;
-        self.w.flush()
+        self.log.line(&format!("{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}", s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups))
     }
 }

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod amr;
+pub mod atomic_file;
 pub mod backend;
 pub mod bricks;
 pub mod checkpoint;

@@ -253,12 +253,13 @@ pub fn default_size(n: [usize; 3]) -> [u32; 2] {
     }
 }
 
-/// Render the solver's current state as the view `spec` says and write a PNG.
+/// Render the solver's current state as the view `spec` says and write a PNG, on `gpu` (opened
+/// with [`gpu`] before the run, so that a machine without an adapter is told before the
+/// compute, not after).
 ///
 /// # Errors
-/// No GPU adapter, rendering failures, or the file cannot be written.
-pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> anyhow::Result<String> {
-    let gpu = gpu().map_err(anyhow::Error::msg)?;
+/// Rendering failures, or the file cannot be written.
+pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> anyhow::Result<String> {
     let d = solver.domain();
     let n = d.n;
     let three_d = n[2] > 1;
@@ -311,7 +312,7 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
         ..PictureData::field(n, &values, &solid)
     };
     let size = spec.size.unwrap_or_else(|| default_size(n));
-    let img = render_picture_with(&gpu, &data, &params, size, |stats| {
+    let img = render_picture_with(gpu, &data, &params, size, |stats| {
         if let Some((v, i, _)) = &iso {
             let note = match stats {
                 None => Some("this GPU has no compute shaders: no isosurface".to_string()),
@@ -334,11 +335,8 @@ pub fn screenshot_solver(solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> a
         }
         legend
     })?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    img.save(path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(gpu.adapter)
+    super::window::save_png(&img, path)?;
+    Ok(gpu.adapter.clone())
 }
 
 /// How the render bench runs.

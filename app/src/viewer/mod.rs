@@ -47,8 +47,8 @@ pub struct ViewArgs {
     /// Start paused.
     #[arg(long)]
     pub paused: bool,
-    /// Close the window after this many frames (with --screenshot: after saving it).
-    #[arg(long, value_name = "N")]
+    /// Close the window after this many frames (with --screenshot: after saving it), 1 to 10^9.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub frames: Option<u64>,
     /// Save a screenshot of the window to FILE (after --frames N frames, default 60) and exit.
     #[arg(long, value_name = "FILE")]
@@ -58,20 +58,33 @@ pub struct ViewArgs {
     /// bricks+subgrids: a compressed run's subgrids coloured by their compression ratio).
     #[arg(long, value_name = "SPEC")]
     pub view: Option<String>,
-    /// Steps per frame (the solver thread's batch between two pictures).
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    /// Steps per frame (the solver thread's batch between two pictures), 1 to 10^6.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub steps_per_frame: u64,
     /// No window: measure the viewer's pipeline offscreen for SECONDS: the solver alone, then the
     /// solver thread running while the main thread uploads and draws every new field (FPS, MLUPS).
-    #[arg(long, value_name = "SECONDS")]
+    /// SECONDS from 0.1 to 86400.
+    #[arg(long, value_name = "SECONDS", value_parser = bench_secs)]
     pub bench: Option<f64>,
-    /// With --bench: draw at most this many frames per second (0: as fast as they come).
-    #[arg(long, value_name = "FPS", default_value_t = 0.0, requires = "bench")]
+    /// With --bench: draw at most this many frames per second, 0.1 to 10000 (0: as fast as
+    /// they come).
+    #[arg(long, value_name = "FPS", default_value_t = 0.0, requires = "bench", value_parser = bench_fps)]
     pub bench_fps: f64,
     /// How the fields reach the renderer: `auto` (GPU memory shared between CUDA and Vulkan
     /// where both run on one GPU, else host memory), `shared` (say why when it cannot), `host`.
     #[arg(long, value_enum, default_value = "auto")]
     pub frame_path: frames::FramePath,
+}
+
+fn bench_secs(s: &str) -> Result<f64, String> {
+    crate::parse_f64_in(s, 0.1, 86_400.0)
+}
+
+fn bench_fps(s: &str) -> Result<f64, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    crate::parse_f64_in(s, 0.1, 10_000.0).map_err(|e| format!("{e} (or 0: no limit)"))
 }
 
 /// Parse a field name.

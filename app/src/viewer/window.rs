@@ -442,11 +442,25 @@ pub fn save_color_image(img: &egui::ColorImage, path: &Path) -> anyhow::Result<(
     let [w, h] = img.size;
     let bytes: Vec<u8> = img.pixels.iter().flat_map(|c| c.to_array()).collect();
     let out = image::RgbaImage::from_raw(w as u32, h as u32, bytes).context("image of the wrong size")?;
+    save_png(&out, path)
+}
+
+/// Write an image as PNG, creating the folder; atomically (a temporary file beside it, renamed
+/// into place), so an interrupted write never leaves a damaged picture under its name.
+///
+/// # Errors
+/// The folder or the file cannot be written.
+pub fn save_png(img: &image::RgbaImage, path: &Path) -> anyhow::Result<()> {
+    use image::ImageEncoder as _;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    out.save(path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    sim_core::atomic_file::write_atomic(path, |w| {
+        image::codecs::png::PngEncoder::new(w)
+            .write_image(img.as_raw(), img.width(), img.height(), image::ExtendedColorType::Rgba8)
+            .map_err(std::io::Error::other)
+    })
+    .with_context(|| format!("writing {}", path.display()))
 }
 
 impl ApplicationHandler for Shell {

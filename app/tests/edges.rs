@@ -1,0 +1,279 @@
+//! What happens at the edges of a run, through the real binary: destinations checked before the
+//! first step, outputs that are whole or absent when the process is killed, clean stops on
+//! Ctrl+C and SIGTERM, resumes that continue stats.csv, and progress lines in a log.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn esoflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_esoflow")).args(args).current_dir(root()).output().expect("the esoflow binary runs")
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(args)
+        .current_dir(root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the esoflow binary starts")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
+    let r = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill({}, {sig})", child.id());
+}
+
+/// Read the child's stderr until a line contains `what` (or the child ends); returns all text
+/// read so far. The rest of stderr is drained on a thread so the child never blocks on it.
+fn wait_for_line(child: &mut Child, what: &str, timeout: Duration) -> (String, std::thread::JoinHandle<String>) {
+    let mut r = BufReader::new(child.stderr.take().expect("stderr piped"));
+    let t = Instant::now();
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).unwrap_or(0);
+        seen.push_str(&line);
+        if n == 0 || line.contains(what) {
+            break;
+        }
+        assert!(t.elapsed() < timeout, "no line with {what:?} within {timeout:?}; stderr so far:\n{seen}");
+    }
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    });
+    (seen, rest)
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        if t.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("the run did not end within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("esoflow-edges-{name}-")).tempdir().expect("temp dir")
+}
+
+/// Rows of stats.csv as (step, whole line).
+fn stats_steps(path: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).expect("stats.csv");
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("step,mass,max_u,fx,fy,fz,mlups"), "{text}");
+    lines.map(|l| l.split(',').next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad row {l:?}"))).collect()
+}
+
+#[test]
+fn bad_destinations_are_refused_before_the_first_step() {
+    let d = tmp("dest");
+    let dir = d.path().to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--screenshot", &format!("{dir}/x.jpg")], "PNG"),
+        (&["--checkpoint", &format!("{dir}/missing/a.ckpt")], "does not exist"),
+        (&["--checkpoint", dir], "is a folder"),
+        (&["--export", &format!("{dir}/file.txt/sub")], "--export"),
+    ];
+    std::fs::write(d.path().join("file.txt"), "a file, not a folder").unwrap();
+    for (extra, says) in cases {
+        let mut args = vec!["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "100000000"];
+        args.extend_from_slice(extra);
+        let t = Instant::now();
+        let o = esoflow(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {e}");
+        assert!(e.contains(says) && e.lines().filter(|l| l.starts_with("error")).count() == 1, "{extra:?}: {e}");
+        assert!(t.elapsed() < Duration::from_secs(20), "{extra:?} was refused only after {:?}", t.elapsed());
+    }
+    assert!(!d.path().join("x.jpg").exists(), "no empty picture is left");
+}
+
+#[test]
+fn numeric_flags_out_of_range_get_one_clear_error() {
+    for args in [
+        &["bench", "--size", "0"][..],
+        &["bench", "--size", "5000000"],
+        &["bench", "--seconds", "nan"],
+        &["view", "--bench", "inf"],
+        &["view", "--bench", "1", "--bench-fps", "1e-300"],
+        &["view", "--steps-per-frame", "0"],
+        &["run", "--every", "0"],
+        &["run", "--steps=-1"],
+        &["run", "--progress-every", "0"],
+    ] {
+        let o = esoflow(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        let flag = args.iter().rev().find(|a| a.starts_with("--")).unwrap().split('=').next().unwrap();
+        assert!(e.contains(flag) && !e.contains("panicked"), "{args:?}: {e}");
+    }
+}
+
+/// Run with exports every few steps and kill -9 at random moments: every file under a final
+/// name is complete (the temporary files beside them may be partial).
+#[test]
+fn a_killed_run_leaves_no_truncated_file_under_a_final_name() {
+    let d = tmp("kill");
+    let dir = d.path().to_str().unwrap().to_string();
+    // Random moments: a seed from the clock, printed so a failure can be read back.
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |t| t.subsec_nanos()) | 1;
+    eprintln!("kill moments from seed {seed}");
+    let mut x = u64::from(seed);
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..4 {
+        let mut c = spawn(&[
+            "run",
+            "scenes/sphere_3d.toml",
+            "--backend",
+            "cpu",
+            "--set",
+            "domain.size=[48,40,40]",
+            "--set",
+            "obstacles.0.center=[16,20,20]",
+            "--steps",
+            "100000",
+            "--every",
+            "4",
+            "--export",
+            &dir,
+            "--checkpoint",
+            &format!("{dir}/run.ckpt"),
+        ]);
+        let drain = {
+            let mut e = c.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = e.read_to_string(&mut s);
+                s
+            })
+        };
+        let ms = 1000 + rnd() % 2500;
+        std::thread::sleep(Duration::from_millis(ms));
+        c.kill().expect("kill -9");
+        let _ = c.wait();
+        eprintln!("round {round}: killed after {ms} ms");
+        let _ = drain.join();
+        let files: Vec<String> =
+            std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().to_string()).collect();
+        assert!(files.iter().any(|f| f.starts_with("fields_")), "the run got to its first export before the kill: {files:?}");
+        for e in std::fs::read_dir(d.path()).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue; // a temporary file of the write that was killed
+            }
+            let p = e.path();
+            if name.ends_with(".vti") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                assert!(text.trim_end().ends_with("</VTKFile>"), "{name} is truncated ({} bytes)", text.len());
+            } else if name.ends_with(".csv") && name.starts_with("fields") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                assert!(text.ends_with('\n') && text.lines().last().unwrap().split(',').count() == 7, "{name} is truncated");
+            } else if name == "run.ckpt" {
+                sim_core::checkpoint::Checkpoint::load(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_and_sigterm_finish_the_step_write_the_outputs_and_exit_130() {
+    for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        let d = tmp("stop");
+        let dir = d.path().to_str().unwrap().to_string();
+        let ckpt = format!("{dir}/run.ckpt");
+        let mut c = spawn(&[
+            "run",
+            "scenes/lid_driven_cavity_2d.toml",
+            "--backend",
+            "cpu",
+            "--steps",
+            "100000000",
+            "--export",
+            &dir,
+            "--checkpoint",
+            &ckpt,
+            "--progress-every",
+            "0.1",
+        ]);
+        let (seen, rest) = wait_for_line(&mut c, "progress: step", Duration::from_secs(60));
+        signal(&c, sig);
+        let status = wait_exit(&mut c, Duration::from_secs(60));
+        let all = seen + &rest.join().unwrap_or_default();
+        assert_eq!(status.code(), Some(130), "{name}: {all}");
+        assert!(all.contains("stopping:") && all.contains("stopped at step"), "{name}: {all}");
+        let ck = sim_core::checkpoint::Checkpoint::load(Path::new(&ckpt)).expect("the checkpoint was written");
+        let steps = stats_steps(&d.path().join("stats.csv"));
+        assert_eq!(steps.last().copied(), Some(ck.step), "{name}: stats.csv ends at the step the checkpoint holds");
+        assert!(d.path().join("fields.vti").exists() && d.path().join("fields.csv").exists(), "{name}");
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_quits_at_once() {
+    let mut c = spawn(&["run", "scenes/sphere_3d.toml", "--backend", "cpu", "--steps", "100000000", "--progress-every", "0.1"]);
+    let (_, rest) = wait_for_line(&mut c, "progress: step", Duration::from_secs(120));
+    signal(&c, libc::SIGINT);
+    signal(&c, libc::SIGINT);
+    let status = wait_exit(&mut c, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{}", rest.join().unwrap_or_default());
+}
+
+#[test]
+fn a_resume_says_so_and_continues_stats_csv() {
+    let d = tmp("resume");
+    let dir = d.path().to_str().unwrap().to_string();
+    let ckpt = format!("{dir}/a.ckpt");
+    let base =
+        ["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--set", "domain.size=[40,40]", "--set", "solver.stats_every=50"];
+    let run = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        let o = esoflow(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    run(&["--steps", "200", "--export", &dir, "--checkpoint", &ckpt, "--every", "100"]);
+    // The checkpoint holds step 200; rewind it by resuming from an earlier one.
+    run(&["--steps", "100", "--checkpoint", &ckpt]);
+    let e = run(&["--resume", &ckpt, "--steps", "150", "--export", &dir]);
+    assert!(e.contains("resumed from step 100"), "{e}");
+    assert_eq!(
+        stats_steps(&d.path().join("stats.csv")),
+        vec![0, 50, 100, 150, 200, 250],
+        "rows before the resume kept, later ones replaced"
+    );
+}
+
+#[test]
+fn progress_lines_reach_a_log() {
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "3000", "--progress-every", "0.1"]);
+    assert!(o.status.success());
+    let e = stderr(&o);
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("progress: step")).collect();
+    assert!(!lines.is_empty() && lines[0].contains("MLUPS") && lines[0].contains("ETA"), "{e}");
+}
