@@ -277,3 +277,66 @@ fn progress_lines_reach_a_log() {
     let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("progress: step")).collect();
     assert!(!lines.is_empty() && lines[0].contains("MLUPS") && lines[0].contains("ETA"), "{e}");
 }
+
+mod generated {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn flag() -> impl Strategy<Value = Vec<String>> {
+        let value = prop_oneof![
+            Just("0"),
+            Just("-1"),
+            Just("1"),
+            Just("3"),
+            Just("nan"),
+            Just("inf"),
+            Just("1e-300"),
+            Just("1e300"),
+            Just("18446744073709551615"),
+            Just(""),
+            Just("x.jpg"),
+            Just("/nonexistent/dir/f"),
+            Just("field=q,cmap=nope"),
+            Just("domain.size=[4294967296,4294967296,4]"),
+            Just("fluid.tau=0.5"),
+            Just("domain.size=[0,0]"),
+            Just("obstacles.0.center=[nan,1]"),
+        ];
+        let name = prop_oneof![
+            Just("--steps"),
+            Just("--every"),
+            Just("--set"),
+            Just("--gpus"),
+            Just("--backend"),
+            Just("--view"),
+            Just("--progress-every"),
+            Just("--resume"),
+            Just("--checkpoint"),
+        ];
+        (name, value).prop_map(|(n, v)| vec![n.to_string(), v.to_string()])
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// `esoflow run` with generated flags on a small scene: it runs, refuses with exit 2
+        /// and one error, or reports a blow-up (3); never a panic, abort or hang.
+        #[test]
+        fn generated_run_flags_never_panic(flags in prop::collection::vec(flag(), 1..4)) {
+            let d = tmp("prop");
+            let mut args: Vec<String> = ["run", "scenes/lid_driven_cavity_2d.toml", "--set", "domain.size=[24,24]", "--steps", "20"].iter().map(ToString::to_string).collect();
+            for f in flags {
+                // Files go into the test's own folder.
+                let f: Vec<String> = f.into_iter().map(|v| if v == "/nonexistent/dir/f" || v == "x.jpg" { d.path().join(&v).to_string_lossy().to_string() } else { v }).collect();
+                args.extend(f);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut c = Command::new(env!("CARGO_BIN_EXE_esoflow")).args(&args).current_dir(root()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+            let status = wait_exit(&mut c, Duration::from_secs(120));
+            let mut e = String::new();
+            let _ = c.stderr.take().unwrap().read_to_string(&mut e);
+            prop_assert!(matches!(status.code(), Some(0 | 2 | 3)), "{args:?}: {status:?}\n{e}");
+            prop_assert!(!e.contains("panicked"), "{args:?}: {e}");
+        }
+    }
+}

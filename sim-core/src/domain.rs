@@ -254,6 +254,16 @@ impl Domain {
             });
             d.obstacles.push(o.display_name(k));
         }
+        if !d.flags.par_iter().any(|&f| !is_solid(f)) {
+            return Err(SceneError {
+                file: ls.origin.clone(),
+                line: None,
+                key: if s.obstacles.is_empty() { "domain.size".into() } else { "obstacles".into() },
+                message:
+                    "the walls and obstacles fill the whole domain: no fluid cell is left; make the obstacles smaller or the domain larger"
+                        .into(),
+            });
+        }
         d.mark_near();
         Ok(d)
     }

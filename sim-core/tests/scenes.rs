@@ -593,7 +593,7 @@ fn lines_are_found_in_every_toml_form() {
     assert!(e.starts_with("bad.toml:3: domain.lattice: D2Q9 is 2D"), "{e}");
     let text = format!("{BASE}[[obstacles]]\nshape = \"sphere\"\ncenter = [30, 10]\nradius = -1\n");
     let e = error(&text, &[]);
-    assert_eq!(e, format!("bad.toml:{}: obstacles.1.radius: must be > 0, got -1", text.lines().count()));
+    assert_eq!(e, format!("bad.toml:{}: obstacles.1.radius: must be a finite number > 0, got -1", text.lines().count()));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1080,13 +1080,18 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
             return e("domain.size", format!("axis {a} has {n} cells; each axis needs at least 3"));
         }
     }
-    let cells: usize = size.iter().product();
-    if cells > (1usize << 33) {
-        return e("domain.size", format!("{cells} cells is more than Esoflow addresses (2^33)"));
+    // Checked: a product that wraps would pass any later test.
+    let cells = size.iter().try_fold(1usize, |p, &n| p.checked_mul(n)).filter(|&c| c <= MAX_CELLS);
+    if cells.is_none() {
+        let shown: Vec<String> = size.iter().map(ToString::to_string).collect();
+        return e("domain.size", format!("[{}] is more cells than Esoflow addresses (at most 2^33 = {MAX_CELLS})", shown.join(", ")));
     }
     let mut dims = [1usize; 3];
     dims[..size.len()].copy_from_slice(size);
 
+    if !(s.initial.density > 0.0 && s.initial.density <= 1e6) {
+        return e("initial.density", format!("must be a number > 0 (lattice units; 1 is usual), got {}", s.initial.density));
+    }
     let faces = s.boundaries.faces();
     let mut warnings = Vec::new();
     // Largest prescribed speed and the key that prescribes it.
@@ -1101,6 +1106,9 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     for (f, face) in faces.iter().enumerate() {
         let name = Boundaries::NAMES[f];
         let axis = f / 2;
+        if !face.velocity.0.iter().all(|v| v.is_finite()) {
+            return e(&format!("boundaries.{name}.velocity"), format!("must be finite numbers, got {:?}", face.velocity.0));
+        }
         if axis >= size.len() && face.kind != FaceKind::Periodic {
             return e(&format!("boundaries.{name}"), "a 2D scene has no z faces; remove this key".into());
         }
@@ -1124,8 +1132,17 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
                 faster(speed, format!("boundaries.{name}.velocity"));
             }
             FaceKind::Inlet => faster(speed, format!("boundaries.{name}.velocity")),
-            FaceKind::Outlet if !(face.density > 0.0) => {
-                return e(&format!("boundaries.{name}.density"), format!("must be > 0, got {}", face.density));
+            FaceKind::Outlet if !(face.density >= 0.5 * s.initial.density && face.density <= 2.0 * s.initial.density) => {
+                return e(
+                    &format!("boundaries.{name}.density"),
+                    format!(
+                        "{} is outside what a lattice Boltzmann outlet holds: give a density within a factor 2 of initial.density ({}), i.e. from {} to {}",
+                        face.density,
+                        s.initial.density,
+                        0.5 * s.initial.density,
+                        2.0 * s.initial.density
+                    ),
+                );
             }
             _ => {}
         }
@@ -1146,10 +1163,10 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         return e("initial.kind", "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into());
     }
     let iv = s.initial.velocity.0;
-    faster((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(), "initial.velocity".into());
-    if !(s.initial.density > 0.0) {
-        return e("initial.density", format!("must be > 0, got {}", s.initial.density));
+    if !iv.iter().all(|v| v.is_finite()) {
+        return e("initial.velocity", format!("must be finite numbers, got {iv:?}"));
     }
+    faster((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(), "initial.velocity".into());
 
     let fl = &s.fluid;
     let given = [fl.tau.is_some(), fl.viscosity.is_some(), fl.reynolds.is_some()].iter().filter(|&&b| b).count();
@@ -1213,24 +1230,17 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     if tau < 0.51 && s.solver.collision == Collision::Bgk {
         warnings.push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"trt\" or \"smagorinsky\""));
     }
-    if s.solver.ghost_block < 2 {
-        return e("solver.ghost_block", format!("must be at least 2, got {}", s.solver.ghost_block));
+    if !(2..=256).contains(&s.solver.ghost_block) {
+        return e("solver.ghost_block", format!("must be 2 to 256 cells, got {}", s.solver.ghost_block));
     }
     if s.solver.stats_every == 0 {
         return e("solver.stats_every", "must be at least 1".into());
     }
-    if !(s.solver.smagorinsky_cs >= 0.0) {
-        return e("solver.smagorinsky_cs", "must be >= 0".into());
+    if !(s.solver.smagorinsky_cs >= 0.0 && s.solver.smagorinsky_cs <= 1.0) {
+        return e("solver.smagorinsky_cs", format!("must be a number from 0 to 1 (0.1 to 0.2 is usual), got {}", s.solver.smagorinsky_cs));
     }
     for (i, o) in s.obstacles.iter().enumerate() {
-        let key = |f: &str| format!("obstacles.{i}.{f}");
-        match o {
-            Obstacle::Sphere { radius, .. } | Obstacle::Cylinder { radius, .. } if !(*radius > 0.0) => {
-                return e(&key("radius"), format!("must be > 0, got {radius}"));
-            }
-            Obstacle::Stl { size, .. } if !(*size > 0.0) => return e(&key("size"), format!("must be > 0, got {size}")),
-            _ => {}
-        }
+        validate_obstacle(o, dims, size.len()).map_err(|(f, m)| (format!("obstacles.{i}.{f}"), m))?;
     }
     if s.obstacles.len() > crate::domain::MAX_IDS {
         return e("obstacles", format!("at most {} obstacles, got {}", crate::domain::MAX_IDS, s.obstacles.len()));
@@ -1242,6 +1252,75 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     validate_compression(s, lattice).map_err(|(k, m)| (k.to_string(), m))?;
     validate_amr(s, lattice, dims).map_err(|(k, m)| (k.to_string(), m))?;
     Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
+}
+
+/// Most cells a grid may have (indices and memory plans stay far from overflow).
+pub const MAX_CELLS: usize = 1 << 33;
+
+/// Check one obstacle's numbers against the grid (`n`: cells per axis, z = 1 in 2D): finite,
+/// sizes > 0, a box's min not above its max, and the shape reaching into the domain (cell
+/// centres span 0 to n - 1 on each axis). Errors are (field, message).
+fn validate_obstacle(o: &Obstacle, n: [usize; 3], dims: usize) -> Result<(), (&'static str, String)> {
+    let finite = |k: &'static str, v: &Vec3| -> Result<[f32; 3], (&'static str, String)> {
+        if v.0.iter().all(|x| x.is_finite()) {
+            Ok(v.0)
+        } else {
+            Err((k, format!("must be finite numbers, got {:?}", v.0)))
+        }
+    };
+    let positive = |k: &'static str, x: f32| -> Result<f32, (&'static str, String)> {
+        if x > 0.0 && x.is_finite() {
+            Ok(x)
+        } else {
+            Err((k, format!("must be a finite number > 0, got {x}")))
+        }
+    };
+    // The shape's bounding box (cells), and the field that places it.
+    let (lo, hi, key): ([f32; 3], [f32; 3], &'static str) = match o {
+        Obstacle::Box { min, max, .. } => {
+            let (a, b) = (finite("min", min)?, finite("max", max)?);
+            if let Some(ax) = (0..dims).find(|&ax| a[ax] > b[ax]) {
+                return Err((
+                    "min",
+                    format!("min {a:?} is above max {b:?} on axis {}: min is the lower corner, max the upper", ["x", "y", "z"][ax]),
+                ));
+            }
+            (a, b, "min")
+        }
+        Obstacle::Sphere { center, radius, .. } => {
+            let (c, r) = (finite("center", center)?, positive("radius", *radius)?);
+            (c.map(|x| x - r), c.map(|x| x + r), "center")
+        }
+        Obstacle::Cylinder { center, radius, axis, length, .. } => {
+            let (c, r) = (finite("center", center)?, positive("radius", *radius)?);
+            let half = match length {
+                Some(l) => positive("length", *l)? / 2.0,
+                None => f32::INFINITY,
+            };
+            // In 2D a cylinder is a disc in the x-y plane, whatever its axis.
+            let along = if dims == 2 { 2 } else { axis.index() };
+            let lo = std::array::from_fn(|a| if a == along { c[a] - half } else { c[a] - r });
+            let hi = std::array::from_fn(|a| if a == along { c[a] + half } else { c[a] + r });
+            (lo, hi, "center")
+        }
+        Obstacle::Stl { center, size, .. } => {
+            let (c, h) = (finite("center", center)?, positive("size", *size)? / 2.0);
+            (c.map(|x| x - h), c.map(|x| x + h), "center")
+        }
+    };
+    if let Some(ax) = (0..dims).find(|&ax| hi[ax] < -0.5 || lo[ax] > n[ax] as f32 - 0.5) {
+        return Err((
+            key,
+            format!(
+                "the shape spans {:.1} to {:.1} on axis {}, outside the domain (cell centres 0 to {}): move it inside",
+                lo[ax],
+                hi[ax],
+                ["x", "y", "z"][ax],
+                n[ax] - 1
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Check `[amr]`: the settings, and what adaptive blocks run (a grid of whole blocks, FP32,
