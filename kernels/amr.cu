@@ -1555,15 +1555,24 @@ extern "C" __global__ void amr_planes(const u32* __restrict__ ids, const u32 cou
 // cells (rho times the cell volume 2^{-lD}), out[1] (the bits of a non-negative double) their
 // largest |u|, out[2] (bits) nonzero where a density or speed is not finite; with `forces`,
 // out[3 ..] the momentum exchanged with solid cells of same-level neighbours (lbm.rs
-// obstacle_force). The sums are double atomics: the host's numbers up to the order of the
+// obstacle_force); out[6] and out[7] (bits) the density range: the complement of the smallest
+// density's order key and the largest's (amr_rho_key), both maxima so that zeros start them. The sums are double atomics: the host's numbers up to the order of the
 // additions. 256 threads a thread block.
+// A float's order as an unsigned key (unsigned comparison of keys = comparison of floats).
+__device__ __forceinline__ unsigned long long amr_rho_key(const float v) {
+    const u32 b = __float_as_uint(v);
+    return (unsigned long long)((b & 0x80000000u) ? ~b : (b | 0x80000000u));
+}
+
 extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const fpxx* __restrict__ fa, const fpxx* __restrict__ fb, const u32 odd, const u32 forces, double* out) {
     __shared__ double red[4][256];
     __shared__ double top[256];
+    __shared__ unsigned long long rlo[256], rhi[256];
     __shared__ int any_bad;
     if (threadIdx.x == 0) any_bad = 0;
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     double m = 0.0, sp = 0.0, fr[3] = {0.0, 0.0, 0.0};
+    unsigned long long klo = 0ull, khi = 0ull;
     __syncthreads();
     if (t < (u64)count * AMR_B) {
         const u32 id = ids[t / AMR_B];
@@ -1595,6 +1604,8 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
             } else {
                 m = (double)rho * (1.0 / (double)(1u << (l * DEF_D)));
                 sp = s;
+                khi = amr_rho_key(rho);
+                klo = ~khi & 0xffffffffull;
             }
         }
         const int mk = cmask[at];
@@ -1625,17 +1636,23 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
     red[2][threadIdx.x] = fr[1];
     red[3][threadIdx.x] = fr[2];
     top[threadIdx.x] = sp;
+    rlo[threadIdx.x] = klo;
+    rhi[threadIdx.x] = khi;
     __syncthreads();
     for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
         if (threadIdx.x < k) {
             for (int r = 0; r < 4; r++) red[r][threadIdx.x] += red[r][threadIdx.x + k];
             top[threadIdx.x] = fmax(top[threadIdx.x], top[threadIdx.x + k]);
+            rlo[threadIdx.x] = max(rlo[threadIdx.x], rlo[threadIdx.x + k]);
+            rhi[threadIdx.x] = max(rhi[threadIdx.x], rhi[threadIdx.x + k]);
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         atomicAdd(&out[0], red[0][0]);
         atomicMax((unsigned long long*)&out[1], (unsigned long long)__double_as_longlong(top[0]));
+        atomicMax((unsigned long long*)&out[6], rlo[0]);
+        atomicMax((unsigned long long*)&out[7], rhi[0]);
         if (any_bad) atomicMax((unsigned long long*)&out[2], 1ull);
         if (forces)
             for (int a = 0; a < 3; a++) atomicAdd(&out[3 + a], red[1 + a][0]);

@@ -593,13 +593,17 @@ extern "C" __global__ void frame_lattice(const float* __restrict__ fl, const uns
     frame_cell(live ? lattice_cell(i, s, mx, my) : 0, live, fl, flags, kinds, nk, pitch, plane, out, range);
 }
 
-// Mass, largest speed and the first non-finite cell, from the field planes.
-extern "C" __global__ void stats(const float* __restrict__ fl, const unsigned char* __restrict__ flags, double* __restrict__ mass, u32* __restrict__ max_u_bits, u64* __restrict__ first_bad) {
+// Mass, largest speed, the density range (rho_keys[0] and [1]: float_key of the smallest and
+// largest density; start them at 0xffffffff and 0) and the first non-finite cell, from the
+// field planes.
+extern "C" __global__ void stats(const float* __restrict__ fl, const unsigned char* __restrict__ flags, double* __restrict__ mass, u32* __restrict__ max_u_bits, u64* __restrict__ first_bad, u32* __restrict__ rho_keys) {
     __shared__ double sm[256];
     __shared__ float su[256];
+    __shared__ u32 slo[256], shi[256];
     const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
     double m = 0.0;
     float s = 0.0f;
+    u32 lo = 0xffffffffu, hi = 0u;
     // A subgrid's working box (DEF_BOX) counts only its own cells, not the ghost frame.
     if (n < DEF_N && !is_solid(flags[n]) && in_box((u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY)))) {
         const float r = fl[n], ux = fl[DEF_N + n], uy = fl[2 * DEF_N + n], uz = fl[3 * DEF_N + n];
@@ -609,21 +613,29 @@ extern "C" __global__ void stats(const float* __restrict__ fl, const unsigned ch
         } else {
             m = (double)r;
             s = sp;
+            lo = float_key(r);
+            hi = lo;
         }
     }
     sm[threadIdx.x] = m;
     su[threadIdx.x] = s;
+    slo[threadIdx.x] = lo;
+    shi[threadIdx.x] = hi;
     __syncthreads();
     for (u32 k = blockDim.x / 2; k > 0; k >>= 1) {
         if (threadIdx.x < k) {
             sm[threadIdx.x] += sm[threadIdx.x + k];
             su[threadIdx.x] = fmaxf(su[threadIdx.x], su[threadIdx.x + k]);
+            slo[threadIdx.x] = min(slo[threadIdx.x], slo[threadIdx.x + k]);
+            shi[threadIdx.x] = max(shi[threadIdx.x], shi[threadIdx.x + k]);
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         atomicAdd(mass, sm[0]);
         atomicMax(max_u_bits, __float_as_uint(su[0]));
+        atomicMin(&rho_keys[0], slo[0]);
+        atomicMax(&rho_keys[1], shi[0]);
     }
 }
 

@@ -331,6 +331,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     let start_step = solver.time_step();
     let end_step = start_step.checked_add(steps).context("--steps: the run would end beyond step 2^64")?;
     let cells = (info.size[0] * info.size[1] * info.size[2]) as f64;
+    let rho0 = f64::from(solver.domain().rho0);
     eprintln!(
         "{}: {} {}x{}x{}, {} {} {}, tau {:.4}, {} steps on {} ({})",
         ls.origin,
@@ -411,14 +412,14 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         let row_due = next % stats_every == 0 || next == end_step;
         let export_due = every.is_some_and(|k| next % k == 0 && next != end_step);
         let st = solver.stats();
-        if st.blown_up() {
+        // A state counts as good only if it is physically sane; the first that is not stops
+        // the run, and the outputs hold the last one that was.
+        if let Err(why) = st.sanity(rho0) {
             progress.bar.abandon();
             let good = last_good.step;
-            let cell =
-                st.first_bad_cell.map(|c| format!(" (first non-finite cell at x={}, y={}, z={})", c[0], c[1], c[2])).unwrap_or_default();
             solver.restore(&last_good)?;
             eprintln!(
-                "error: the simulation blew up{cell} between step {good} and step {next}; \
+                "error: the simulation blew up between step {good} and step {next} (at step {next} {why}); \
                  the last good state is step {good}. Lower the velocities or the Reynolds number, raise the resolution, \
                  or try --set solver.collision=trt / smagorinsky."
             );
@@ -454,9 +455,9 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     if stopped {
         // The stats row of the step the run stopped at (a stop between rows), unless the state
         // is not worth one: a blow-up since the last row goes back to the last good state.
-        if st.blown_up() {
+        if let Err(why) = st.sanity(rho0) {
             solver.restore(&last_good)?;
-            eprintln!("the state at step {} is not finite; the outputs hold the last good state, step {}", st.step, last_good.step);
+            eprintln!("at step {} {why}; the outputs hold the last good state, step {}", st.step, last_good.step);
         } else if st.step != row_at {
             if let Some(w) = stats_w.as_mut() {
                 w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;

@@ -118,6 +118,9 @@ pub struct Domain {
     pub outlets: Vec<Outlet>,
     /// Obstacle names; obstacle id `k` is `obstacles[k - 1]`.
     pub obstacles: Vec<String>,
+    /// Reference density: the scene's `initial.density` (1 for [`Domain::periodic`]), the
+    /// centre of the band a sane state's density stays in ([`crate::Stats::sanity`]).
+    pub rho0: f32,
 }
 
 impl Domain {
@@ -167,6 +170,7 @@ impl Domain {
             inlets: Vec::new(),
             outlets: Vec::new(),
             obstacles: Vec::new(),
+            rho0: 1.0,
         };
         d.mark_near();
         d
@@ -181,6 +185,7 @@ impl Domain {
         let n = ls.derived.size;
         let dims = ls.derived.lattice.dims();
         let mut d = Domain::periodic(ls.derived.lattice, n);
+        d.rho0 = s.initial.density;
         d.walls.clear();
         d.walls.push([0.0; 3]); // id 0: resting
         let faces = s.boundaries.faces();

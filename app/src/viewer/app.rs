@@ -176,8 +176,8 @@ pub struct Message {
 pub struct BlowUp {
     /// Step it was seen at.
     pub step: u64,
-    /// First bad cell.
-    pub cell: Option<[usize; 3]>,
+    /// What is wrong with the state.
+    pub why: String,
     /// Step of the rollback state.
     pub last_good: u64,
 }
@@ -1093,11 +1093,10 @@ impl ViewerApp {
             match e {
                 Event::Info(t) => self.message(t, false),
                 Event::Error(t) => self.message(t, true),
-                Event::BlownUp { step, cell, last_good } => {
+                Event::BlownUp { step, why, last_good } => {
                     self.running = false;
-                    let at = cell.map(|c| format!(" (first non-finite cell x={}, y={}, z={})", c[0], c[1], c[2])).unwrap_or_default();
-                    self.message(format!("the simulation blew up at step {step}{at}: paused"), true);
-                    self.blowup = Some(BlowUp { step, cell, last_good });
+                    self.message(format!("the simulation blew up at step {step} ({why}): paused"), true);
+                    self.blowup = Some(BlowUp { step, why, last_good });
                 }
             }
         }
@@ -2392,8 +2391,7 @@ impl ViewerApp {
         egui::Window::new("The simulation blew up").collapsible(false).resizable(false).anchor(egui::Align2::CENTER_TOP, [0.0, 40.0]).show(
             ctx,
             |ui| {
-                let at = b.cell.map(|c| format!(" First non-finite cell: x={}, y={}, z={}.", c[0], c[1], c[2])).unwrap_or_default();
-                ui.label(format!("Non-finite values at step {}.{at} The run is paused.", b.step));
+                ui.label(format!("At step {} {}. The run is paused.", b.step, b.why));
                 ui.label("Raise tau (viscosity), lower the velocities, or switch to TRT / Smagorinsky in the scene.");
                 ui.horizontal(|ui| {
                     if ui.button(format!("Roll back to step {}", b.last_good)).clicked() {

@@ -1056,6 +1056,9 @@ fn blow_up_pauses_and_rolls_back() {
     h.step();
     h.get_by_label(&format!("Roll back to step {good}")).click();
     run_until(&mut h, "the rollback", |a| a.blowup.is_none() && a.snap.as_ref().is_some_and(|s| s.step == good && !s.stats.blown_up()));
+    // The state rolled back to is physically sane, not merely finite.
+    let st = &h.state().snap.as_ref().expect("snapshot").stats;
+    assert!(st.sanity(1.0).is_ok(), "rolled back to {st:?}: {:?}", st.sanity(1.0));
 }
 
 #[test]

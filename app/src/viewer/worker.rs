@@ -112,12 +112,13 @@ pub enum Event {
     Info(String),
     /// Something failed; the run goes on.
     Error(String),
-    /// The state became non-finite; the thread paused itself.
+    /// The state stopped being physically sane (non-finite values, a density far from the
+    /// reference, a speed at the speed of sound); the thread paused itself.
     BlownUp {
         /// Step at which the blow-up was seen.
         step: u64,
-        /// First non-finite cell.
-        cell: Option<[usize; 3]>,
+        /// What is wrong with the state ([`sim_core::Stats::sanity`]).
+        why: String,
         /// Step of the last good checkpoint kept in memory.
         last_good: u64,
     },
@@ -915,9 +916,10 @@ impl Worker {
             // copying the state (a GiB on a large GPU grid) costs at most ~5 % of the run.
             let due = (now + k) % self.checkpoint_every == 0 && self.pacer.due();
             if due {
+                // Only a sane state becomes the rollback state.
                 let st = self.solver.stats();
-                if st.blown_up() {
-                    self.blow_up(&st);
+                if let Err(why) = self.sanity(&st) {
+                    self.blow_up(&st, why);
                     return;
                 }
                 let (solver, flags, mass0) = (&self.solver, &self.flags, self.mass0);
@@ -933,10 +935,15 @@ impl Worker {
         self.dirty = true;
     }
 
-    fn blow_up(&mut self, st: &Stats) {
+    fn blow_up(&mut self, st: &Stats, why: String) {
         self.blown = true;
         self.running = false;
-        self.event(Event::BlownUp { step: st.step, cell: st.first_bad_cell, last_good: self.last_good.ckpt.step });
+        self.event(Event::BlownUp { step: st.step, why, last_good: self.last_good.ckpt.step });
+    }
+
+    /// Whether a state is sane around the run's reference density ([`Stats::sanity`]).
+    fn sanity(&self, st: &Stats) -> Result<(), String> {
+        st.sanity(f64::from(self.solver.domain().rho0))
     }
 
     /// The cells a frame carries (3D, planes known): the slice planes alone when the view
@@ -1007,8 +1014,10 @@ impl Worker {
             self.stats = Some((Instant::now(), self.solver.stats()));
         }
         let stats = self.stats.as_ref().map(|(_, st)| st.clone()).unwrap_or_default();
-        if stats.blown_up() && !self.blown {
-            self.blow_up(&stats);
+        if !self.blown {
+            if let Err(why) = self.sanity(&stats) {
+                self.blow_up(&stats, why);
+            }
         }
         let d = self.solver.domain();
         let snap = Snapshot {

@@ -509,7 +509,7 @@ impl<L: Lat> AmrSolver<L> {
             return None;
         }
         let forces = if n_obs == 1 { vec![s.force] } else { Vec::new() };
-        Some(Stats { step: self.lbm.borrow().time(), mass: s.mass, max_u: s.max_u, forces, first_bad_cell: None })
+        Some(Stats { step: self.lbm.borrow().time(), mass: s.mass, max_u: s.max_u, rho_range: s.rho_range, forces, first_bad_cell: None })
     }
 
     /// The host's copy of the forest and the DDFs, brought up to date from the device first
@@ -898,12 +898,13 @@ impl<L: Lat> Solver for AmrSolver<L> {
         let f = lbm.forest();
         let b = f.cells_per_block();
         let leaves = f.leaves();
-        let (mass, max_u, bad) = leaves
+        let (mass, max_u, rho_range, bad) = leaves
             .par_iter()
             .map(|&id| {
                 let vol = 1.0 / f64::from(1u32 << (u32::from(f.level(id)) * L::D as u32));
                 let mut m = 0.0f64;
                 let mut mu = 0.0f64;
+                let mut range = [f64::INFINITY, f64::NEG_INFINITY];
                 let mut bad = None;
                 for cell in 0..b {
                     let r = CellRef { block: id, cell };
@@ -917,12 +918,16 @@ impl<L: Lat> Solver for AmrSolver<L> {
                         bad = Some((id, cell));
                     }
                     mu = mu.max(s);
+                    range = [range[0].min(f64::from(rho)), range[1].max(f64::from(rho))];
                 }
-                (m, mu, bad)
+                (m, mu, range, bad)
             })
             .reduce(
-                || (0.0, 0.0, None),
-                |a, b| (a.0 + b.0, if a.1.is_nan() || b.1.is_nan() { f64::NAN } else { a.1.max(b.1) }, a.2.or(b.2)),
+                || (0.0, 0.0, [f64::INFINITY, f64::NEG_INFINITY], None),
+                |a, b| {
+                    let mu = if a.1.is_nan() || b.1.is_nan() { f64::NAN } else { a.1.max(b.1) };
+                    (a.0 + b.0, mu, [a.2[0].min(b.2[0]), a.2[1].max(b.2[1])], a.3.or(b.3))
+                },
             );
         let first_bad_cell = bad.map(|(id, cell)| {
             let l = f.level(id);
@@ -942,7 +947,15 @@ impl<L: Lat> Solver for AmrSolver<L> {
             let (dom, max) = (&self.dom, self.max_level);
             (1..=n_obs).map(|k| lbm.obstacle_force_on(|c, l| footprint_obstacles(dom, max, L::D, c, l).1 == k)).collect()
         };
-        Stats { step: lbm.time(), mass: if first_bad_cell.is_some() { f64::NAN } else { mass }, max_u, forces, first_bad_cell }
+        let blown = first_bad_cell.is_some();
+        let rho_range = if blown {
+            [f64::NAN; 2]
+        } else if rho_range[0] > rho_range[1] {
+            [1.0; 2]
+        } else {
+            rho_range
+        };
+        Stats { step: lbm.time(), mass: if blown { f64::NAN } else { mass }, max_u, rho_range, forces, first_bad_cell }
     }
 
     fn params(&self) -> Params {

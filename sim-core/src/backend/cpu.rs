@@ -913,8 +913,8 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     fn stats(&self) -> Stats {
         let nn = self.dom.cells();
         let ctx = self.ctx();
-        // (mass, max speed, first non-finite cell)
-        let (mass, max_u, bad) = (0..nn)
+        // (mass, max speed, smallest and largest density, first non-finite cell)
+        let (mass, max_u, rho_range, bad) = (0..nn)
             .into_par_iter()
             .filter(|&n| !is_solid(self.dom.flags[n]))
             .map(|n| {
@@ -922,17 +922,21 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
                 let (r, u) = cell_moments::<L>(&f, self.dom.flags[n], self.dom.coords(n), &ctx);
                 let s = f64::from(u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
                 if r.is_finite() && s.is_finite() {
-                    (f64::from(r), s, usize::MAX)
+                    (f64::from(r), s, [f64::from(r); 2], usize::MAX)
                 } else {
-                    (0.0, 0.0, n)
+                    (0.0, 0.0, [f64::INFINITY, f64::NEG_INFINITY], n)
                 }
             })
-            .reduce(|| (0.0, 0.0, usize::MAX), |a, b| (a.0 + b.0, a.1.max(b.1), a.2.min(b.2)));
+            .reduce(
+                || (0.0, 0.0, [f64::INFINITY, f64::NEG_INFINITY], usize::MAX),
+                |a, b| (a.0 + b.0, a.1.max(b.1), [a.2[0].min(b.2[0]), a.2[1].max(b.2[1])], a.3.min(b.3)),
+            );
         let blown = bad != usize::MAX;
         Stats {
             step: self.t,
             mass: if blown { f64::NAN } else { mass },
             max_u: if blown { f64::NAN } else { max_u },
+            rho_range: if blown { [f64::NAN; 2] } else { rho_range },
             forces: (1..=self.dom.obstacles.len()).map(|k| self.last_forces[k]).collect(),
             first_bad_cell: blown.then(|| self.dom.coords(bad)),
         }

@@ -1078,14 +1078,16 @@ impl CudaSolver {
         let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
         let mut bad = self.stream.clone_htod(&[u64::MAX]).map_err(derr("allocating"))?;
+        let mut rho = self.stream.clone_htod(&RHO_KEYS_START).map_err(derr("allocating"))?;
         let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let mut b = self.stream.launch_builder(&self.k.stats);
-        b.arg(planes).arg(&self.flags).arg(&mut mass).arg(&mut maxu).arg(&mut bad);
+        b.arg(planes).arg(&self.flags).arg(&mut mass).arg(&mut maxu).arg(&mut bad).arg(&mut rho);
         // SAFETY: arguments match the kernel.
         unsafe { b.launch(cfg) }.map_err(derr("launching stats"))?;
         let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
         let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
         let first_bad = self.stream.clone_dtoh(&bad).map_err(derr("reading stats"))?[0];
+        let rho = rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
         let fr = self.stream.clone_dtoh(&self.forces).map_err(derr("reading forces"))?;
         let nobs = self.mirror.domain().obstacles.len();
         let blown = first_bad != u64::MAX;
@@ -1093,6 +1095,7 @@ impl CudaSolver {
             step: self.t - lag,
             mass: if blown { f64::NAN } else { m },
             max_u: if blown { f64::NAN } else { f64::from(u) },
+            rho_range: if blown { [f64::NAN; 2] } else { rho },
             forces: (1..=nobs).map(|k| [fr[3 * k], fr[3 * k + 1], fr[3 * k + 2]]).collect(),
             first_bad_cell: blown.then(|| self.mirror.domain().coords(first_bad as usize)),
         })
@@ -1299,6 +1302,17 @@ fn frame_code(kind: FieldKind) -> u32 {
 /// The float of an order key (the inverse of float_key in stream_collide.cu).
 fn key_float(k: u32) -> f32 {
     f32::from_bits(if k & 0x8000_0000 != 0 { k & 0x7fff_ffff } else { !k })
+}
+
+/// Where the `stats` kernel's density range starts (no cell seen: min key all ones, max 0).
+pub(crate) const RHO_KEYS_START: [u32; 2] = [u32::MAX, 0];
+
+/// The density range of the `stats` kernel's keys; a grid without fluid cells reads [1, 1].
+pub(crate) fn rho_range_of_keys(k: &[u32]) -> [f64; 2] {
+    if k[0] > k[1] {
+        return [1.0; 2];
+    }
+    [f64::from(key_float(k[0])), f64::from(key_float(k[1]))]
 }
 
 /// Page-locked host memory for frames: the GPU copies into it at full speed.
@@ -1606,7 +1620,7 @@ impl Solver for CudaSolver {
         self.stats_inner().unwrap_or_else(|e| {
             tracing::error!("{e}");
             eprintln!("error: {e}");
-            Stats { step: self.t, mass: f64::NAN, max_u: f64::NAN, forces: Vec::new(), first_bad_cell: None }
+            Stats::unreadable(self.t)
         })
     }
     fn params(&self) -> Params {

@@ -587,7 +587,7 @@ impl AmrGpu {
             code_cells: (b * capacity) as u64,
             odd: [false; MAX_LEVELS as usize + 1],
             prm: stream.alloc_zeros::<f32>(PRM).map_err(&a)?,
-            stat: stream.alloc_zeros::<f64>(6).map_err(&a)?,
+            stat: stream.alloc_zeros::<f64>(8).map_err(&a)?,
             prm_host: Vec::new(),
             lists: stream.alloc_zeros::<u32>(3 * capacity).map_err(&a)?,
             list_tiles: stream.alloc_zeros::<u32>(mesh::list_tiles(capacity) * mesh::LIST_FLAGS * mesh::LIST_LEVELS).map_err(&a)?,
@@ -1192,7 +1192,12 @@ impl AmrGpu {
             unsafe { b.launch(cfg) }.map_err(&e)?;
         }
         let v = self.stream.clone_dtoh(&self.stat).map_err(&e)?;
-        Ok(DeviceStats { mass: v[0], max_u: v[1], not_finite: v[2].to_bits() != 0, force: [v[3], v[4], v[5]] })
+        // out[6] holds the complement of the smallest density's order key, out[7] the largest's
+        // (both start at 0: no fluid cell read [1, 1]).
+        let (lo, hi) = (v[6].to_bits(), v[7].to_bits());
+        let key = |k: u64| f64::from(f32::from_bits(if k & 0x8000_0000 != 0 { (k & 0x7fff_ffff) as u32 } else { !(k as u32) }));
+        let rho_range = if hi == 0 { [1.0; 2] } else { [key(!lo & 0xffff_ffff), key(hi)] };
+        Ok(DeviceStats { mass: v[0], max_u: v[1], rho_range, not_finite: v[2].to_bits() != 0, force: [v[3], v[4], v[5]] })
     }
 
     /// Blocks the device's arrays hold.
@@ -1467,6 +1472,8 @@ pub struct DeviceStats {
     pub mass: f64,
     /// Largest speed of the fluid leaf cells.
     pub max_u: f64,
+    /// Smallest and largest density of the fluid leaf cells.
+    pub rho_range: [f64; 2],
     /// A density or speed is not finite.
     pub not_finite: bool,
     /// The momentum exchanged with obstacle cells per coarse step (lbm.rs obstacle_force).

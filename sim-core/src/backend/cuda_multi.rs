@@ -154,6 +154,7 @@ fn slab_domain(dom: &Domain, axis: usize, lo: usize, len: usize) -> Domain {
         inlets: dom.inlets.clone(),
         outlets: dom.outlets.clone(),
         obstacles: dom.obstacles.clone(),
+        rho0: dom.rho0,
     }
 }
 
@@ -609,12 +610,18 @@ impl Solver for MultiCudaSolver {
         Ok(())
     }
     fn stats(&self) -> Stats {
-        let mut out = Stats { step: self.t, mass: 0.0, max_u: 0.0, forces: Vec::new(), first_bad_cell: None };
+        let mut out = Stats { step: self.t, rho_range: [f64::INFINITY, f64::NEG_INFINITY], ..Stats::default() };
         for p in &self.parts {
             let s = p.s.stats();
             out.step = s.step;
             out.mass += s.mass;
             out.max_u = if s.max_u.is_nan() || out.max_u.is_nan() { f64::NAN } else { out.max_u.max(s.max_u) };
+            let r = &mut out.rho_range;
+            *r = if s.rho_range.iter().chain(r.iter()).any(|x| x.is_nan()) {
+                [f64::NAN; 2]
+            } else {
+                [r[0].min(s.rho_range[0]), r[1].max(s.rho_range[1])]
+            };
             if out.forces.len() < s.forces.len() {
                 out.forces.resize(s.forces.len(), [0.0; 3]);
             }

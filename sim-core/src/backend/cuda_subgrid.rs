@@ -547,11 +547,12 @@ impl Dev {
         self.subs.iter().filter(|s| matches!(s.record, Record::Host(_))).map(|s| s.record.words()).sum()
     }
 
-    /// Mass, largest speed and first bad cell, subgrid by subgrid.
-    fn stats(&mut self, t: u64, p: &Params) -> Result<(f64, f32, Option<[usize; 3]>), SolverError> {
+    /// Mass, largest speed, density range and first bad cell, subgrid by subgrid.
+    fn stats(&mut self, t: u64, p: &Params) -> Result<(f64, f32, [f64; 2], Option<[usize; 3]>), SolverError> {
         let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
         let mut bad = self.stream.alloc_zeros::<u64>(1).map_err(derr("allocating"))?;
+        let mut rho = self.stream.clone_htod(&super::cuda::RHO_KEYS_START).map_err(derr("allocating"))?;
         if self.planes.is_none() {
             self.planes = Some(self.stream.alloc_zeros::<f32>(4 * self.bflags.len()).map_err(derr("allocating field planes"))?);
         }
@@ -573,7 +574,7 @@ impl Dev {
             unsafe { b.launch(threads(vol(bn))) }.map_err(derr("launching fields"))?;
             let cfg = LaunchConfig { grid_dim: (vol(bn).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             let mut b = self.stream.launch_builder(&k.stats);
-            b.arg(&*planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad);
+            b.arg(&*planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad).arg(&mut rho);
             // SAFETY: arguments match stats (DEF_BOX: the subgrid's own cells only).
             unsafe { b.launch(cfg) }.map_err(derr("launching the box's stats"))?;
             let fb = self.stream.clone_dtoh(&bad).map_err(derr("reading stats"))?[0];
@@ -586,7 +587,8 @@ impl Dev {
         self.check_damage()?;
         let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
         let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
-        Ok((m, u, first_bad))
+        let rho = super::cuda::rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
+        Ok((m, u, rho, first_bad))
     }
 
     /// The state as the dense solver lays it out (`F[i * cells + n]`), reassembled on the host.
@@ -1130,6 +1132,7 @@ fn box_domain(dom: &Domain, origin: [usize; 3], bn: [usize; 3]) -> Domain {
         inlets: Vec::new(),
         outlets: Vec::new(),
         obstacles: dom.obstacles.clone(),
+        rho0: dom.rho0,
     }
 }
 
@@ -1218,20 +1221,21 @@ impl Solver for CudaSubgridSolver {
     fn stats(&self) -> Stats {
         let r = self.lock().and_then(|mut d| d.stats(self.t, &self.params));
         match r {
-            Ok((mass, u, first_bad)) => {
+            Ok((mass, u, rho, first_bad)) => {
                 let nobs = self.dom.obstacles.len();
                 let blown = first_bad.is_some();
                 Stats {
                     step: self.t,
                     mass: if blown { f64::NAN } else { mass },
                     max_u: if blown { f64::NAN } else { f64::from(u) },
+                    rho_range: if blown { [f64::NAN; 2] } else { rho },
                     forces: (1..=nobs).map(|k| self.last_forces[k]).collect(),
                     first_bad_cell: first_bad,
                 }
             }
             Err(e) => {
                 self.report(&e);
-                Stats { step: self.t, mass: f64::NAN, max_u: f64::NAN, forces: Vec::new(), first_bad_cell: None }
+                Stats::unreadable(self.t)
             }
         }
     }

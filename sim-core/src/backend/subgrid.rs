@@ -607,7 +607,7 @@ impl<L: Lat> Solver for SubgridSolver<L> {
             Ok(v) => v.stats(),
             Err(e) => {
                 self.damaged(&e);
-                Stats { step: self.t, mass: f64::NAN, max_u: f64::NAN, forces: Vec::new(), first_bad_cell: None }
+                Stats::unreadable(self.t)
             }
         }
     }
