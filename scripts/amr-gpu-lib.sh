@@ -2,6 +2,8 @@
 # bench/results/, from the repo root, after scripts/stage-quick.sh). S: the staged binaries
 # (default stage); W: where logs and CSVs go (default $OUT/w, OUT the device's output folder,
 # default out). F and H: the sphere runs' options for a fixed mesh and for FP16S storage.
+# The GPU tests must run here: a missing device fails them instead of reporting them ignored.
+export ESOFLOW_REQUIRE_GPU=1
 OUT=${OUT:-out}; W=${W:-$OUT/w}; S=${S:-stage}; mkdir -p "$W"
 F="--set amr.interval=0"
 H="--set solver.precision=\"fp16s\""

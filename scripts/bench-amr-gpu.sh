@@ -4,6 +4,8 @@
 # refinement) next to the dense Esoteric-Pull bench on the same card, and the square cylinder
 # at equal accuracy, adaptive against the uniform fine grid. Logs and CSVs go to work/ and, as
 # one archive amr.tar.gz, to $OUT (the device tool brings back only a few files).
+# The GPU tests must run here: a missing device fails them instead of reporting them ignored.
+export ESOFLOW_REQUIRE_GPU=1
 set -uo pipefail
 FINAL=${OUT:-out}
 OUT=work

@@ -8,6 +8,8 @@ set -uo pipefail
 OUT=${OUT:-out/gpu-session}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# The GPU tests must run here: a missing device fails them instead of reporting them ignored.
+export ESOFLOW_REQUIRE_GPU=1 ESOFLOW_REQUIRE_NVRTC=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt"
 # GPU tests and the scene runs together (neither is timed), then the bench alone.
 timeout "${TEST_SECONDS:-400}" stage/test-cuda --nocapture --test-threads 1 "$@" > "$OUT/test-cuda.log" 2>&1 &

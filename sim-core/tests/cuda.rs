@@ -1,5 +1,6 @@
-//! CUDA backend against the CPU reference. Runs on a GPU host; skips with a message elsewhere.
-//! Stage the binary for a GPU host with scripts/stage-gpu.sh.
+//! CUDA backend against the CPU reference. Runs on a GPU host; elsewhere every test is reported
+//! as ignored (not run), with the reason (tests/common/gate.rs); `ESOFLOW_REQUIRE_GPU=1` makes
+//! them fail instead. Stage the binary for a GPU host with scripts/stage-gpu.sh.
 
 mod common;
 use common::*;
@@ -71,19 +72,6 @@ center = [20, 10, 9]
 radius = 3.5
 "#;
 
-fn gpu() -> bool {
-    match cuda::probe() {
-        Ok(d) => {
-            eprintln!("GPU: {} (sm_{}{})", d.name, d.cc.0, d.cc.1);
-            true
-        }
-        Err(why) => {
-            eprintln!("SKIPPED: no usable CUDA device ({why})");
-            false
-        }
-    }
-}
-
 /// Largest difference relative to the largest magnitude, for density deviation and velocity.
 fn rel_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
     let (fa, fb) = (a.fields(), b.fields());
@@ -137,34 +125,21 @@ fn compare_schemes(text: &str, lattice: &str, schemes: &[Scheme], extra: &[(&str
     }
 }
 
-#[test]
 fn gpu_matches_cpu_d2q9() {
-    if gpu() {
-        compare(SCENE_2D, "D2Q9");
-    }
+    compare(SCENE_2D, "D2Q9");
 }
 
-#[test]
 fn gpu_matches_cpu_d3q19() {
-    if gpu() {
-        compare(SCENE_3D, "D3Q19");
-    }
+    compare(SCENE_3D, "D3Q19");
 }
 
-#[test]
 fn gpu_matches_cpu_d3q27() {
-    if gpu() {
-        compare(SCENE_3D, "D3Q27");
-    }
+    compare(SCENE_3D, "D3Q27");
 }
 
 /// LBM-Ghost with block edges that do not divide the grid (partial edge blocks) and the largest
 /// block the GPU runs.
-#[test]
 fn gpu_ghost_blocks_match_cpu() {
-    if !gpu() {
-        return;
-    }
     for block in ["7", "32"] {
         compare_schemes(SCENE_2D, "D2Q9", &[Scheme::Ghost], &[("solver.ghost_block", block)]);
         compare_schemes(SCENE_3D, "D3Q19", &[Scheme::Ghost], &[("solver.ghost_block", block)]);
@@ -176,11 +151,7 @@ fn gpu_ghost_blocks_match_cpu() {
     assert!(e.contains("ghost_block") && e.contains("2 to 32"), "{e}");
 }
 
-#[test]
 fn gpu_whole_row_kernel_matches_cpu() {
-    if !gpu() {
-        return;
-    }
     // Even rows run two cells per thread (pairs), odd rows one.
     let odd = SCENE_ROWS_3D.replace("size = [64, 20, 18]", "size = [63, 20, 18]");
     for (text, lattice) in [(SCENE_ROWS_2D, "D2Q9"), (SCENE_ROWS_3D, "D3Q19"), (SCENE_ROWS_3D, "D3Q27"), (odd.as_str(), "D3Q19")] {
@@ -190,11 +161,7 @@ fn gpu_whole_row_kernel_matches_cpu() {
     }
 }
 
-#[test]
 fn gpu_collisions_and_force_match_cpu() {
-    if !gpu() {
-        return;
-    }
     let text = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
     for coll in ["bgk", "trt", "smagorinsky"] {
         let ls = scene(text, &[("solver.collision", coll)]);
@@ -208,11 +175,7 @@ fn gpu_collisions_and_force_match_cpu() {
     }
 }
 
-#[test]
 fn gpu_checkpoints_are_the_cpu_format() {
-    if !gpu() {
-        return;
-    }
     let ls = scene(SCENE_3D, &[]);
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     g.step(77).unwrap();
@@ -232,11 +195,7 @@ fn gpu_checkpoints_are_the_cpu_format() {
     assert!(dr <= 1e-5 && du <= 1e-5, "after restore: rho {dr:e} u {du:e}");
 }
 
-#[test]
 fn gpu_reports_out_of_memory_and_blow_up_clearly() {
-    if !gpu() {
-        return;
-    }
     let ls = scene("[domain]\nsize = [2000, 2000, 2000]\n", &[]);
     let e = cuda::CudaSolver::from_scene(&ls).err().expect("27e9 cells cannot fit").to_string();
     assert!(e.contains("out of GPU memory") && e.contains("B/cell") && e.contains("fp16s"), "{e}");
@@ -257,11 +216,7 @@ fn gpu_reports_out_of_memory_and_blow_up_clearly() {
     assert_eq!(st.first_bad_cell, Some(dom.coords(cell)));
 }
 
-#[test]
 fn gpu_derived_fields_match_cpu() {
-    if !gpu() {
-        return;
-    }
     use sim_core::fields::FieldKind;
     let ls = scene(SCENE_3D, &[]);
     let mut c = cpu::from_scene(&ls).unwrap();
@@ -277,13 +232,9 @@ fn gpu_derived_fields_match_cpu() {
     }
 }
 
-#[test]
 fn gpu_frames_match_cpu() {
     // One frame of several fields, padded rows, into host memory (pinned, through the GPU's
     // staging buffer) and into device memory (the shared-buffer path), against the CPU's.
-    if !gpu() {
-        return;
-    }
     use cudarc::driver::DevicePtr;
     use sim_core::fields::FieldKind;
     use sim_core::frame::{FrameLayout, FrameTarget};
@@ -345,15 +296,11 @@ fn gpu_frames_match_cpu() {
     assert!(e.contains("frame target holds"), "{e}");
 }
 
-#[test]
 fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
     // A frame of slice planes only (FrameRegion::Planes) holds, on its planes, the values of a
     // whole frame (derived fields included: their derivatives read the slabs around the plane,
     // also across periodic edges), and its ranges equal the CPU's over the same planes; cells
     // off the planes are not written. With fused fields the planes come from the last step.
-    if !gpu() {
-        return;
-    }
     use cudarc::driver::DevicePtr;
     use sim_core::fields::FieldKind;
     use sim_core::frame::{FrameLayout, FrameRegion, FrameTarget};
@@ -422,7 +369,6 @@ fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
     assert_eq!(r.lag, 1);
 }
 
-#[test]
 fn gpu_fields_fused_into_the_last_step_equal_a_separate_pass() {
     // With fuse_frame_fields on, the last step of a call stores the fields of the state it
     // starts from: a frame taken after `step(k)` (lag 1) must equal the frame of a solver that
@@ -430,9 +376,6 @@ fn gpu_fields_fused_into_the_last_step_equal_a_separate_pass() {
     // steps cover, both precisions, bricks (boundaries, moving walls, inlets, outlets) and the
     // whole-row kernel; the stats then describe that state too. An edit in between falls back
     // to the fields kernel (lag 0), and LBM-Ghost never fuses.
-    if !gpu() {
-        return;
-    }
     use sim_core::fields::FieldKind;
     use sim_core::frame::FrameLayout;
     let kinds = [FieldKind::Density, FieldKind::Ux, FieldKind::Uz, FieldKind::Vorticity];
@@ -502,13 +445,9 @@ fn gpu_fields_fused_into_the_last_step_equal_a_separate_pass() {
     }
 }
 
-#[test]
 fn gpu_dispatches_are_bit_identical() {
     // Split (lean + boundary kernels), fused (one launch) and boundary-only run the same cell
     // code: the states must agree bit for bit, and the forces too.
-    if !gpu() {
-        return;
-    }
     for (text, lattice) in [(SCENE_2D, "D2Q9"), (SCENE_3D, "D3Q19")] {
         let ls = scene(text, &[("domain.lattice", lattice)]);
         let run = |d: cuda::Dispatch| {
@@ -540,12 +479,8 @@ fn ball(s: &dyn Solver, c: [f32; 3], r: f32) -> Vec<usize> {
 /// odd and even steps, drawn obstacle, erased scene obstacle) the runs agree to FP32 rounding,
 /// forces on every obstacle included. The periodic scenes check that rows and bricks are
 /// classified again (a drawn obstacle takes rows away from the row kernel).
-#[test]
 fn gpu_cell_edits_match_cpu() {
     use sim_core::{CellEdit, EditTo};
-    if !gpu() {
-        return;
-    }
     let cases = [
         (SCENE_2D, "D2Q9", [34.0, 22.0, 0.0], [20.0, 18.0, 0.0], 5.5),
         (SCENE_3D, "D3Q19", [28.0, 11.0, 10.0], [16.0, 11.0, 10.0], 4.2),
@@ -635,13 +570,9 @@ fn ddf_like(n: [usize; 3], seed: u64) -> Vec<f32> {
     v
 }
 
-#[test]
 fn gpu_compression_matches_the_cpu_reference() {
     use sim_core::backend::cuda_compress::GpuCodec;
     use sim_core::compress::{BlockShape, CompressedField, Thresholds};
-    if !gpu() {
-        return;
-    }
     let mut codec = GpuCodec::on_device0().unwrap();
     let mut formats = [0usize; 3];
     for n in [[33, 17, 17], [70, 40, 23], [100, 51, 34], [5, 3, 40]] {
@@ -672,13 +603,9 @@ fn gpu_compression_matches_the_cpu_reference() {
     eprintln!("GPU records equal the CPU's bit for bit; blocks per format (dense, mask, coo): {formats:?}");
 }
 
-#[test]
 fn gpu_compression_handles_many_fields_overflow_and_damage() {
     use sim_core::backend::cuda_compress::{GpuCodec, NO_RECORD};
     use sim_core::compress::{BlockShape, CompressedField, Thresholds};
-    if !gpu() {
-        return;
-    }
     let mut codec = GpuCodec::on_device0().unwrap();
     let s = codec.stream().clone();
     let n = [70, 40, 23];
@@ -744,11 +671,7 @@ fn dense_bits(s: &dyn Solver) -> Vec<u8> {
     s.checkpoint().data
 }
 
-#[test]
 fn gpu_subgrids_without_compression_equal_the_dense_cuda_solver() {
-    if !gpu() {
-        return;
-    }
     // Inlet, outlet, walls, a moving wall, a sphere; uneven subgrids (the last slab of an axis
     // takes the remainder) and one subgrid spanning a periodic axis alone.
     for (text, g) in [(SCENE_3D, [13, 8, 7]), (SCENE_3D, [20, 30, 9]), (SCENE_ROWS_3D, [16, 9, 40])] {
@@ -773,11 +696,7 @@ fn gpu_subgrids_without_compression_equal_the_dense_cuda_solver() {
     }
 }
 
-#[test]
 fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
-    if !gpu() {
-        return;
-    }
     let ls = scene(SCENE_ROWS_3D, &[("domain.size", "[70, 40, 38]"), ("fluid.force", "[0.0, 0.0, 0.0]")]);
     let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
     let mut s = gpu_subgrids(&ls, [36, 20, 19], Some(1e-6), None);
@@ -804,11 +723,7 @@ fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
     assert!(s.ratio() > 1.5, "compression ratio {}", s.ratio());
 }
 
-#[test]
 fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip() {
-    if !gpu() {
-        return;
-    }
     let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
     // A budget barely above the fixed part: the ring wraps around every step and records spill
     // to the host until the budget raises tau; the run goes on.
@@ -840,11 +755,7 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     assert!(dr < 1e-3 && du < 5e-2, "after restore: rho {dr:e} u {du:e}");
 }
 
-#[test]
 fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
-    if !gpu() {
-        return;
-    }
     let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
     let dense = (19 * 4 * 96 * 44 * 40) as u64;
     let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(1e-6), None);
@@ -955,11 +866,7 @@ fn multi_matches_single(text: &str, ov: &[(&str, &str)], devices: &[usize]) {
 /// Multi-GPU slabs against one GPU on every lattice, FP32 and FP16 storage, with obstacles,
 /// walls, moving walls, inlets and outlets crossing or lying on the cuts. On one GPU the slabs
 /// share it (device copies); with two or more, NCCL carries the halos.
-#[test]
 fn gpu_multi_slabs_match_one_gpu() {
-    if !gpu() {
-        return;
-    }
     let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
     let mut layouts: Vec<Vec<usize>> = vec![vec![0, 0], vec![0, 0, 0]];
     if count >= 2 {
@@ -980,12 +887,7 @@ fn gpu_multi_slabs_match_one_gpu() {
 
 /// Diagnostic (ignored): the first cells and directions where slabs on one GPU and the one-GPU
 /// run part, step by step. `cargo test --test cuda gpu_multi_first_difference -- --ignored --nocapture`.
-#[test]
-#[ignore = "diagnostic"]
 fn gpu_multi_first_difference() {
-    if !gpu() {
-        return;
-    }
     for (text, lat) in [(SCENE_2D, "D2Q9"), (SCENE_3D, "D3Q19")] {
         let ls = scene(text, &[("domain.lattice", lat)]);
         let mut one = cuda::CudaSolver::from_scene(&ls).unwrap();
@@ -1041,11 +943,7 @@ interval = 20
 /// Adaptive blocks: frames written on the device (amr_planes + the frame kernels, the
 /// viewer's path) equal those the host writes from the same run's fields, for every cell and
 /// for slice planes, in 2D and 3D.
-#[test]
 fn gpu_adaptive_frames_match_the_host() {
-    if !gpu() {
-        return;
-    }
     use sim_core::fields::FieldKind;
     use sim_core::frame::{write_host, FrameLayout, FrameRegion, FrameTarget};
     let cases = [
@@ -1118,11 +1016,7 @@ fn gpu_adaptive_frames_match_the_host() {
 /// Adaptive blocks: the GPU steps (interpolation, collision, streaming, restriction) follow
 /// the CPU reference through adaptations, with walls, a lid, inlets, outflows, obstacles and a
 /// body force, in 2D and 3D.
-#[test]
 fn gpu_adaptive_blocks_match_cpu() {
-    if !gpu() {
-        return;
-    }
     let cases = [
         ("cavity D2Q9", shipped_scene("lid_driven_cavity_amr_2d.toml", &[]), 400u64),
         ("square cylinder D2Q9", shipped_scene("square_cylinder_amr_2d.toml", &[("amr.interval", "50")]), 300),
@@ -1214,11 +1108,7 @@ fn gpu_adaptive_blocks_match_cpu() {
 /// cells change the device's obstacle flags, step codes and DDFs as the CPU reference changes its
 /// own, with the host's copy behind the device (the mesh adapted there) and current, in both DDF
 /// storages; the runs go on equal through adaptations, and the reports' masses agree.
-#[test]
 fn gpu_cell_edits_on_adaptive_blocks_match_cpu() {
-    if !gpu() {
-        return;
-    }
     use sim_core::domain::{id_of, kind, kind_of};
     use sim_core::{CellEdit, EditTo};
     let cases = [
@@ -1293,11 +1183,7 @@ fn gpu_cell_edits_on_adaptive_blocks_match_cpu() {
 /// cells: `AmrGpu::block_values` and `AmrGpu::transfer` around the host's mesh update) leaves
 /// the same data as the CPU's `adapt_to`, bit for bit, with an obstacle in the way and blocks
 /// refined and coarsened in the same adaptation; stepping on afterwards stays equal.
-#[test]
 fn gpu_adaptation_moves_the_data_as_the_cpu_does() {
-    if !gpu() {
-        return;
-    }
     use sim_core::precision::Precision;
     // Two DDF buffers, then in place (one buffer with halo slots, Esoteric Pull).
     for in_place in [false, true] {
@@ -1429,11 +1315,7 @@ fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_c
 /// coarsen lists, the gap set, the ID sets, the links, the masks) leaves every array as the
 /// host's `BlockForest::adapt` leaves it, over random mark sequences in 2D and 3D, periodic
 /// and not, with frozen blocks, a frozen level and refusals for capacity.
-#[test]
 fn gpu_forest_adaptation_matches_the_host() {
-    if !gpu() {
-        return;
-    }
     forest_case::<sim_core::lattice::D2Q9>([5, 4, 1], [true, false, false], 20 + 4 * 60, 7);
     forest_case::<sim_core::lattice::D3Q19>([3, 3, 2], [false, true, false], 18 + 8 * 400, 11);
 }
@@ -1522,4 +1404,44 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
     eprintln!("{}: {changed} adaptations changed the forest, {refused} refused for capacity", L::KIND);
     assert!(changed >= 10, "{}: only {changed} adaptations changed the forest", L::KIND);
     assert!(refused >= 1, "{}: no adaptation hit the capacity", L::KIND);
+}
+
+fn main() {
+    let missing = match cuda::probe() {
+        Ok(d) => {
+            eprintln!("GPU: {} (sm_{}{})", d.name, d.cc.0, d.cc.1);
+            None
+        }
+        Err(why) => Some(format!("no usable CUDA device ({why})")),
+    };
+    let tests = gated_tests![
+        test(gpu_matches_cpu_d2q9),
+        test(gpu_matches_cpu_d3q19),
+        test(gpu_matches_cpu_d3q27),
+        test(gpu_ghost_blocks_match_cpu),
+        test(gpu_whole_row_kernel_matches_cpu),
+        test(gpu_collisions_and_force_match_cpu),
+        test(gpu_checkpoints_are_the_cpu_format),
+        test(gpu_reports_out_of_memory_and_blow_up_clearly),
+        test(gpu_derived_fields_match_cpu),
+        test(gpu_frames_match_cpu),
+        test(gpu_plane_frames_equal_whole_frames_on_their_planes),
+        test(gpu_fields_fused_into_the_last_step_equal_a_separate_pass),
+        test(gpu_dispatches_are_bit_identical),
+        test(gpu_cell_edits_match_cpu),
+        test(gpu_compression_matches_the_cpu_reference),
+        test(gpu_compression_handles_many_fields_overflow_and_damage),
+        test(gpu_subgrids_without_compression_equal_the_dense_cuda_solver),
+        test(gpu_compressed_subgrids_conserve_mass_and_stay_close),
+        test(gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip),
+        test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
+        test(gpu_multi_slabs_match_one_gpu),
+        diagnostic(gpu_multi_first_difference),
+        test(gpu_adaptive_frames_match_the_host),
+        test(gpu_adaptive_blocks_match_cpu),
+        test(gpu_cell_edits_on_adaptive_blocks_match_cpu),
+        test(gpu_adaptation_moves_the_data_as_the_cpu_does),
+        test(gpu_forest_adaptation_matches_the_host),
+    ];
+    common::gate::run(common::gate::Gate { require_env: "ESOFLOW_REQUIRE_GPU", missing }, tests)
 }

@@ -1,6 +1,9 @@
 //! Every CUDA kernel variant compiles under NVRTC for sm_80 and sm_90 without errors or
-//! warnings. Needs libnvrtc (CUDA toolkit or `pip install nvidia-cuda-nvrtc`), not a GPU. Skips
-//! with a message where NVRTC is missing, unless ESOFLOW_REQUIRE_NVRTC=1 (CI sets it).
+//! warnings. Needs libnvrtc (CUDA toolkit or `pip install nvidia-cuda-nvrtc`), not a GPU. Where
+//! NVRTC is missing the tests are reported as ignored (not run), with the reason, unless
+//! ESOFLOW_REQUIRE_NVRTC=1 (CI sets it), which makes them fail.
+
+mod common;
 
 use sim_core::backend::cuda::{compile, nvrtc_present, KernelConfig, BRICK_SHAPES};
 use sim_core::collision::Collision;
@@ -103,16 +106,7 @@ fn configs() -> Vec<KernelConfig> {
     v
 }
 
-#[test]
 fn every_kernel_variant_compiles_without_warnings() {
-    if !nvrtc_present() {
-        assert!(
-            std::env::var("ESOFLOW_REQUIRE_NVRTC").as_deref() != Ok("1"),
-            "ESOFLOW_REQUIRE_NVRTC=1 but libnvrtc was not found (set LD_LIBRARY_PATH to the nvidia-cuda-nvrtc lib folder)"
-        );
-        eprintln!("SKIPPED: libnvrtc not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` to compile the kernels");
-        return;
-    }
     use rayon::prelude::*;
     let cfgs = configs();
     let jobs: Vec<(&KernelConfig, &str)> = ["sm_80", "sm_90"].iter().flat_map(|a| cfgs.iter().map(move |c| (c, *a))).collect();
@@ -121,13 +115,7 @@ fn every_kernel_variant_compiles_without_warnings() {
     eprintln!("compiled {} kernel variants for sm_80 and sm_90", cfgs.len());
 }
 
-#[test]
 fn compression_kernels_compile_without_warnings() {
-    if !nvrtc_present() {
-        assert!(std::env::var("ESOFLOW_REQUIRE_NVRTC").as_deref() != Ok("1"), "ESOFLOW_REQUIRE_NVRTC=1 but libnvrtc was not found");
-        eprintln!("SKIPPED: libnvrtc not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` to compile the kernels");
-        return;
-    }
     let shape = sim_core::compress::BlockShape::DEFAULT;
     for arch in ["sm_80", "sm_90"] {
         if let Err(e) = sim_core::backend::cuda_compress::compile_compress(&shape, arch) {
@@ -136,13 +124,7 @@ fn compression_kernels_compile_without_warnings() {
     }
 }
 
-#[test]
 fn adaptive_block_kernels_compile_without_warnings() {
-    if !nvrtc_present() {
-        assert!(std::env::var("ESOFLOW_REQUIRE_NVRTC").as_deref() != Ok("1"), "ESOFLOW_REQUIRE_NVRTC=1 but libnvrtc was not found");
-        eprintln!("SKIPPED: libnvrtc not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` to compile the kernels");
-        return;
-    }
     use sim_core::lattice::Lattice;
     use sim_core::precision::Precision;
     for lattice in [Lattice::D2Q9, Lattice::D3Q19, Lattice::D3Q27] {
@@ -172,8 +154,6 @@ fn adaptive_block_kernels_compile_without_warnings() {
 /// Not a check: writes the adaptive-block kernels' full NVRTC sources to
 /// `target/amr-kernels/amr_<lattice>_<precision>.cu` for `scripts/kernel-registers.py` (registers and
 /// spills per kernel from ptxas, no GPU needed). Run with `--ignored`.
-#[test]
-#[ignore = "not a check: writes the kernel sources for scripts/kernel-registers.py"]
 fn dump_adaptive_block_sources() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/amr-kernels");
     std::fs::create_dir_all(&dir).unwrap();
@@ -183,4 +163,18 @@ fn dump_adaptive_block_sources() {
             std::fs::write(dir.join(format!("amr_{lattice}_{p}.cu")), src).unwrap();
         }
     }
+}
+
+fn main() {
+    let missing = (!nvrtc_present()).then(|| {
+        "libnvrtc not found; install the CUDA toolkit or `pip install nvidia-cuda-nvrtc` and put its lib folder on LD_LIBRARY_PATH"
+            .to_string()
+    });
+    let tests = gated_tests![
+        test(every_kernel_variant_compiles_without_warnings),
+        test(compression_kernels_compile_without_warnings),
+        test(adaptive_block_kernels_compile_without_warnings),
+        diagnostic(dump_adaptive_block_sources),
+    ];
+    common::gate::run(common::gate::Gate { require_env: "ESOFLOW_REQUIRE_NVRTC", missing }, tests)
 }

@@ -1,4 +1,5 @@
 #![allow(dead_code)]
+pub mod gate;
 use sim_core::backend::cpu;
 use sim_core::scene::{self, LoadedScene};
 use sim_core::Solver;
