@@ -9,6 +9,7 @@ use sim_core::backend::cpu;
 use sim_core::collision::{CollideParams, Collision};
 use sim_core::domain::Domain;
 use sim_core::lattice::Lattice;
+use sim_core::memory::Place;
 use sim_core::precision::Precision;
 use sim_core::schemes::Scheme;
 use sim_core::{Params, Solver};
@@ -169,6 +170,14 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
     let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
     let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;
+    // Every box's memory plan first: a box that cannot fit stops the bench before it starts.
+    for &l in &lattices {
+        for &s in &schemes {
+            for &p in &precisions {
+                box_fits(l, s, p, box_size(l, a.size), if cuda { Place::Gpus(1) } else { Place::Cpu })?;
+            }
+        }
+    }
     let (device, copy) = if cuda {
         let d = sim_core::backend::cuda::probe().map_err(anyhow::Error::msg)?;
         eprintln!("measuring device-to-device copy bandwidth ...");
@@ -268,6 +277,61 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The memory plan of a bench box, checked before it is allocated: one clear error with what
+/// it needs, what is free and the largest --size that fits.
+fn box_fits(l: Lattice, s: Scheme, p: Precision, size: [usize; 3], place: Place) -> anyhow::Result<()> {
+    use sim_core::memory::{shortfall, Engine, Free, Spec};
+    let spec = Spec {
+        engine: Engine::Dense,
+        place,
+        lattice: l,
+        size,
+        scheme: s,
+        precision: p,
+        ghost_block: 16,
+        amr: None,
+        budget: None,
+        saved_states: 0,
+        export: false,
+    };
+    let device = match place {
+        Place::Cpu => None,
+        Place::Gpus(g) => {
+            let mut least = u64::MAX;
+            for o in sim_core::backend::cuda_multi::devices_for(g)? {
+                least = least.min(sim_core::backend::cuda::free_memory(o).map_err(anyhow::Error::msg)?);
+            }
+            Some(least)
+        }
+    };
+    let free = Free { host: sim_core::memory::host_available(), device };
+    let Some(short) = shortfall(&spec, &free) else { return Ok(()) };
+    // The largest edge whose box fits (2D boxes hold edge^3 cells too).
+    let fits = |e: usize| shortfall(&spec.with_size(box_size(l, e)), &free).is_none();
+    let (mut lo, mut hi) = (3usize, size[0].max(size[1]));
+    if !fits(lo) {
+        bail!("--size {}: out of memory: the {l} {s} {p} box {short}; no box fits", edge_of(l, size));
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    bail!("--size {}: out of memory: the {l} {s} {p} box {short}; --size {lo} fits", edge_of(l, size))
+}
+
+/// The --size of a bench box.
+fn edge_of(l: Lattice, size: [usize; 3]) -> usize {
+    if l.dims() == 2 {
+        ((size[0] * size[1]) as f64).cbrt().round() as usize
+    } else {
+        size[0]
+    }
+}
+
 /// The bench box of a lattice: `edge`^3 cells in 3D, the same count in 2D.
 fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
     if l.dims() == 2 {
@@ -325,6 +389,12 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         bail!("--gpus {n} measures esoteric_pull only (the scheme multi-GPU runs use); drop --scheme {s}");
     }
     let devices = cuda_multi::devices_for(n)?;
+    for &l in &lattices {
+        for &p in &precisions {
+            box_fits(l, Scheme::EsotericPull, p, box_size(l, a.size), Place::Gpus(n))?;
+            box_fits(l, Scheme::EsotericPull, p, box_size(l, a.size), Place::Gpus(1))?;
+        }
+    }
     let d = cuda::probe().map_err(anyhow::Error::msg)?;
     let device = format!("{} (sm_{}{})", d.name, d.cc.0, d.cc.1);
     eprintln!("measuring device-to-device copy bandwidth ...");
@@ -435,6 +505,12 @@ pub fn date_utc() -> String {
 fn disaggregation_gain(a: &BenchArgs) -> anyhow::Result<()> {
     use sim_core::backend::cuda::Dispatch;
     let n = a.size;
+    if n < 32 {
+        println!();
+        println!("disaggregation: skipped, the channel needs --size 32 or more");
+        return Ok(());
+    }
+    box_fits(Lattice::D3Q19, Scheme::EsotericPull, Precision::Fp32, [n, n / 2, n / 2], Place::Gpus(1))?;
     let text = format!(
         "[domain]\nsize = [{n}, {h}, {h}]\n[boundaries]\nx_min = {{ type = \"inlet\", velocity = [0.05, 0, 0] }}\nx_max = \"outlet\"\ny_min = \"wall\"\ny_max = \"wall\"\nz_min = \"wall\"\nz_max = \"wall\"\n[fluid]\nreynolds = 200\nlength = {d}\nvelocity = 0.05\n[[obstacles]]\nshape = \"sphere\"\ncenter = [{cx}, {c}, {c}]\nradius = {r}\n",
         h = n / 2,

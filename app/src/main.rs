@@ -100,13 +100,7 @@ pub fn parse_f64_in(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
 /// Total and available memory of this machine in bytes, from /proc/meminfo.
 #[must_use]
 pub fn host_memory() -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = s.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kb * 1024)
-    };
-    Some((field("MemTotal:")?, field("MemAvailable:")?))
+    sim_core::memory::host_memory()
 }
 
 /// The CPU model name, from /proc/cpuinfo.
@@ -126,22 +120,41 @@ fn info() -> anyhow::Result<ExitCode> {
     println!("  threads: {}", rayon::current_num_threads());
     if let Some((total, avail)) = host_memory() {
         println!("  memory:  {:.1} GiB total, {:.1} GiB available", gib(total), gib(avail));
-        let cells = avail as f64 * 0.8 / 77.0;
-        println!("  largest D3Q19 Esoteric-Pull FP32 grid that fits (77 B/cell): about {:.0}^3 cells", cells.cbrt());
+        let free = sim_core::memory::Free { host: Some(avail), device: None };
+        if let Some(n) = cube_plan(sim_core::memory::Place::Cpu).largest_fitting(&free) {
+            println!("  largest D3Q19 Esoteric-Pull FP32 cube `esoflow run` fits (memory plan, with exports): {}^3 cells", n[0]);
+        }
     }
     match sim_core::backend::cuda::probe() {
         Ok(d) => {
             println!("backend cuda: available");
             println!("  device:  {} (compute capability {}.{})", d.name, d.cc.0, d.cc.1);
             println!("  memory:  {:.1} GiB total, {:.1} GiB free", gib(d.mem.1 as u64), gib(d.mem.0 as u64));
-            println!(
-                "  largest D3Q19 Esoteric-Pull FP32 grid that fits (77 B/cell + 16 B/cell field planes): about {:.0}^3 cells",
-                (d.mem.0 as f64 * 0.95 / 93.0).cbrt()
-            );
+            let free = sim_core::memory::Free { host: sim_core::memory::host_available(), device: Some(d.mem.0 as u64) };
+            if let Some(n) = cube_plan(sim_core::memory::Place::Gpus(1)).largest_fitting(&free) {
+                println!("  largest D3Q19 Esoteric-Pull FP32 cube `esoflow run` fits (memory plan, with exports): {}^3 cells", n[0]);
+            }
         }
         Err(why) => println!("backend cuda: not available: {why} (--backend auto uses the CPU)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The memory plan of an `esoflow run` of a D3Q19 Esoteric-Pull FP32 cube with exports.
+fn cube_plan(place: sim_core::memory::Place) -> sim_core::memory::Spec {
+    sim_core::memory::Spec {
+        engine: sim_core::memory::Engine::Dense,
+        place,
+        lattice: sim_core::lattice::Lattice::D3Q19,
+        size: [1 << 14; 3],
+        scheme: sim_core::schemes::Scheme::EsotericPull,
+        precision: sim_core::precision::Precision::Fp32,
+        ghost_block: 16,
+        amr: None,
+        budget: None,
+        saved_states: 2,
+        export: true,
+    }
 }
 
 /// Bytes to GiB.

@@ -387,3 +387,56 @@ fn a_blow_up_saves_only_a_sane_state() {
         assert!(v[3] > 0.5 && v[3] < 1.5 && speed < sim_core::solver::SANE_SPEED, "fields.csv row {l}");
     }
 }
+
+/// The memory plan is an upper bound of what a run takes, and not a wild one: the peak resident
+/// memory of a CPU run with exports and rollback checkpoints against the plan's host bytes.
+#[test]
+fn the_memory_plan_bounds_the_peak_of_a_cpu_run() {
+    let d = tmp("plan");
+    let dir = d.path().to_str().unwrap();
+    let sets = [("domain.size", "[200,100,100]"), ("obstacles.0.center", "[50,50,50]"), ("solver.stats_every", "1")];
+    let mut args = vec!["run", "scenes/sphere_3d.toml", "--backend", "cpu", "--steps", "30", "--every", "15", "--export", dir];
+    for (k, v) in &sets {
+        args.push("--set");
+        args.push(Box::leak(format!("{k}={v}").into_boxed_str()));
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_esoflow")).args(&args).current_dir(root()).stderr(Stdio::null()).spawn().unwrap();
+    // The peak of this child alone (other tests' children run beside it).
+    // SAFETY: wait4 on the pid of a child this test started and has not waited for; it fills
+    // the status and the struct it is given.
+    let (status, peak) = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        let mut status = 0;
+        assert_eq!(libc::wait4(child.id() as libc::pid_t, &raw mut status, 0, &raw mut u), child.id() as libc::pid_t);
+        (status, u.ru_maxrss as u64 * 1024)
+    };
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the run failed: {status}");
+    let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+    let ls = sim_core::scene::load(&root().join("scenes/sphere_3d.toml"), &ov).unwrap();
+    let need = sim_core::memory::Spec::of_scene(&ls, sim_core::memory::Place::Cpu, 2, true).need().unwrap();
+    eprintln!("peak resident {} MB, planned {} MB", peak >> 20, need.host >> 20);
+    assert!(peak <= need.host, "the run took {peak} B, more than its plan of {} B", need.host);
+    assert!(need.host <= 3 * peak, "the plan ({} B) is far above what the run took ({peak} B)", need.host);
+}
+
+/// A grid far larger than the machine is refused at once, with what it needs, what is free and
+/// the largest size of the same shape that fits; so is a bench box.
+#[test]
+fn a_run_that_cannot_fit_is_refused_up_front() {
+    let t = Instant::now();
+    let o = esoflow(&["run", "scenes/sphere_3d.toml", "--backend", "cpu", "--set", "domain.size=[1000,1000,1000]", "--steps", "10"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("out of memory")
+            && e.contains("of host memory, but")
+            && e.contains("the largest domain.size of this shape that fits is ["),
+        "{e}"
+    );
+    let o =
+        esoflow(&["bench", "--backend", "cpu", "--size", "5000", "--lattice", "D3Q19", "--precision", "fp32", "--scheme", "esoteric_pull"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("--size 5000: out of memory") && e.contains("fits"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(20), "refused only after {:?}", t.elapsed());
+}

@@ -15,6 +15,7 @@ pub mod export;
 pub mod fields;
 pub mod frame;
 pub mod lattice;
+pub mod memory;
 pub mod precision;
 pub mod scene;
 pub mod schemes;

@@ -337,6 +337,19 @@ pub fn probe() -> Result<DeviceInfo, String> {
     device_info(&ctx)
 }
 
+/// Free memory of device `ordinal` in bytes (`cuMemGetInfo`), for memory plans.
+///
+/// # Errors
+/// No driver or no such device.
+pub fn free_memory(ordinal: usize) -> Result<u64, String> {
+    // SAFETY: only probes for the shared library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no NVIDIA driver (libcuda.so) on this machine".into());
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| format!("no usable CUDA device {ordinal}: {e:?}"))?;
+    Ok(device_info(&ctx)?.mem.0 as u64)
+}
+
 pub(crate) fn device_info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, String> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let name = ctx.name().map_err(|e| format!("{e:?}"))?;
