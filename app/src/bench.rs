@@ -125,6 +125,7 @@ struct Row {
     mlups: f64,
     stored: f64,
     moved: f64,
+    setup: f64,
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
@@ -192,14 +193,17 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     println!("box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D", a.size);
     println!();
     println!(
-        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7}",
-        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy"
+        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7} {:>8}",
+        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy", "set-up s"
     );
     let mut rows = Vec::new();
     for &l in &lattices {
         let size = box_size(l, a.size);
         for &s in &schemes {
             for &p in &precisions {
+                // Set-up: the grid, its initial state and (CUDA) the kernels and the upload,
+                // until the solver is ready to step.
+                let setup_t = Instant::now();
                 let (dom, params) = (Domain::periodic(l, size), box_params());
                 let init = box_init(size);
                 let mut solver: Box<dyn sim_core::Solver> = if cuda {
@@ -207,11 +211,13 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     cpu::build(dom, s, p, params, 16, init)
                 };
+                solver.synchronize()?;
+                let setup = setup_t.elapsed().as_secs_f64();
                 let (steps, mlups) = time_steps(solver.as_mut(), cuda, a.seconds)?;
                 let info = solver.info();
                 let gbs = mlups * info.bytes_moved_per_cell / 1e3;
                 println!(
-                    "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}%",
+                    "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
                     l.name(),
                     s.name(),
                     p.name(),
@@ -219,7 +225,8 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                     info.bytes_per_cell,
                     info.bytes_moved_per_cell,
                     gbs,
-                    100.0 * gbs / copy
+                    100.0 * gbs / copy,
+                    setup
                 );
                 rows.push(Row {
                     lattice: l,
@@ -230,6 +237,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                     mlups,
                     stored: info.bytes_per_cell,
                     moved: info.bytes_moved_per_cell,
+                    setup,
                 });
             }
         }
@@ -247,13 +255,13 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             writeln!(f, "# copy_gbs: {copy:.3}")?;
             writeln!(
                 f,
-                "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs"
+                "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs,setup_s"
             )?;
             for r in &rows {
                 let gbs = r.mlups * r.moved / 1e3;
                 writeln!(
                     f,
-                    "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3}",
+                    "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3},{:.3}",
                     r.lattice.name(),
                     r.scheme.name(),
                     r.precision.name(),
@@ -266,7 +274,8 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                     r.moved,
                     gbs,
                     100.0 * gbs / copy,
-                    copy
+                    copy,
+                    r.setup
                 )?;
             }
             Ok(())
@@ -353,7 +362,7 @@ fn box_params() -> Params {
 }
 
 /// A Taylor-Green shear over the box (so the collision does real work).
-fn box_init(size: [usize; 3]) -> impl Fn([usize; 3]) -> (f32, [f32; 3]) + Copy {
+fn box_init(size: [usize; 3]) -> impl Fn([usize; 3]) -> (f32, [f32; 3]) + Copy + Sync {
     let (nx, ny) = (size[0] as f32, size[1] as f32);
     move |q: [usize; 3]| {
         let (x, y) = (q[0] as f32 / nx, q[1] as f32 / ny);
@@ -423,6 +432,7 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 let (_, m) = time_steps(&mut s, true, a.seconds)?;
                 (m, s.info().bytes_moved_per_cell)
             };
+            let setup_t = Instant::now();
             let mut s = cuda_multi::MultiCudaSolver::new(
                 Domain::periodic(l, size),
                 Scheme::EsotericPull,
@@ -431,6 +441,8 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 &devices,
                 box_init(size),
             )?;
+            s.synchronize()?;
+            eprintln!("{} {}: {n} GPUs ready to step after {:.2} s of set-up", l.name(), p.name(), setup_t.elapsed().as_secs_f64());
             let (steps, multi) = time_steps(&mut s, true, a.seconds)?;
             let speedup = multi / one_mlups;
             let eff = speedup / n as f64;

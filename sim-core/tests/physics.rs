@@ -17,7 +17,7 @@ use sim_core::Solver;
 use std::time::Instant;
 
 /// Build a solver from scene text with a custom initial field (density, velocity per cell).
-fn solver_with_init(text: &str, overrides: &[(&str, &str)], init: impl Fn([usize; 3]) -> (f32, [f32; 3])) -> Box<dyn Solver> {
+fn solver_with_init(text: &str, overrides: &[(&str, &str)], init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync) -> Box<dyn Solver> {
     let ls = scene(text, overrides);
     let dom = Domain::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
     let params = cpu::params_of(&ls, &dom);

@@ -483,7 +483,13 @@ pub(crate) struct Slab {
 impl<L: Lat, S: Store> CpuSolver<L, S> {
     /// Build a solver on a domain; every non-solid cell starts at equilibrium with the
     /// density and velocity `init` gives for its coordinates.
-    pub fn new(dom: Domain, scheme: Scheme, params: Params, ghost_block: usize, init: impl Fn([usize; 3]) -> (f32, [f32; 3])) -> Self {
+    pub fn new(
+        dom: Domain,
+        scheme: Scheme,
+        params: Params,
+        ghost_block: usize,
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
+    ) -> Self {
         CpuSolver::new_at(dom, scheme, params, ghost_block, Slab::default(), init)
     }
 
@@ -495,7 +501,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         params: Params,
         ghost_block: usize,
         place: Slab,
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Self {
         let nn = dom.cells();
         let q = L::Q;
@@ -514,26 +520,30 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             place,
             _l: PhantomData,
         };
-        let ctx_inlets = s.dom.inlets.clone();
-        for n in 0..nn {
-            let flag = s.dom.flags[n];
+        // Every cell's equilibrium, in parallel (a 512^3 grid has 134 million cells).
+        let out = Ptr(s.buf[s.cur].as_mut_ptr());
+        let this = &s;
+        (0..nn).into_par_iter().with_min_len(1 << 12).for_each(|n| {
+            let flag = this.dom.flags[n];
             if is_solid(flag) {
-                continue;
+                return;
             }
-            let l = s.dom.coords(n);
+            let l = this.dom.coords(n);
             let p = [0, 1, 2].map(|a| l[a].wrapping_add(place.off[a]));
             let (rho, mut u) = init(l);
             if kind_of(flag) == kind::INLET {
-                u = ctx_inlets[id_of(flag)].velocity_at(p, L::D);
+                u = this.dom.inlets[id_of(flag)].velocity_at(p, L::D);
             }
             let mut feq = [0.0f32; MAX_Q];
             equilibrium::<L>(rho - 1.0, u, &mut feq);
-            let mut raw = [S::default(); MAX_Q];
+            let nbr = this.nbr_of(n);
             for i in 0..q {
-                raw[i] = S::enc(feq[i]);
+                // SAFETY: the slots of the non-solid cells' incoming DDFs are distinct (gather and
+                // scatter of one cell never meet another's), so every thread writes its own
+                // elements of the buffer, which outlives the loop; nothing reads it meanwhile.
+                unsafe { *out.at(this.slot(i, n, &nbr)) = S::enc(feq[i]) };
             }
-            s.scatter_raw(n, &raw);
-        }
+        });
         s
     }
 
@@ -1109,7 +1119,7 @@ pub(crate) fn build_mirror(
     precision: Precision,
     params: Params,
     ghost_block: usize,
-    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
 ) -> Box<dyn Mirror> {
     build_mirror_at(dom, scheme, precision, params, ghost_block, Slab::default(), init)
 }
@@ -1122,7 +1132,7 @@ pub(crate) fn build_mirror_at(
     params: Params,
     ghost_block: usize,
     place: Slab,
-    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
 ) -> Box<dyn Mirror> {
     macro_rules! mk {
         ($l:ty) => {
@@ -1160,7 +1170,7 @@ pub fn build(
     precision: Precision,
     params: Params,
     ghost_block: usize,
-    init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+    init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
 ) -> Box<dyn Solver> {
     build_mirror(dom, scheme, precision, params, ghost_block, init)
 }

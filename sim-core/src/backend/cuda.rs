@@ -20,6 +20,7 @@ use crate::scene::{LoadedScene, Profile};
 use crate::schemes::Scheme;
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use rayon::prelude::*;
 use std::sync::Arc;
 
 /// The shared header of device functions.
@@ -584,7 +585,7 @@ pub(crate) fn classify(dom: &Domain, b: [usize; 3]) -> (Vec<u32>, Vec<u32>) {
 /// Rows (index y + ny z) whose every cell is plain fluid.
 fn plain_rows(dom: &Domain) -> Vec<u32> {
     let n = dom.n;
-    (0..n[1] * n[2]).filter(|&r| (0..n[0]).all(|x| dom.flags[dom.index(x, r % n[1], r / n[1])] == 0)).map(|r| r as u32).collect()
+    (0..n[1] * n[2]).into_par_iter().filter(|&r| dom.flags[r * n[0]..(r + 1) * n[0]].iter().all(|&f| f == 0)).map(|r| r as u32).collect()
 }
 
 /// The whole-row kernel is on unless `ESOFLOW_CUDA_ROWS=0` (developer knob, to compare) or a
@@ -656,7 +657,7 @@ impl CudaSolver {
         scheme: Scheme,
         precision: Precision,
         params: Params,
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Result<CudaSolver, SolverError> {
         CudaSolver::with_ghost_block(dom, scheme, precision, params, 16, init)
     }
@@ -672,7 +673,7 @@ impl CudaSolver {
         precision: Precision,
         params: Params,
         ghost_block: usize,
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Result<CudaSolver, SolverError> {
         CudaSolver::on_device(dom, scheme, precision, params, ghost_block, Placement::default(), init)
     }
@@ -685,7 +686,7 @@ impl CudaSolver {
         params: Params,
         ghost_block: usize,
         place: Placement,
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Result<CudaSolver, SolverError> {
         let ghost = scheme == Scheme::Ghost;
         if ghost && !(2..=32).contains(&ghost_block) {

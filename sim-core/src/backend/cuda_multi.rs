@@ -267,7 +267,7 @@ impl MultiCudaSolver {
         precision: Precision,
         params: Params,
         devices: &[usize],
-        init: impl Fn([usize; 3]) -> (f32, [f32; 3]),
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Result<MultiCudaSolver, SolverError> {
         let k = devices.len();
         if k < 2 {
