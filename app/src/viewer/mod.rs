@@ -22,6 +22,8 @@ pub mod window;
 pub mod worker;
 
 #[cfg(test)]
+mod soak_tests;
+#[cfg(test)]
 mod tests;
 
 use colormap::ColorMap;

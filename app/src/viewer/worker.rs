@@ -1015,9 +1015,16 @@ impl Worker {
         }
         let stats = self.stats.as_ref().map(|(_, st)| st.clone()).unwrap_or_default();
         if !self.blown {
-            if let Err(why) = self.sanity(&stats) {
+            let why = self.sanity(&stats).err().or_else(|| (!finite).then(|| "the view's field has non-finite values".to_string()));
+            if let Some(why) = why {
                 self.blow_up(&stats, why);
             }
+        }
+        if !finite {
+            // Never show garbage: the view keeps the last frame it had, the run is paused and
+            // the blow-up event says why.
+            self.dirty = false;
+            return;
         }
         let d = self.solver.domain();
         let snap = Snapshot {

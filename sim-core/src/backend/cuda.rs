@@ -338,6 +338,25 @@ pub fn probe() -> Result<DeviceInfo, String> {
     device_info(&ctx)
 }
 
+/// Wall time of the stages of a set-up, logged as each ends.
+struct Stages {
+    t0: std::time::Instant,
+    at: std::time::Instant,
+}
+
+impl Stages {
+    fn new() -> Stages {
+        let now = std::time::Instant::now();
+        Stages { t0: now, at: now }
+    }
+
+    fn done(&mut self, what: &str) {
+        let now = std::time::Instant::now();
+        tracing::info!("set-up: {what} {:.3} s (total {:.3} s)", (now - self.at).as_secs_f64(), (now - self.t0).as_secs_f64());
+        self.at = now;
+    }
+}
+
 /// Free memory of device `ordinal` in bytes (`cuMemGetInfo`), for memory plans.
 ///
 /// # Errors
@@ -694,6 +713,8 @@ impl CudaSolver {
                 "solver.ghost_block = {ghost_block}: the CUDA backend runs LBM-Ghost blocks of 2 to 32 cells (one thread per column of a block); the default is 16"
             )));
         }
+        // Each stage of the set-up is timed (ESOFLOW_LOG=sim_core=info prints them).
+        let mut stage = Stages::new();
         probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(place.ordinal)
             .map_err(|e| SolverError::Backend(format!("CUDA error while opening device {}: {e:?}", place.ordinal)))?;
@@ -706,6 +727,7 @@ impl CudaSolver {
         // the other rows are cut into one-row bricks. Otherwise the cost model picks the bricks.
         let row_ids = if !ghost && rows_wanted() && rows_fit(dom.n, dom.lattice, precision) { plain_rows(&dom) } else { Vec::new() };
         let rows = !row_ids.is_empty() && 2 * row_ids.len() * dom.n[0] >= cells;
+        stage.done("context, memory check, plain rows");
         let cfg = KernelConfig {
             lattice: dom.lattice,
             scheme,
@@ -719,9 +741,16 @@ impl CudaSolver {
             boxed: false,
             halo: place.halo,
         };
-        let k = load_kernels(&ctx, &cfg, &dev)?;
+        stage.done("brick shape");
+        // NVRTC compiles on a thread of its own while the host builds and uploads the initial
+        // state (on a 512^3 grid each takes seconds).
+        let compiling = {
+            let (cfg, arch) = (cfg.clone(), arch_of(&dev));
+            std::thread::spawn(move || compile(&cfg, &arch))
+        };
         // LBM-Ghost runs its own kernels over its blocks, not the bricks.
         let groups = if ghost { Vec::new() } else { launch_groups(&dom, cfg.brick, rows, place.halo) };
+        stage.done("launch lists");
         let (ghost_dst, ghost_src) =
             if ghost { GhostLayout::for_domain(&dom, ghost_block).device_pairs() } else { (Vec::new(), Vec::new()) };
         let ddf_bytes = cfg.slots() * precision.bytes();
@@ -729,6 +758,7 @@ impl CudaSolver {
         // their place in the scene's grid.
         let slab = Slab { off: place.shift.map(|s| (-(s as isize)) as usize), halo: place.halo };
         let mut mirror = build_mirror_at(dom, scheme, precision, params.clone(), ghost_block, slab, init);
+        stage.done("initial state (host)");
         let mut f = Vec::new();
         {
             let (bufs, _, _) = mirror.raw();
@@ -737,6 +767,13 @@ impl CudaSolver {
             }
         }
         mirror.release();
+        stage.done("initial state upload");
+        let ptx = compiling
+            .join()
+            .map_err(|_| SolverError::Backend("the kernel compile thread panicked".into()))?
+            .map_err(SolverError::Backend)?;
+        let k = kernels_of(&ctx, ptx, &cfg)?;
+        stage.done("kernels (NVRTC, beside the initial state)");
         let d = mirror.domain();
         let flags = stream.clone_htod(&d.flags).map_err(derr("uploading flags"))?;
         let lists = groups.iter().map(|(r, l, b)| Lists::upload(&stream, r, l, b)).collect::<Result<Vec<_>, _>>()?;
@@ -781,6 +818,7 @@ impl CudaSolver {
             bytes: (ddf_bytes * copies + cells + 16 * n_ghost) as u64,
         };
         s.upload_tables()?;
+        stage.done("flags, lists and tables upload");
         Ok(s)
     }
 
@@ -1483,8 +1521,17 @@ fn check_memory(
 }
 
 fn load_kernels(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) -> Result<Kernels, SolverError> {
-    let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
-    let ptx = compile(cfg, &arch).map_err(SolverError::Backend)?;
+    let ptx = compile(cfg, &arch_of(dev)).map_err(SolverError::Backend)?;
+    kernels_of(ctx, ptx, cfg)
+}
+
+/// The `--gpu-architecture` of a device.
+fn arch_of(dev: &DeviceInfo) -> String {
+    format!("sm_{}{}", dev.cc.0, dev.cc.1)
+}
+
+/// Load a compiled module and look up its kernels.
+fn kernels_of(ctx: &Arc<CudaContext>, ptx: cudarc::nvrtc::Ptx, cfg: &KernelConfig) -> Result<Kernels, SolverError> {
     let module = ctx.load_module(ptx).map_err(derr("loading the kernel module"))?;
     let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
     Ok(Kernels {
