@@ -400,6 +400,8 @@ fn the_memory_plan_bounds_the_peak_of_a_cpu_run() {
         args.push("--set");
         args.push(Box::leak(format!("{k}={v}").into_boxed_str()));
     }
+    // wait4 below reaps it (and gives its own peak memory, which wait() does not).
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_esoflow")).args(&args).current_dir(root()).stderr(Stdio::null()).spawn().unwrap();
     // The peak of this child alone (other tests' children run beside it).
     // SAFETY: wait4 on the pid of a child this test started and has not waited for; it fills

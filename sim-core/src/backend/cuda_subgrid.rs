@@ -187,6 +187,14 @@ pub struct CudaSubgridSolver {
     timing: Option<PhaseTimes>,
 }
 
+/// The statistics of the whole grid, summed over the subgrids.
+struct GridStats {
+    mass: f64,
+    max_u: f32,
+    rho_range: [f64; 2],
+    first_bad: Option<[usize; 3]>,
+}
+
 /// What sizes the ring of compressed cores from a memory budget.
 #[derive(Clone, Copy, Debug)]
 struct RingSizing {
@@ -548,7 +556,7 @@ impl Dev {
     }
 
     /// Mass, largest speed, density range and first bad cell, subgrid by subgrid.
-    fn stats(&mut self, t: u64, p: &Params) -> Result<(f64, f32, [f64; 2], Option<[usize; 3]>), SolverError> {
+    fn stats(&mut self, t: u64, p: &Params) -> Result<GridStats, SolverError> {
         let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
         let mut bad = self.stream.alloc_zeros::<u64>(1).map_err(derr("allocating"))?;
@@ -588,7 +596,7 @@ impl Dev {
         let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
         let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
         let rho = super::cuda::rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
-        Ok((m, u, rho, first_bad))
+        Ok(GridStats { mass: m, max_u: u, rho_range: rho, first_bad })
     }
 
     /// The state as the dense solver lays it out (`F[i * cells + n]`), reassembled on the host.
@@ -1221,7 +1229,7 @@ impl Solver for CudaSubgridSolver {
     fn stats(&self) -> Stats {
         let r = self.lock().and_then(|mut d| d.stats(self.t, &self.params));
         match r {
-            Ok((mass, u, rho, first_bad)) => {
+            Ok(GridStats { mass, max_u: u, rho_range: rho, first_bad }) => {
                 let nobs = self.dom.obstacles.len();
                 let blown = first_bad.is_some();
                 Stats {
