@@ -50,6 +50,8 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     sets.push("compression.enabled=true".into());
     let ls = crate::run::load_scene(Some(scene), &sets)?;
     let c = &ls.scene.compression;
+    // Its runs hold the reference state beside the compressed one.
+    crate::run::plan(&ls, sim_core::memory::Place::Gpus(1), crate::run::Usage { saved_states: 1, export: false })?;
     let dom = Domain::from_scene(&ls)?;
     let params = sim_core::backend::cpu::params_of(&ls, &dom);
     let n = dom.n;

@@ -172,7 +172,7 @@ fn free_memory(place: Place) -> anyhow::Result<Free> {
 }
 
 /// The memory plan of a scene's run on `place`, checked before anything large is allocated.
-fn plan(ls: &LoadedScene, place: Place, usage: Usage) -> anyhow::Result<()> {
+pub(crate) fn plan(ls: &LoadedScene, place: Place, usage: Usage) -> anyhow::Result<()> {
     let spec = Spec::of_scene(ls, place, usage.saved_states, usage.export);
     let free = free_memory(place)?;
     sim_core::memory::check(&spec, &free).map_err(|e| anyhow!("{}: {e}", ls.origin))?;
