@@ -289,31 +289,9 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 /// The memory plan of a bench box, checked before it is allocated: one clear error with what
 /// it needs, what is free and the largest --size that fits.
 fn box_fits(l: Lattice, s: Scheme, p: Precision, size: [usize; 3], place: Place) -> anyhow::Result<()> {
-    use sim_core::memory::{shortfall, Engine, Free, Spec};
-    let spec = Spec {
-        engine: Engine::Dense,
-        place,
-        lattice: l,
-        size,
-        scheme: s,
-        precision: p,
-        ghost_block: 16,
-        amr: None,
-        budget: None,
-        saved_states: 0,
-        export: false,
-    };
-    let device = match place {
-        Place::Cpu => None,
-        Place::Gpus(g) => {
-            let mut least = u64::MAX;
-            for o in sim_core::backend::cuda_multi::devices_for(g)? {
-                least = least.min(sim_core::backend::cuda::free_memory(o).map_err(anyhow::Error::msg)?);
-            }
-            Some(least)
-        }
-    };
-    let free = Free { host: sim_core::memory::host_available(), device };
+    use sim_core::memory::{shortfall, Spec};
+    let spec = Spec::dense(place, l, size, s, p);
+    let free = crate::run::free_memory(place)?;
     let Some(short) = shortfall(&spec, &free) else { return Ok(()) };
     // The largest edge whose box fits (2D boxes hold edge^3 cells too).
     let fits = |e: usize| shortfall(&spec.with_size(box_size(l, e)), &free).is_none();

@@ -142,19 +142,9 @@ fn info() -> anyhow::Result<ExitCode> {
 
 /// The memory plan of an `esoflow run` of a D3Q19 Esoteric-Pull FP32 cube with exports.
 fn cube_plan(place: sim_core::memory::Place) -> sim_core::memory::Spec {
-    sim_core::memory::Spec {
-        engine: sim_core::memory::Engine::Dense,
-        place,
-        lattice: sim_core::lattice::Lattice::D3Q19,
-        size: [1 << 14; 3],
-        scheme: sim_core::schemes::Scheme::EsotericPull,
-        precision: sim_core::precision::Precision::Fp32,
-        ghost_block: 16,
-        amr: None,
-        budget: None,
-        saved_states: 2,
-        export: true,
-    }
+    use sim_core::{lattice::Lattice, precision::Precision, schemes::Scheme};
+    let dense = sim_core::memory::Spec::dense(place, Lattice::D3Q19, [1 << 14; 3], Scheme::EsotericPull, Precision::Fp32);
+    sim_core::memory::Spec { saved_states: 2, export: true, ..dense }
 }
 
 /// Bytes to GiB.

@@ -153,7 +153,7 @@ impl Usage {
 
 /// Free memory where a run would go: the host's, and on the GPU path the least free over the
 /// devices (a device that holds several slabs counts once per slab).
-fn free_memory(place: Place) -> anyhow::Result<Free> {
+pub(crate) fn free_memory(place: Place) -> anyhow::Result<Free> {
     let host = sim_core::memory::host_available();
     let device = match place {
         Place::Cpu => None,

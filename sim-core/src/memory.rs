@@ -109,6 +109,25 @@ impl Spec {
         }
     }
 
+    /// A uniform grid of `size` (no saved states, no export: a bench box); set the fields
+    /// that differ.
+    #[must_use]
+    pub fn dense(place: Place, lattice: Lattice, size: [usize; 3], scheme: Scheme, precision: Precision) -> Spec {
+        Spec {
+            engine: Engine::Dense,
+            place,
+            lattice,
+            size,
+            scheme,
+            precision,
+            ghost_block: 16,
+            amr: None,
+            budget: None,
+            saved_states: 0,
+            export: false,
+        }
+    }
+
     /// The same run on a grid of `size`.
     #[must_use]
     pub fn with_size(&self, size: [usize; 3]) -> Spec {
@@ -317,19 +336,7 @@ mod tests {
     use super::*;
 
     fn dense(size: [usize; 3], place: Place) -> Spec {
-        Spec {
-            engine: Engine::Dense,
-            place,
-            lattice: Lattice::D3Q19,
-            size,
-            scheme: Scheme::EsotericPull,
-            precision: Precision::Fp32,
-            ghost_block: 16,
-            amr: None,
-            budget: None,
-            saved_states: 2,
-            export: true,
-        }
+        Spec { saved_states: 2, export: true, ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32) }
     }
 
     #[test]
