@@ -101,8 +101,8 @@ pub struct RunArgs {
     pub progress_every: f64,
 }
 
-/// Largest `--steps` and `--every`.
-pub const MAX_STEPS: u64 = 1_000_000_000_000;
+/// Largest `--steps` and `--every` (as the scene's `solver.steps`).
+pub const MAX_STEPS: u64 = sim_core::scene::MAX_STEPS;
 
 fn progress_secs(s: &str) -> Result<f64, String> {
     crate::parse_f64_in(s, 0.1, 86_400.0)

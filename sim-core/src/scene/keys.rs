@@ -44,7 +44,7 @@ macro_rules! face {
                 "cells/step",
                 "wall velocity (moving_wall, tangential) or inlet velocity (inlet; centre value for parabolic)"
             ),
-            k!(concat!($f, ".density"), "number > 0", "1.0", "lattice density", "outlet density (outlet)"),
+            k!(concat!($f, ".density"), "number within a factor 2 of initial.density", "1.0", "lattice density", "outlet density (outlet)"),
             k!(
                 concat!($f, ".profile"),
                 "\"uniform\" | \"parabolic\"",
@@ -111,10 +111,10 @@ const BASE: [KeyDoc; 31] = [
     ),
     k!("solver.precision", "\"fp32\" | \"fp16s\" | \"fp16c\"", "\"fp32\"", "", "DDF storage precision (arithmetic is always FP32)"),
     k!("solver.collision", "\"bgk\" | \"trt\" | \"smagorinsky\"", "\"bgk\"", "", "collision operator"),
-    k!("solver.smagorinsky_cs", "number >= 0", "0.1", "", "Smagorinsky constant"),
-    k!("solver.ghost_block", "integer >= 2", "16", "cells", "block edge of the LBM-Ghost scheme"),
-    k!("solver.steps", "integer >= 0", "1000", "steps", "steps of `esoflow run` without --steps"),
-    k!("solver.stats_every", "integer >= 1", "100", "steps", "interval of stats.csv rows"),
+    k!("solver.smagorinsky_cs", "number 0 to 1", "0.1", "", "Smagorinsky constant"),
+    k!("solver.ghost_block", "integer 2 to 256", "16", "cells", "block edge of the LBM-Ghost scheme"),
+    k!("solver.steps", "integer 0 to 10^12", "1000", "steps", "steps of `esoflow run` without --steps"),
+    k!("solver.stats_every", "integer 1 to 10^12", "100", "steps", "interval of stats.csv rows"),
     k!("obstacles", "array of tables", "[]", "", "solid shapes (at most 15); [[obstacles]] with shape = ..."),
     k!("obstacles.N.shape", "\"box\" | \"sphere\" | \"cylinder\" | \"stl\"", "(required)", "", "kind of shape"),
     k!("obstacles.N.name", "string", "shape and index", "", "name in force reports"),

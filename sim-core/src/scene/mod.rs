@@ -1233,8 +1233,11 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     if !(2..=256).contains(&s.solver.ghost_block) {
         return e("solver.ghost_block", format!("must be 2 to 256 cells, got {}", s.solver.ghost_block));
     }
-    if s.solver.stats_every == 0 {
-        return e("solver.stats_every", "must be at least 1".into());
+    if !(1..=MAX_STEPS).contains(&s.solver.stats_every) {
+        return e("solver.stats_every", format!("must be 1 to 10^12 steps, got {}", s.solver.stats_every));
+    }
+    if s.solver.steps > MAX_STEPS {
+        return e("solver.steps", format!("must be 0 to 10^12 steps, got {}", s.solver.steps));
     }
     if !(s.solver.smagorinsky_cs >= 0.0 && s.solver.smagorinsky_cs <= 1.0) {
         return e("solver.smagorinsky_cs", format!("must be a number from 0 to 1 (0.1 to 0.2 is usual), got {}", s.solver.smagorinsky_cs));
@@ -1253,6 +1256,9 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     validate_amr(s, lattice, dims).map_err(|(k, m)| (k.to_string(), m))?;
     Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
 }
+
+/// Most steps a run or a statistics interval may have.
+pub const MAX_STEPS: u64 = 1_000_000_000_000;
 
 /// Most cells a grid may have (indices and memory plans stay far from overflow).
 pub const MAX_CELLS: usize = 1 << 33;
