@@ -1,4 +1,4 @@
-// Adaptive octree blocks on the GPU (seed 004; sim-core/src/backend/cuda_amr.rs). One
+// Adaptive octree blocks on the GPU (Jaber, Essel & Sullivan 2025; sim-core/src/backend/cuda_amr.rs). One
 // level-step of the block LBM as sim-core/src/amr/lbm.rs does it on the CPU (the reference these
 // kernels are tested against): ghost interpolation from the coarser level, collision and
 // streaming with bounce-back and outflows fused into one pass between the two DDF buffers, and
@@ -429,11 +429,10 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 // With AMR_CODES_SPLIT (the default for FP32 storage) the words are two planes of 32-bit words,
 // the low halves at codes[id * B + cell] and the high halves `cells` words after them: the step
 // reads the low word of every cell and the high one only where bit 28 says it fills a value
-// (boundary cells), 4 bytes a cell instead of 8. H100, one host: fixed-mesh FP32 sphere 9,215 ->
-// 9,565 MLUPS, adapting 8,015 -> 8,281; FP16S 12,782 -> 12,573, so not for 16-bit storage.
-// (Not kept: a flag per 32 cells saying they all have the open flow's code, so that the step
-// reads no code for them: 9,565 -> 9,405 MLUPS, the flag's shared-memory round trip in front of
-// every cell costs more than the code it saves.)
+// (boundary cells), 4 bytes a cell instead of 8. Faster for FP32 storage, slower for 16-bit
+// storage (docs/performance.md, kernel choices). A flag per 32 cells saying they all have the
+// open flow's code was slower: its shared-memory round trip in front of every cell costs more
+// than the code it saves.
 #ifndef AMR_CODES_SPLIT
 #if DEF_STORE == 0
 #define AMR_CODES_SPLIT 1
@@ -513,7 +512,7 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #endif
 }
 
-// One level-step of level l's blocks `ids` in a single pass (seed 002's fused step; lbm.rs
+// One level-step of level l's blocks `ids` in a single pass (the fused step of Meneghin & Mahmoud 2025; lbm.rs
 // collide_level + stream_level give the same numbers): the DDFs of the level are read from
 // `src` and written to `dst` (fa or fb by sel: bit 0 set, src is fb and dst fa), so each value
 // crosses the memory bus twice, as in the dense kernels. Which cells do what (lbm.rs):
@@ -533,12 +532,10 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 // What each cell does, direction by direction, comes from its codes (amr_codes), worked out
 // once per mesh: the step reads one word a cell instead of each target's masks and flags.
 // Minimum resident thread blocks of 256 threads per SM for the stepping kernels (register caps:
-// 3 -> 80 registers: with the codes, D3Q19 on the H100 runs the fixed-mesh sphere at 6,792
-// MLUPS against 6,240 at 4 (64 registers, spills); before them 4 was the faster; NVRTC
-// defines override them, ESOFLOW_AMR_DEFINES).
-// In place 3 as well since its pushes' sums are worked out again after the collision
-// (AMR_EP_RECOMPUTE; H100, fixed-mesh sphere 7,306 / 7,327 MLUPS against 6,505 / 6,529 at 2; 7,136
-// before), 2 for D3Q27 (it spills 80 bytes at 3).
+// 3 -> 80 registers, which D3Q19 with the codes needs; at 4, 64 registers, it spills and is
+// slower; NVRTC defines override them, ESOFLOW_AMR_DEFINES). In place 3 as well, since its
+// pushes' sums are worked out again after the collision (AMR_EP_RECOMPUTE), 2 for D3Q27 (it
+// spills 80 bytes at 3). Measurements: docs/performance.md, kernel choices.
 #ifndef AMR_STEP_MINB
 #if AMR_INPLACE && DEF_Q > 19
 #define AMR_STEP_MINB 2
@@ -547,8 +544,8 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #endif
 #endif
 // The step's warps take rows of 8 cells across two consecutive blocks of the list (see amr_step)
-// for FP32 storage: on the H100 the fixed-mesh FP32 sphere 9,027 -> 9,213 MLUPS, adapting 7,847 ->
-// 8,001, the square cylinder 1,463 -> 1,497; FP16S 12,820 -> 12,380, so not for 16-bit storage.
+// for FP32 storage, where it is faster; for 16-bit storage it is slower (docs/performance.md,
+// kernel choices).
 #ifndef AMR_STEP_PAIRS
 #if DEF_STORE == 0
 #define AMR_STEP_PAIRS 1
@@ -556,9 +553,8 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #define AMR_STEP_PAIRS 0
 #endif
 #endif
-// Interpolation: 3 (80 registers, no spills for D3Q19) measured 43 against 46 us a launch
-// at 2 on the H100 (every launch waited for; no difference in the sphere's MLUPS); D3Q27
-// needs more registers.
+// Interpolation: 3 (80 registers, no spills for D3Q19) gives slightly shorter launches than 2;
+// D3Q27 needs more registers.
 #ifndef AMR_INTERP_MINB
 #if DEF_Q > 19
 #define AMR_INTERP_MINB 2
@@ -566,8 +562,7 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 #define AMR_INTERP_MINB 3
 #endif
 #endif
-// In place, 2 as well (its taps' loads go through the in-place accessor: H100, fixed-mesh sphere
-// 6,204 MLUPS at 3 against 6,539 at 2).
+// In place, 2 as well: its taps' loads go through the in-place accessor and need the registers.
 #ifndef AMR_AVG_MINB
 #if DEF_Q > 19 || AMR_INPLACE
 #define AMR_AVG_MINB 2
@@ -604,9 +599,8 @@ __device__ __forceinline__ void amr_step_load(const u32* __restrict__ codes, u64
     amr_step_values(mine, v);
 }
 // AMR_STEP_EARLY: amr_step loads a cell's code and values before it sets up its thread block's
-// links (1), only the code before them (2), or both after them (0). H100, one host, fixed-mesh
-// sphere: FP16S 12,845 / 12,803 MLUPS at 0 against 13,233 / 13,264 at 1; FP32 9,567 / 9,581 at 0
-// against 9,302 / 9,338 at 1.
+// links (1), only the code before them (2), or both after them (0): early loads help 16-bit
+// storage and hurt FP32 (docs/performance.md, kernel choices).
 #ifndef AMR_STEP_EARLY
 #if DEF_STORE == 0
 #define AMR_STEP_EARLY 0
@@ -830,7 +824,7 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
 
 #else
 // The in-place step's loads and stores of its slots (plain loads and stores: global ones with
-// cache operators, .nc, .ca, .cg, .cs, measured no different on the H100, session 31).
+// cache operators, .nc, .ca, .cg, .cs, measured no different on the H100).
 __device__ __forceinline__ fpxx amr_ep_ld(const fpxx* p) { return *p; }
 __device__ __forceinline__ void amr_ep_st(fpxx* p, fpxx v) { *p = v; }
 // AMR_EP_RECOMPUTE: the step works its pushes' address sums out again after the collision

@@ -1,4 +1,4 @@
-// The forest's mesh operations on the GPU (seed 004: the mesh never leaves the device).
+// The forest's mesh operations on the GPU (as in Jaber, Essel & Sullivan 2025: the mesh never leaves the device).
 // sim-core/src/amr/forest.rs (BlockForest::adapt and its rebuild passes) is the reference these
 // kernels are tested against, array for array; sim-core/src/amr/criterion.rs (targets,
 // mark_to_targets) and amr/solver.rs (the obstacle query) for the marks and the obstacle flags.
@@ -496,8 +496,8 @@ __device__ __forceinline__ bool mesh_core(unsigned char m) { return (m & BM_LEAF
 // (schedule.rs) and the feeding blocks are the list's tail; then those
 // next to a coarser level (the ghost interpolation's); (offset, count) pairs into ctr at
 // M_LISTS + 6 l: all, near-coarser, feeding. (Stepping the blocks next to a coarser level by
-// themselves too, so that the others need not wait for the interpolation, made the FP32 sphere
-// 9 % slower on the H100: their neighbours' pushes into them come a whole launch earlier.)
+// themselves too, so that the others need not wait for the interpolation, was slower: their
+// neighbours' pushes into them come a whole launch earlier.)
 // With `id_part` 0 only the transfer's lists (xl) are made here: amr_mesh_lists_tiles,
 // amr_mesh_lists_offsets and amr_mesh_lists_write made the launch lists over many blocks.
 extern "C" __global__ void amr_mesh_lists(const unsigned char* __restrict__ level, const u32* __restrict__ child, const unsigned char* __restrict__ bmask, const u32* __restrict__ id_set, const u32* __restrict__ rl, u32* xl, u32* lists, u32* ctr, const u32 id_part) {

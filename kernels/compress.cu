@@ -1,4 +1,4 @@
-// Compression kernels (seed 000): one CUDA block per 33x17x17 block of a field, in shared
+// Compression kernels (Flint et al. 2024): one CUDA block per 33x17x17 block of a field, in shared
 // memory: load, lifting wavelet (wavelet.cuh), hard threshold per level, compaction into the
 // record of sim-core/src/compress/coding.rs (bit mask, COO or dense: the smallest), and the
 // reverse. The host prepends the WL_* defines (see wavelet.cuh).
@@ -150,8 +150,7 @@ __device__ __forceinline__ void load_rows_full(float* s, const float* __restrict
 
 // Stores of a full block, row by row: a warp writes whole x-rows (lane = x, in chunks of 32),
 // so the per-sample work is one shared load and one global store. (The stores as
-// load_rows_full, from an opaque pointer, made decompression 30 % slower on the H100: generic
-// stores.)
+// load_rows_full, from an opaque pointer, are generic stores and made decompression slower.)
 template <bool NARROW>
 __device__ __forceinline__ void store_rows_full(const float* s, float* __restrict__ f, wl_u64 px, wl_u64 py) {
     constexpr unsigned ROWS = WL_NY * WL_NZ, WARPS = WL_THREADS / 32u, CHUNKS = (WL_NX + 31u) / 32u;

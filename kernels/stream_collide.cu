@@ -326,7 +326,7 @@ extern "C" __global__ void swap_stream(fpxx* __restrict__ f, const unsigned char
 }
 
 #if DEF_SCHEME == 5
-// ---------------------------------------------------------------- LBM-Ghost (seed 001)
+// ---------------------------------------------------------------- LBM-Ghost (Valero-Lara et al. 2017)
 // Step 1: refresh every block's ghost layer from the neighbouring blocks' own cells. One thread
 // per ghost cell: `dst` is the ghost's slot of direction 0, `src` the source cell's.
 extern "C" __global__ void ghost_refresh(fpxx* __restrict__ f, const u64* __restrict__ dst, const u64* __restrict__ src, const u32 count) {

@@ -1,4 +1,4 @@
-// The mass-conserving 5/3 lifting wavelet on one block in shared memory (seed 000), used by the
+// The mass-conserving 5/3 lifting wavelet on one block in shared memory (Flint et al. 2024), used by the
 // compression kernels (compress.cu) and, later, by the subgrid kernels. Mirrors
 // sim-core/src/compress/wavelet.rs operation for operation: keep them in sync. Compile without
 // fused multiply-adds (--fmad=false) so both give the same bits.
@@ -77,8 +77,7 @@ __host__ __device__ constexpr int wl_details_on_line(int c) {
 
 // One level of lifting on the line s[base + i * stride], i < c: lift_line(). Partial blocks
 // use these run-time loops; full blocks use wl_line_rt, the same operations with the length as
-// a template argument (a template per length for partial blocks too was 15-20 % slower on the
-// H100: code size, 2026-11-23).
+// a template argument (a template per length for partial blocks too was slower: code size).
 __device__ __forceinline__ void wl_lift_line(float* s, int base, int stride, int c) {
     const int m = wl_details_on_line(c);
     for (int k = 0; k < m; k++) {

@@ -49,7 +49,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SCENE", conflicts_with = "compress")]
     pub subgrids: Option<PathBuf>,
     /// Adaptive-blocks bench instead: run this scene (with `[amr]`) on --backend after --steps
-    /// warm-up steps for --seconds; MLUPS counted as seed 004 counts them, time in refinement,
+    /// warm-up steps for --seconds; MLUPS counted as Jaber, Essel & Sullivan 2025 count them, time in refinement,
     /// leaves per level, updates against the uniform finest grid.
     #[arg(long, value_name = "SCENE", conflicts_with_all = ["compress", "subgrids"])]
     pub amr: Option<PathBuf>,

@@ -1,5 +1,5 @@
-//! `esoflow bench --amr SCENE`: run a scene on adaptive blocks (issue 7, seed 004) and report
-//! what the seed reports: MLUPS counted as it counts them (a cell of level `l` updated `2^l`
+//! `esoflow bench --amr SCENE`: run a scene on adaptive blocks (Jaber, Essel & Sullivan 2025) and report
+//! what Jaber, Essel & Sullivan 2025 report: MLUPS counted as they count them (a cell of level `l` updated `2^l`
 //! times per coarse step), the share of the time spent in refinement (criterion, mesh and data
 //! transfer), the leaves per level and the updates against the uniform grid of the finest
 //! level (each of its cells updated `2^max_level` times per coarse step).
@@ -63,7 +63,7 @@ pub fn bench_amr(
         a1.blocks.1
     );
     println!(
-        "  MLUPS (seed-counted) {mlups:.1} over the wall time, {mlups_steps:.1} over the stepping time; time in refinement {:.2} % ({} adaptations, {adapt:.3} s)",
+        "  MLUPS (a level-l cell counted 2^l times) {mlups:.1} over the wall time, {mlups_steps:.1} over the stepping time; time in refinement {:.2} % ({} adaptations, {adapt:.3} s)",
         100.0 * adapt / wall,
         a1.adaptations - a0.adaptations
     );

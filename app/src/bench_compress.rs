@@ -1,11 +1,11 @@
 //! `esoflow bench --compress SCENE`: run a scene, then put its DDFs through the block
-//! compressor at each threshold: compression ratio, the seed's error measure (NMSE) of density
+//! compressor at each threshold: compression ratio, the paper's error measure (NMSE) of density
 //! and of the DDFs, the mix of record formats, mass drift, and the time to compress and
 //! decompress all DDF planes (on the GPU where there is one, on the CPU otherwise) against the
 //! time of one LBM step of the same grid.
 //!
-//! This measures the codec on a developed flow; the compressed-subgrid solver that runs with it
-//! in the loop comes next (issue 6).
+//! This measures the codec on a developed flow; `esoflow bench --subgrids` runs the
+//! compressed-subgrid solver with it in the loop.
 
 use crate::bench::date_utc;
 use crate::BackendChoice;
@@ -199,7 +199,7 @@ pub fn bench_compress(
     }
     println!();
     println!(
-        "ratio: uncompressed FP32 DDF bytes / record bytes; NMSE as the seed's eq. 19; mass drift: change of the summed DDFs per cell;"
+        "ratio: uncompressed FP32 DDF bytes / record bytes; NMSE as the paper's eq. 19; mass drift: change of the summed DDFs per cell;"
     );
     println!("x step: compress / decompress time of all {q} planes over one LBM step of the same grid.");
     if let Some(path) = csv {

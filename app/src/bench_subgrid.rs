@@ -1,6 +1,6 @@
 //! `esoflow bench --subgrids SCENE --backend cuda`: run a scene on the GPU compressed-subgrid
-//! solver (issue 6, seed 000) at each threshold, with compression in the loop, and report what
-//! the seed's Table 1 reports: time per step split into LBM, decompression, compression,
+//! solver (Flint et al. 2024) at each threshold, with compression in the loop, and report what
+//! the paper's Table 1 reports: time per step split into LBM, decompression, compression,
 //! interfaces (ghost frame in, changed shells out) and record moves, MLUPS, the long-run
 //! compression ratio, memory (device and spilled to host), mass drift and, with `--raw`, the
 //! NMSE of density against the uncompressed subgrid run of the same steps.

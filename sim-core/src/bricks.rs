@@ -1,5 +1,5 @@
 //! Bricks: the domain tiled in small boxes of cells, each classified by the work it needs
-//! (seed 002's disaggregation). A GPU backend runs plain-fluid bricks through a lean kernel with
+//! (the disaggregation of Meneghin & Mahmoud 2025). A GPU backend runs plain-fluid bricks through a lean kernel with
 //! no flag reads, boundary bricks through the full kernel, and skips all-solid bricks; the viewer
 //! draws the same classes as an overlay.
 

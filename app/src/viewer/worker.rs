@@ -141,7 +141,7 @@ pub struct IsoData {
 pub struct ReferenceData {
     /// Steps the reference has done (the same as the run's, in lockstep).
     pub step: u64,
-    /// The seed's error measure (its eq. 19, [`sim_core::compress::nmse`]) of the run's density
+    /// The error measure of Flint et al. 2024 (their eq. 19, [`sim_core::compress::nmse`]) of the run's density
     /// against the reference's, over the fluid cells.
     pub nmse: f64,
     /// Largest |compressed - reference| density over the fluid cells.

@@ -74,8 +74,8 @@ pub struct NearWall {
 
 /// Target level of a block-max value: `clamp(floor(log2(value / threshold)) + 1, 0, max)`.
 /// Values below the threshold (and non-positive or NaN values) give level 0; `[t, 2t)` level 1,
-/// `[2t, 4t)` level 2, and so on. This is the seed's Algorithm 3 with its start parameter
-/// `-log2(threshold)` and increment 1 (the seed's formula itself did not survive in our copy).
+/// `[2t, 4t)` level 2, and so on. This is the paper's Algorithm 3 with its start parameter
+/// `-log2(threshold)` and increment 1 (the paper's formula itself did not survive in our copy).
 #[must_use]
 pub fn target_level(value: f32, threshold: f32, max_level: u8) -> u8 {
     if !(value > 0.0) || !(threshold > 0.0) {

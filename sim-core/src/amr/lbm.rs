@@ -1,5 +1,5 @@
-//! LBM on a block forest (CPU reference): cell-centred overlapping levels coupled as in seed
-//! 004 (after Schornbaum), with recursive time stepping; the forest may be adapted between
+//! LBM on a block forest (CPU reference): cell-centred overlapping levels coupled as in Jaber, Essel &
+//! Sullivan 2025 (after Schornbaum), with recursive time stepping; the forest may be adapted between
 //! coarse steps ([`AmrLbm::adapt_to`]).
 //!
 //! # Scheme
@@ -64,7 +64,7 @@
 //!
 //! # Boundaries and obstacles
 //! Domain faces are walls (half-way bounce-back, moving with a velocity: lids, and velocity
-//! inlets and far fields the way seed 004 imposes them) or outflows at a density (the
+//! inlets and far fields the way Jaber, Essel & Sullivan 2025 impose them) or outflows at a density (the
 //! equilibrium at that density and the cell's velocity enters). Obstacles come from a query
 //! per cell centre and level ([`AmrLbm::set_solid`]), asked again for every block refinement
 //! creates; fluid cells bounce back half-way off solid cells, and the transfers between
@@ -224,7 +224,7 @@ impl<L: Lat> AmrLbm<L> {
     }
 
     /// Make the face across the low (`high = false`) or high side of `axis` a wall moving with
-    /// velocity `u` (a lid, or a velocity inlet as seed 004 imposes its far field): bounce-back
+    /// velocity `u` (a lid, or a velocity inlet as Jaber, Essel & Sullivan 2025 impose their far field): bounce-back
     /// there gets the moving-wall term `6 w_i (c_i . u)`. Links that leave through several
     /// wall faces (edges, corners) take the mean of those walls' velocities.
     pub fn set_wall_velocity(&mut self, axis: usize, high: bool, u: [f32; 3]) {
@@ -1849,7 +1849,7 @@ mod tests {
     }
 
     /// A channel with a velocity inlet (a moving wall) on the left, far-field walls moving with
-    /// the inflow, and an outflow face on the right (blocks along it refined, as the seed does):
+    /// the inflow, and an outflow face on the right (blocks along it refined, as the paper does):
     /// started at rest, the flow becomes the uniform inflow with the outflow's density.
     #[test]
     fn outflow_face_passes_a_uniform_stream() {

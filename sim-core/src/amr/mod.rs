@@ -1,4 +1,4 @@
-//! Adaptive octree blocks (seed 004): the CPU reference of the block forest and its mesh
+//! Adaptive octree blocks (Jaber, Essel & Sullivan 2025): the CPU reference of the block forest and its mesh
 //! operations, written so that the CUDA port is a transliteration (every pass is a loop over
 //! block IDs whose iterations are independent, plus scans and compactions).
 //!
@@ -40,7 +40,7 @@
 //! balance, check the capacity (a refusal is an [`AmrError::Capacity`] naming the blocks
 //! needed; the forest is unchanged), compact the lists with a scan, free, allocate from the
 //! gap set, build the children, and rebuild the ID sets (counting sort), the links (level by
-//! level from the parents' links and neighbour-children, as in the seed) and the masks.
+//! level from the parents' links and neighbour-children, as in the paper) and the masks.
 //! A frozen level keeps its ID set: no block of it is created or removed.
 //!
 //! # Solver
@@ -49,15 +49,15 @@
 //! coarse steps ([`lbm::AmrLbm::adapt_to`] moves the data; [`lbm::AmrLbm::block_vorticity`]
 //! feeds the criterion); see its module documentation for the scheme and its measured accuracy.
 //!
-//! # Deviations from the seed
+//! # Deviations from Jaber, Essel & Sullivan 2025
 //! - Links are rebuilt for every block of every level after an adaptation instead of only for
-//!   the seed's "minimal map" of marked blocks and their neighbours: simpler, always correct,
+//!   the paper's "minimal map" of marked blocks and their neighbours: simpler, always correct,
 //!   O(active x N) per adaptation. The GPU port can restrict the pass to the minimal map.
 //! - The ID sets are rebuilt by a counting sort over all IDs instead of `remove_if` and
 //!   appends; the gap set is appended to (freed groups) and popped (new children) as in the
-//!   seed. Freed IDs go back before allocation, so an adaptation that coarsens and refines
+//!   paper. Freed IDs go back before allocation, so an adaptation that coarsens and refines
 //!   fits whenever the final block count does.
-//! - 2:1 balance is kept by propagating refinement to coarser neighbours (the seed cancels
+//! - 2:1 balance is kept by propagating refinement to coarser neighbours (the paper cancels
 //!   such refinements instead); cancellation only happens where propagation would change a
 //!   frozen block or level.
 

@@ -11,7 +11,7 @@
 //! # How a scene maps onto the forest
 //! - The root grid is `domain.size / 4` blocks; level `l` has cells `2^-l` of the scene's.
 //! - Faces: `periodic` axes wrap; `wall`, `moving_wall` and `inlet` (uniform) are bounce-back at
-//!   the face of the domain box (with the wall or inlet velocity, as seed 004 imposes its inlet
+//!   the face of the domain box (with the wall or inlet velocity, as Jaber, Essel & Sullivan 2025 impose their inlet
 //!   and far field); `outlet` is anti-bounce-back at the given density. The face itself is the
 //!   wall: the dense solvers' boundary layer of cells is fluid here, so an adaptive run has the
 //!   wall half a coarse cell further out.
@@ -50,7 +50,7 @@ pub struct AmrInfo {
     pub boxes: Vec<([usize; 3], usize, u8)>,
     /// Finest level allowed.
     pub max_level: u8,
-    /// Cells updated per coarse step counted as seed 004 does (a level-`l` cell `2^l` times).
+    /// Cells updated per coarse step counted as Jaber, Essel & Sullivan 2025 count them (a level-`l` cell `2^l` times).
     pub updates_per_step: u64,
     /// Cells of the uniform grid at the finest level (the effective resolution).
     pub effective_cells: u64,

@@ -37,7 +37,7 @@ pub(crate) fn threads(cells: usize) -> LaunchConfig {
 }
 
 /// Brick shapes the solver chooses between, with the MLUPS each class of brick ran at (H200,
-/// D3Q19 Esoteric Pull FP32, 2026-11-22; bench/results/2026-11-22-h200-brick-shapes.log):
+/// D3Q19 Esoteric Pull FP32, 2026-11-22; docs/performance.md):
 /// wide bricks (one CUDA block along a row) stream best on an open grid (88.8% of the copy
 /// ceiling against 76.0% for 32x2x2: fewer partial 32-byte sectors at brick edges), compact
 /// bricks sort cells into plain fluid and boundary more finely.
@@ -78,7 +78,7 @@ pub fn choose_brick(dom: &Domain) -> [usize; 3] {
     BRICK_SHAPES.iter().map(cost).min_by(|a, b| a.0.total_cmp(&b.0)).map_or([32, 2, 2], |c| c.1)
 }
 
-/// How the stream-collide step runs the brick classes (seed 002's disaggregation).
+/// How the stream-collide step runs the brick classes (the disaggregation of Meneghin & Mahmoud 2025).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dispatch {
     /// Two launches: plain-fluid bricks through the lean kernel, the rest through the boundary kernel.

@@ -1,4 +1,4 @@
-//! Adaptive blocks on the CUDA backend (seed 004): the time stepping of [`AmrLbm`] on the GPU,
+//! Adaptive blocks on the CUDA backend (Jaber, Essel & Sullivan 2025): the time stepping of [`AmrLbm`] on the GPU,
 //! `kernels/amr.cu`, with the collision and equilibria of `kernels/common.cuh` (the dense
 //! kernels' device functions).
 //!

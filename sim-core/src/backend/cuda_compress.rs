@@ -1,4 +1,4 @@
-//! CUDA compression of fields (seed 000): `kernels/wavelet.cuh` and `kernels/compress.cu`,
+//! CUDA compression of fields (Flint et al. 2024): `kernels/wavelet.cuh` and `kernels/compress.cu`,
 //! which write the records of [`crate::compress`] bit for bit (the tests compare them).
 //!
 //! The kernels take any number of x-fastest `f32` fields of one size (the DDF planes of a

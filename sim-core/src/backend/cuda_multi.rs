@@ -1,4 +1,4 @@
-//! One grid over several GPUs (seed 002's multi-GPU design): slabs along the slowest axis of
+//! One grid over several GPUs (the multi-GPU design of Meneghin & Mahmoud 2025): slabs along the slowest axis of
 //! the grid (z in 3D, y in 2D), halo layers exchanged through NCCL after every step.
 //!
 //! **Slabs.** GPU `k` holds the layers `lo..lo + len` of the cut axis plus one halo layer on
@@ -22,7 +22,7 @@
 //! on the slowest axis, each plane is one contiguous range: NCCL sends straight from the state
 //! buffer, with no packing kernel.
 //!
-//! **Overlap (seed 002's disaggregation).** Each step first runs the rows and bricks that
+//! **Overlap (the disaggregation of Meneghin & Mahmoud 2025).** Each step first runs the rows and bricks that
 //! touch the first or last own layer, then starts the exchange on a communication stream while
 //! the interior runs. The interior touches none of the exchanged slots (they are the halo's and
 //! the outer layers' slots of the other direction family), so the two run concurrently; the

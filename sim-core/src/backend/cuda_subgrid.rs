@@ -1,4 +1,4 @@
-//! Compressed subgrids on the GPU (seed 000): grids larger than the GPU's memory.
+//! Compressed subgrids on the GPU (Flint et al. 2024): grids larger than the GPU's memory.
 //!
 //! The same scheme as the CPU reference ([`super::subgrid`]), with the state on the device:
 //!
@@ -110,7 +110,7 @@ impl GSub {
 }
 
 /// Time of the parts of a step, summed over steps (milliseconds, from CUDA events), as in the
-/// seed's Table 1.
+/// paper's Table 1.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PhaseTimes {
     /// Steps summed.

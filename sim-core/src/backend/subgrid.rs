@@ -1,4 +1,4 @@
-//! Compressed subgrids on the CPU (seed 000): the reference of the GPU path.
+//! Compressed subgrids on the CPU (Flint et al. 2024): the reference of the GPU path.
 //!
 //! The grid is cut into subgrids. Each keeps its **core** (every cell but the outermost layer)
 //! compressed, one [`CompressedField`] per DDF plane, and its **shell** (the outermost layer)

@@ -5,7 +5,7 @@
 //! | format | after the header | words |
 //! | --- | --- | --- |
 //! | [`Format::Mask`] | a bit per sample (x fastest, bit `i % 32` of word `i / 32`), then the kept values | `1 + ceil(N/32) + k` |
-//! | [`Format::Coo`] | the seed's coordinate list: 16-bit sample indices, two per word (low half first), then the values | `1 + ceil(k/2) + k` |
+//! | [`Format::Coo`] | the paper's coordinate list: 16-bit sample indices, two per word (low half first), then the values | `1 + ceil(k/2) + k` |
 //! | [`Format::Dense`] | all `N` coefficients | `1 + N` |
 //!
 //! Values are `f32`, in sample order; dropped coefficients read back as 0 in every format. For
@@ -23,7 +23,7 @@ pub enum Format {
     Dense = 0,
     /// A bit mask of the kept samples, then their values.
     Mask = 1,
-    /// 16-bit sample indices, then the values (the seed's COO).
+    /// 16-bit sample indices, then the values (the paper's COO).
     Coo = 2,
 }
 

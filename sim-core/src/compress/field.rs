@@ -133,7 +133,7 @@ impl CompressedField {
     }
 }
 
-/// The seed's error measure (its eq. 19, called NMSE there): the root of the summed squared
+/// The error measure of Flint et al. 2024 (their eq. 19, called NMSE there): the root of the summed squared
 /// difference over the root of the summed squared reference, computed in `f64`.
 #[must_use]
 pub fn nmse(reference: &[f32], other: &[f32]) -> f64 {

@@ -1,4 +1,4 @@
-//! The mass-conserving 5/3 lifting wavelet (seed 000, section 3.1.3) on one block, in `f32`.
+//! The mass-conserving 5/3 lifting wavelet (Flint et al. 2024, section 3.1.3) on one block, in `f32`.
 //!
 //! Per line and level, over the samples `s_0 .. s_2m` on that level's lattice:
 //! - predict: `d_k = s_{2k+1} - (s_2k + s_{2k+2}) / 2`, stored where `s_{2k+1}` was;
@@ -36,7 +36,7 @@ pub struct BlockShape {
 }
 
 impl BlockShape {
-    /// The seed's block: 33 x 17 x 17 samples (2^k + 1, so the ends land on samples and shared
+    /// The block of Flint et al. 2024: 33 x 17 x 17 samples (2^k + 1, so the ends land on samples and shared
     /// memory rows shift banks), 3 levels along x and 2 along y and z (5 x 5 x 5 coarse samples).
     pub const DEFAULT: BlockShape = BlockShape { n: [33, 17, 17], levels: [3, 2, 2] };
 
@@ -219,7 +219,7 @@ pub fn inverse(shape: &BlockShape, ext: [usize; 3], v: &mut [f32]) {
 }
 
 /// Thresholds per level: `tau_l = tau * 2^(l + 1)` for the details made at level `l` (`l = 0`
-/// the finest). In the seed's numbering, details `d_j` come from the samples of scale `j + 1`
+/// the finest). In the paper's numbering, details `d_j` come from the samples of scale `j + 1`
 /// and get `tau * 2^(J - j)`; the finest details are `d_(J-1)`, so this is the same rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {

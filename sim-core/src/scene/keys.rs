@@ -164,7 +164,7 @@ const COMPRESSION: [KeyDoc; 5] = [
 ];
 
 const AMR: [KeyDoc; 12] = [
-    k!("amr", "table", "", "", "adaptive octree blocks (seed 004; CPU, fp32, bgk)"),
+    k!("amr", "table", "", "", "adaptive octree blocks (Jaber, Essel & Sullivan 2025; CPU, fp32, bgk)"),
     k!(
         "amr.enabled",
         "true | false",

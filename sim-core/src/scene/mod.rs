@@ -286,7 +286,7 @@ impl Default for SolverSpec {
     }
 }
 
-/// `[compression]`: run on compressed subgrids (the CPU reference of seed 000): the grid is cut
+/// `[compression]`: run on compressed subgrids (the CPU reference of Flint et al. 2024): the grid is cut
 /// into subgrids whose cores are kept wavelet-compressed between steps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -338,7 +338,7 @@ pub enum AmrCriterion {
     Q,
 }
 
-/// `[amr]`: adaptive octree blocks (seed 004): a forest of blocks of 4^D cells over the grid
+/// `[amr]`: adaptive octree blocks (Jaber, Essel & Sullivan 2025): a forest of blocks of 4^D cells over the grid
 /// of `domain.size`, each refinable by 2 up to `max_level`, the level of each block picked by
 /// the criterion every `interval` coarse steps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
