@@ -1,6 +1,6 @@
-# Helpers for issue 7's runs on a GPU host (sourced by the run scripts recorded under
-# bench/results/, from the repo root, after scripts/stage-quick.sh). S: the staged binaries
-# (default stage); W: where logs and CSVs go (default $OUT/w, OUT the device's output folder,
+# Helpers for adaptive-block runs on a GPU host (sourced by scripts/bench-amr-square-cylinder.sh
+# and by ad-hoc run scripts, from the repo root, after scripts/stage-quick.sh). S: the staged
+# binaries (default stage); W: where logs and CSVs go (default $OUT/w, OUT the device's output folder,
 # default out). F and H: the sphere runs' options for a fixed mesh and for FP16S storage.
 # The GPU tests must run here: a missing device fails them instead of reporting them ignored.
 export ESOFLOW_REQUIRE_GPU=1
@@ -20,7 +20,8 @@ amr_gpu_tests() {
 }
 
 # The sphere bench with two levels: sph_with NAME BINARY "EXTRA ARGS" ENV...; sph NAME "EXTRA ARGS"
-# ENV... with $S/esoflow. Prints the seed-counted MLUPS and the time in refinement.
+# ENV... with $S/esoflow. Prints the MLUPS counted per level (a level-l cell 2^l times a coarse
+# step, as the AGAL paper counts them) and the time in refinement.
 sph_with() {
   local name=$1 bin=$2 extra=$3; shift 3
   # shellcheck disable=SC2086

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 7 on a GPU host (after scripts/stage-quick.sh; run from the repo root with stage/ there):
-# the GPU-vs-CPU test of adaptive blocks, the AMR benches (seed-counted MLUPS, time in
-# refinement) next to the dense Esoteric-Pull bench on the same card, and the square cylinder
+# Adaptive blocks on a GPU host (after scripts/stage-quick.sh; run from the repo root with stage/
+# there): the GPU-vs-CPU test of adaptive blocks, the AMR benches (MLUPS counted per level as the
+# AGAL paper counts them, time in refinement) next to the dense Esoteric-Pull bench on the same card, and the square cylinder
 # at equal accuracy, adaptive against the uniform fine grid. Logs and CSVs go to work/ and, as
 # one archive amr.tar.gz, to $OUT (the device tool brings back only a few files).
 # The GPU tests must run here: a missing device fails them instead of reporting them ignored.

@@ -28,7 +28,7 @@ run() { # name, extra args
   echo "== $S^3 $name: $*"
   grep -E "frames drawn|frame path|per frame|MLUPS" "$OUT/render-$S-$name.log"
 }
-# VIEWS: iso (slice + isosurface, issue 4) and/or slice (one slice, issue 5).
+# VIEWS: iso (slice + isosurface) and/or slice (one slice).
 for path in ${PATHS:-shared host}; do
   for view in ${VIEWS:-iso slice}; do
     if [ "$view" = iso ]; then extra=(--view "$ISO"); else extra=(); fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the release binary and the GPU test binaries, strip them, and stage them in stage/
-# (git-ignored) for a GPU host. On the GPU host run stage/gpu-session.sh (tests, bench, scenes)
+# (git-ignored) for a GPU host. On the GPU host run stage/gpu-check.sh (tests, bench, scenes)
 # or stage/run-gpu-tests.sh (tests only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ exe=$(cargo test --release -p esoflow --bin esoflow --no-run --message-format=js
 cp "$exe" stage/test-app
 strip stage/*
 cp -r scenes stage/
-cp scripts/gpu-session.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh stage/
+cp scripts/gpu-check.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One device call that proves the CUDA backend: GPU tests, the bench table (CSV), the
-# whole-row kernel against bricks only, and every shipped scene on --backend cuda.
-# Run on the GPU host from the repository root after scripts/stage-gpu.sh: bash scripts/gpu-session.sh
-# Writes logs under $OUT (or out/gpu-session) and prints a short table last. Arguments, if any,
+# Checks the CUDA backend on a GPU host in one run: the GPU tests, the bench table of every
+# lattice and scheme (CSV), the whole-row kernel against bricks only, and every shipped scene on
+# --backend cuda.
+# Run on the GPU host from the repository root after scripts/stage-gpu.sh: bash scripts/gpu-check.sh
+# Writes logs under $OUT (or out/gpu-check) and prints a short table last. Arguments, if any,
 # are test-name filters for the GPU tests (default: all of them).
 set -uo pipefail
-OUT=${OUT:-out/gpu-session}
+OUT=${OUT:-out/gpu-check}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 # The GPU tests must run here: a missing device fails them instead of reporting them ignored.
