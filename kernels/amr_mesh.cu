@@ -1,7 +1,7 @@
 // The forest's mesh operations on the GPU (as in Jaber, Essel & Sullivan 2025: the mesh never leaves the device).
 // sim-core/src/amr/forest.rs (BlockForest::adapt and its rebuild passes) is the reference these
 // kernels are tested against, array for array; sim-core/src/amr/criterion.rs (targets,
-// mark_to_targets) and amr/solver.rs (the obstacle query) for the marks and the obstacle flags.
+// mark_to_targets) and backend/amr/mod.rs (the obstacle query) for the marks and the obstacle flags.
 // Appended to kernels/amr.cu (its defines and AMR_* constants).
 //
 // Arrays besides amr.cu's (capacity C):

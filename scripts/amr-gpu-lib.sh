@@ -26,7 +26,7 @@ sph_with() {
   local name=$1 bin=$2 extra=$3; shift 3
   # shellcheck disable=SC2086
   env "$@" "$bin" bench --amr "$S/scenes/sphere_3d.toml" --backend cuda --steps 200 --seconds 4 --set amr.enabled=true --set amr.max_level=1 $extra --csv "$W/sph-$name.csv" > "$W/sph-$name.log" 2>&1
-  echo "$name $(grep -o 'MLUPS (seed-counted) [0-9.]*' "$W/sph-$name.log") $(grep -o 'time in refinement [0-9.]* %.*' "$W/sph-$name.log")"
+  echo "$name $(grep -o 'MLUPS (a level-l cell counted 2^l times) [0-9.]*' "$W/sph-$name.log") $(grep -o 'time in refinement [0-9.]* %.*' "$W/sph-$name.log")"
 }
 sph() {
   local name=$1 extra=$2; shift 2

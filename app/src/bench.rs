@@ -291,7 +291,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 fn box_fits(l: Lattice, s: Scheme, p: Precision, size: [usize; 3], place: Place) -> anyhow::Result<()> {
     use sim_core::memory::{shortfall, Spec};
     let spec = Spec::dense(place, l, size, s, p);
-    let free = crate::run::free_memory(place)?;
+    let free = sim_core::build::free_memory(place).map_err(anyhow::Error::msg)?;
     let Some(short) = shortfall(&spec, &free) else { return Ok(()) };
     // The largest edge whose box fits (2D boxes hold edge^3 cells too).
     let fits = |e: usize| shortfall(&spec.with_size(box_size(l, e)), &free).is_none();

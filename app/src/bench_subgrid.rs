@@ -51,9 +51,9 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     let ls = crate::run::load_scene(Some(scene), &sets)?;
     let c = &ls.scene.compression;
     // Its runs hold the reference state beside the compressed one.
-    crate::run::plan(&ls, sim_core::memory::Place::Gpus(1), crate::run::Usage { saved_states: 1, export: false })?;
+    sim_core::build::plan(&ls, sim_core::memory::Place::Gpus(1), sim_core::build::Keeps { saved_states: 1, export: false })?;
     let dom = Domain::from_scene(&ls)?;
-    let params = sim_core::backend::cpu::params_of(&ls, &dom);
+    let params = sim_core::Params::from_scene(&ls, &dom);
     let n = dom.n;
     let cells = dom.cells();
     let g = c.subgrid_size();

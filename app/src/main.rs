@@ -5,6 +5,7 @@ mod bench_amr;
 mod bench_compress;
 mod bench_subgrid;
 mod run;
+mod solvers;
 mod viewer;
 
 use clap::{Parser, Subcommand, ValueEnum};

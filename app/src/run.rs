@@ -1,14 +1,13 @@
 //! `esoflow run`: run a scene headless.
 
-use crate::{BackendChoice, DEFAULT_SCENE, DEFAULT_SCENE_NAME};
+use crate::BackendChoice;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use sim_core::backend::cpu;
+use sim_core::build::Keeps;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
-use sim_core::memory::{Free, Place, Spec};
-use sim_core::scene::{self, human_bytes, LoadedScene};
+use sim_core::scene::{human_bytes, LoadedScene};
 use sim_core::Solver;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -108,27 +107,6 @@ fn progress_secs(s: &str) -> Result<f64, String> {
     crate::parse_f64_in(s, 0.1, 86_400.0)
 }
 
-fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    sets.iter()
-        .map(|s| {
-            let Some((k, v)) = s.split_once('=') else {
-                bail!("--set {s}: expected KEY=VALUE, e.g. --set solver.scheme=aa");
-            };
-            Ok((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect()
-}
-
-/// Load the scene a run names (or the built-in default).
-pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<LoadedScene> {
-    let ov = parse_sets(sets)?;
-    let ls = match path {
-        Some(p) => scene::load(p, &ov)?,
-        None => scene::from_str(DEFAULT_SCENE, DEFAULT_SCENE_NAME, PathBuf::from("scenes"), &ov)?,
-    };
-    Ok(ls)
-}
-
 /// GPUs a run splits its grid over (`--gpus`), for every solver this process builds.
 static GPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
 
@@ -137,118 +115,14 @@ pub fn set_gpus(n: u32) {
     GPUS.store(n.max(1) as usize, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// What the caller of [`build_solver_for`] keeps besides the solver, for its memory plan.
-#[derive(Clone, Copy, Debug)]
-pub struct Usage {
-    /// Whole saved states held at once (rollback states, a checkpoint being written).
-    pub saved_states: usize,
-    /// Whether fields are exported (built in host memory).
-    pub export: bool,
-}
-
-impl Usage {
-    /// The viewer: the initial state, the rollback state and one being taken.
-    pub const VIEWER: Usage = Usage { saved_states: 3, export: true };
-}
-
-/// Free memory where a run would go: the host's, and on the GPU path the least free over the
-/// devices (a device that holds several slabs counts once per slab).
-pub(crate) fn free_memory(place: Place) -> anyhow::Result<Free> {
-    let host = sim_core::memory::host_available();
-    let device = match place {
-        Place::Cpu => None,
-        Place::Gpus(g) => {
-            let ordinals = if g > 1 { sim_core::backend::cuda_multi::devices_for(g)? } else { vec![0] };
-            let mut least: Option<u64> = None;
-            for &o in &ordinals {
-                let share = ordinals.iter().filter(|&&x| x == o).count() as u64;
-                let free = sim_core::backend::cuda::free_memory(o).map_err(anyhow::Error::msg)? / share;
-                least = Some(least.map_or(free, |l| l.min(free)));
-            }
-            least
-        }
-    };
-    Ok(Free { host, device })
-}
-
-/// The memory plan of a scene's run on `place`, checked before anything large is allocated.
-pub(crate) fn plan(ls: &LoadedScene, place: Place, usage: Usage) -> anyhow::Result<()> {
-    let spec = Spec::of_scene(ls, place, usage.saved_states, usage.export);
-    let free = free_memory(place)?;
-    sim_core::memory::check(&spec, &free).map_err(|e| anyhow!("{}: {e}", ls.origin))?;
-    Ok(())
-}
-
-/// The CPU reference solver of a scene, after its memory plan.
-fn on_cpu(ls: &LoadedScene, usage: Usage) -> anyhow::Result<Box<dyn Solver>> {
-    plan(ls, Place::Cpu, usage)?;
-    Ok(cpu::from_scene(ls)?)
-}
-
 /// Build a solver on the chosen backend (on several GPUs after [`set_gpus`]), for a caller
-/// that keeps what the viewer keeps ([`Usage::VIEWER`]).
+/// that keeps what the viewer keeps.
 pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
-    build_solver_for(ls, backend, Usage::VIEWER)
+    let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed) as u32;
+    crate::solvers::build_solver(ls, &crate::solvers::choice(backend, gpus, Keeps::VIEWER))
 }
 
-/// Build a solver on the chosen backend (on several GPUs after [`set_gpus`]) once its memory
-/// plan fits: what the run needs on the host and on each GPU, with what the caller keeps
-/// (`usage`), against what is free.
-pub fn build_solver_for(ls: &LoadedScene, backend: BackendChoice, usage: Usage) -> anyhow::Result<Box<dyn Solver>> {
-    use sim_core::backend::{cuda, cuda_multi, cuda_subgrid};
-    let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed);
-    if ls.scene.amr.enabled && gpus > 1 {
-        bail!("--gpus {gpus}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false");
-    }
-    if gpus > 1 {
-        if backend == BackendChoice::Cpu {
-            bail!("--gpus {gpus} runs on the CUDA backend; drop --backend cpu (or use --gpus 1)");
-        }
-        if ls.scene.compression.enabled {
-            bail!("--gpus {gpus}: compressed subgrids run on one GPU; set compression.enabled = false or use --gpus 1");
-        }
-        if backend == BackendChoice::Auto {
-            if let Err(why) = cuda::probe() {
-                eprintln!("note: {why}; running on the CPU backend (one grid, --gpus {gpus} ignored)");
-                return on_cpu(ls, usage);
-            }
-        }
-        plan(ls, Place::Gpus(gpus), usage).with_context(|| format!("--gpus {gpus}"))?;
-        return match cuda_multi::MultiCudaSolver::from_scene(ls, gpus) {
-            Ok(s) => Ok(Box::new(s)),
-            Err(e) => bail!("--gpus {gpus}: {e}"),
-        };
-    }
-    // The CUDA solver the scene asks for: adaptive blocks (their steps and data on the GPU, the
-    // mesh adapting on the host), compressed subgrids or the dense grid.
-    let on_gpu = || -> anyhow::Result<Box<dyn Solver>> {
-        plan(ls, Place::Gpus(1), usage)?;
-        Ok(if ls.scene.amr.enabled {
-            sim_core::amr::solver::from_scene_cuda(ls)?
-        } else if ls.scene.compression.enabled {
-            Box::new(cuda_subgrid::from_scene(ls)?)
-        } else {
-            Box::new(cuda::CudaSolver::from_scene(ls)?)
-        })
-    };
-    match backend {
-        BackendChoice::Cpu => on_cpu(ls, usage),
-        BackendChoice::Cuda => on_gpu().map_err(|e| anyhow!("--backend cuda: {e:#}")),
-        BackendChoice::Auto => match cuda::probe() {
-            Err(why) => {
-                eprintln!("note: {why}; running on the CPU backend");
-                on_cpu(ls, usage)
-            }
-            Ok(_) => match on_gpu() {
-                Ok(s) => Ok(s),
-                Err(e) => {
-                    eprintln!("note: the CUDA backend could not start ({e:#}); running on the CPU backend");
-                    on_cpu(ls, usage)
-                }
-            },
-        },
-    }
-}
+pub use crate::solvers::load_scene;
 
 fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
     let f = solver.fields();
@@ -375,10 +249,9 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(r) => Some(Checkpoint::load(r).map_err(|e| anyhow!("--resume {e}"))?),
         None => None,
     };
-    set_gpus(a.gpus);
     // The last good state and a checkpoint being written are held at once.
-    let usage = Usage { saved_states: 2, export: a.export.is_some() };
-    let mut solver = build_solver_for(&ls, a.backend, usage)?;
+    let keeps = Keeps { saved_states: 2, export: a.export.is_some() };
+    let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(a.backend, a.gpus, keeps))?;
     if let (Some(r), Some(c)) = (&a.resume, &resume) {
         solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
         eprintln!("resumed from step {} ({})", c.step, r.display());

@@ -90,13 +90,12 @@ fn checkpoint_and_resume_are_bit_exact_through_the_cli() {
 
 #[test]
 fn a_blow_up_stops_with_the_last_good_step_and_a_non_zero_exit() {
-    use sim_core::backend::cpu;
     let d = tmp("blowup");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let scene = root.join("scenes/lid_driven_cavity_2d.toml");
     let ov = vec![("domain.size".to_string(), "[40,40]".to_string())];
     let ls = sim_core::scene::load(&scene, &ov).unwrap();
-    let mut s = cpu::from_scene(&ls).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
     s.step(10).unwrap();
     let mut ck = s.checkpoint();
     let off = (500 * 9 + 2) * 4;

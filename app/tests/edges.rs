@@ -324,14 +324,14 @@ mod generated {
         #[test]
         fn generated_run_flags_never_panic(flags in prop::collection::vec(flag(), 1..4)) {
             let d = tmp("prop");
-            let mut args: Vec<String> = ["run", "scenes/lid_driven_cavity_2d.toml", "--set", "domain.size=[24,24]", "--steps", "20"].iter().map(ToString::to_string).collect();
+            let scene = root().join("scenes/lid_driven_cavity_2d.toml").to_string_lossy().to_string();
+            let mut args: Vec<String> = ["run", scene.as_str(), "--set", "domain.size=[24,24]", "--steps", "20"].iter().map(ToString::to_string).collect();
             for f in flags {
-                // Files go into the test's own folder.
-                let f: Vec<String> = f.into_iter().map(|v| if v == "/nonexistent/dir/f" || v == "x.jpg" { d.path().join(&v).to_string_lossy().to_string() } else { v }).collect();
                 args.extend(f);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut c = Command::new(env!("CARGO_BIN_EXE_esoflow")).args(&args).current_dir(root()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+            // In the test's own folder: a generated value such as `--checkpoint 0` names a file.
+            let mut c = Command::new(env!("CARGO_BIN_EXE_esoflow")).args(&args).current_dir(d.path()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
             let status = wait_exit(&mut c, Duration::from_secs(120));
             let mut e = String::new();
             let _ = c.stderr.take().unwrap().read_to_string(&mut e);
@@ -375,7 +375,7 @@ fn a_blow_up_saves_only_a_sane_state() {
         &[("boundaries.x_min.velocity".into(), "[0.25,0]".into()), ("fluid.reynolds".into(), "4000".into())],
     )
     .unwrap();
-    let mut s = sim_core::backend::cpu::from_scene(&ls).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
     s.restore(&ck).unwrap();
     let st = s.stats();
     assert!(st.sanity(1.0).is_ok(), "last_good.ckpt holds {st:?}");

@@ -7,8 +7,8 @@
 
 use crate::collision::{CollideParams, Collision};
 use crate::lattice::Lattice;
+use crate::params::Params;
 use crate::precision::Precision;
-use crate::solver::Params;
 use std::io::Write;
 use std::path::Path;
 

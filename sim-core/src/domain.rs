@@ -24,8 +24,13 @@ pub mod kind {
 
 /// Flag bit: the cell is not plain fluid or has a solid neighbour.
 pub const NEAR: u8 = 8;
-/// Largest id of each table (4 bits, obstacle ids 1..=15).
-pub const MAX_IDS: usize = 15;
+pub use crate::scene::MAX_IDS;
+
+/// Whether a flag marks an obstacle cell (solid with an obstacle id, not a boundary layer).
+#[must_use]
+pub fn is_obstacle(flag: u8) -> bool {
+    kind_of(flag) == kind::SOLID && id_of(flag) > 0
+}
 
 /// Kind of a flag.
 #[inline(always)]

@@ -1,8 +1,20 @@
 //! Derived fields computed from density and velocity: vorticity and the Q criterion, by
 //! central differences (periodic wrap at the domain edges, zero velocity inside solids).
 
-use crate::solver::Fields;
 use rayon::prelude::*;
+
+/// Density and velocity of every cell (solid cells: density 1, velocity 0).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fields {
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// Density.
+    pub rho: Vec<f32>,
+    /// Velocity, three components per cell.
+    pub u: Vec<[f32; 3]>,
+    /// Whether the cell is solid.
+    pub solid: Vec<bool>,
+}
 
 /// A field a user can look at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -190,6 +190,10 @@ pub enum FrameTarget<'a> {
     },
 }
 
+/// A timeline semaphore that the solver's GPU API shares with the renderer's. Only the backend
+/// that waits on and signals it knows its concrete type (it imported the renderer's semaphore).
+pub trait SharedTimeline: std::any::Any + std::fmt::Debug + Sync {}
+
 /// The hand-over of a shared frame buffer between the solver's GPU queue and the renderer's,
 /// through timeline semaphores both APIs share: the solver's queue waits until `read` reaches
 /// `read_value` (the renderer's last submit that read this buffer is done; 0: nothing to wait
@@ -199,11 +203,11 @@ pub enum FrameTarget<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct FrameSync<'a> {
     /// The timeline the renderer signals.
-    pub read: &'a crate::backend::cuda_sync::SharedSemaphore,
+    pub read: &'a dyn SharedTimeline,
     /// The value to wait for.
     pub read_value: u64,
     /// The timeline the solver signals.
-    pub written: &'a crate::backend::cuda_sync::SharedSemaphore,
+    pub written: &'a dyn SharedTimeline,
     /// The value to signal (larger than every value signalled on it before).
     pub written_value: u64,
 }

@@ -4,9 +4,11 @@
 
 use crate::bricks::BrickMap;
 use crate::checkpoint::Checkpoint;
-use crate::collision::{CollideParams, Collision};
+use crate::collision::Collision;
 use crate::domain::Domain;
+pub use crate::fields::Fields;
 use crate::lattice::Lattice;
+pub use crate::params::Params;
 use crate::precision::Precision;
 use crate::schemes::Scheme;
 
@@ -70,48 +72,6 @@ pub struct SubgridStat {
     pub bytes: u64,
     /// Bytes its DDFs take uncompressed.
     pub dense_bytes: u64,
-}
-
-/// Parameters that may change between steps.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Params {
-    /// Collision operator, tau, Smagorinsky constant, body force.
-    pub collide: CollideParams,
-    /// Moving-wall velocities by wall id (id 0 is resting).
-    pub walls: Vec<[f32; 3]>,
-    /// Inlet velocities by inlet id (centre value for parabolic profiles).
-    pub inlets: Vec<[f32; 3]>,
-    /// Outlet densities by outlet id.
-    pub outlets: Vec<f32>,
-}
-
-impl Params {
-    /// Check a parameter set; the message says what is valid.
-    ///
-    /// # Errors
-    /// tau <= 0.5, non-finite values or supersonic velocities.
-    pub fn validate(&self) -> Result<(), String> {
-        let c = &self.collide;
-        if !(c.tau > 0.5) || !c.tau.is_finite() {
-            return Err(format!("tau = {} must be > 0.5", c.tau));
-        }
-        if !c.force.iter().all(|x| x.is_finite()) {
-            return Err("force must be finite".into());
-        }
-        if !(c.cs >= 0.0) {
-            return Err("Smagorinsky constant must be >= 0".into());
-        }
-        for v in self.walls.iter().chain(self.inlets.iter()) {
-            let s = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-            if !(s < 0.35) {
-                return Err(format!("velocity {s} is too large: keep boundary velocities below 0.35 (Mach 0.6)"));
-            }
-        }
-        if self.outlets.iter().any(|&d| !(d > 0.0)) {
-            return Err("outlet density must be > 0".into());
-        }
-        Ok(())
-    }
 }
 
 /// Statistics after the last step.
@@ -192,19 +152,6 @@ impl Stats {
     pub fn blown_up(&self) -> bool {
         !self.mass.is_finite() || !self.max_u.is_finite()
     }
-}
-
-/// Density and velocity of every cell (solid cells: density 1, velocity 0).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Fields {
-    /// Cells per axis.
-    pub size: [usize; 3],
-    /// Density.
-    pub rho: Vec<f32>,
-    /// Velocity, three components per cell.
-    pub u: Vec<[f32; 3]>,
-    /// Whether the cell is solid.
-    pub solid: Vec<bool>,
 }
 
 /// Errors a solver reports.

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use sim_core::backend::{cpu, cuda};
+use sim_core::backend::cuda;
 use sim_core::schemes::Scheme;
 use sim_core::Solver;
 
@@ -104,7 +104,7 @@ fn compare_schemes(text: &str, lattice: &str, schemes: &[Scheme], extra: &[(&str
             let mut ov = vec![("domain.lattice", lattice), ("solver.scheme", s.name()), ("solver.precision", p)];
             ov.extend_from_slice(extra);
             let ls = scene(text, &ov);
-            let mut c = cpu::from_scene(&ls).unwrap();
+            let mut c = sim_core::build::cpu(&ls).unwrap();
             let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
             c.step(1000).unwrap();
             g.step(1000).unwrap();
@@ -165,7 +165,7 @@ fn gpu_collisions_and_force_match_cpu() {
     let text = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
     for coll in ["bgk", "trt", "smagorinsky"] {
         let ls = scene(text, &[("solver.collision", coll)]);
-        let mut c = cpu::from_scene(&ls).unwrap();
+        let mut c = sim_core::build::cpu(&ls).unwrap();
         let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
         c.step(1000).unwrap();
         g.step(1000).unwrap();
@@ -181,7 +181,7 @@ fn gpu_checkpoints_are_the_cpu_format() {
     g.step(77).unwrap();
     let ck = g.checkpoint();
     // GPU checkpoint resumes on the CPU, bit for bit the same state.
-    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut c = sim_core::build::cpu(&ls).unwrap();
     c.restore(&ck).unwrap();
     assert_eq!(c.checkpoint(), ck);
     // ... and a CPU checkpoint resumes on the GPU.
@@ -201,7 +201,7 @@ fn gpu_reports_out_of_memory_and_blow_up_clearly() {
     assert!(e.contains("out of GPU memory") && e.contains("B/cell") && e.contains("fp16s"), "{e}");
     // A NaN put into one cell (through a CPU checkpoint) is reported at that cell.
     let ls = scene(SCENE_2D, &[]);
-    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut c = sim_core::build::cpu(&ls).unwrap();
     c.step(20).unwrap();
     let mut ck = c.checkpoint();
     let k = 300;
@@ -219,7 +219,7 @@ fn gpu_reports_out_of_memory_and_blow_up_clearly() {
 fn gpu_derived_fields_match_cpu() {
     use sim_core::fields::FieldKind;
     let ls = scene(SCENE_3D, &[]);
-    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut c = sim_core::build::cpu(&ls).unwrap();
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     c.step(200).unwrap();
     g.step(200).unwrap();
@@ -239,7 +239,7 @@ fn gpu_frames_match_cpu() {
     use sim_core::fields::FieldKind;
     use sim_core::frame::{FrameLayout, FrameTarget};
     let ls = scene(SCENE_3D, &[]);
-    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut c = sim_core::build::cpu(&ls).unwrap();
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     c.step(200).unwrap();
     g.step(200).unwrap();
@@ -305,7 +305,7 @@ fn gpu_plane_frames_equal_whole_frames_on_their_planes() {
     use sim_core::fields::FieldKind;
     use sim_core::frame::{FrameLayout, FrameRegion, FrameTarget};
     let ls = scene(SCENE_3D, &[]);
-    let mut c = cpu::from_scene(&ls).unwrap();
+    let mut c = sim_core::build::cpu(&ls).unwrap();
     let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
     c.step(120).unwrap();
     g.step(120).unwrap();
@@ -492,7 +492,7 @@ fn gpu_cell_edits_match_cpu() {
         for s in Scheme::ALL {
             let what = format!("{lattice} {s}");
             let ls = scene(text, &[("domain.lattice", lattice), ("solver.scheme", s.name())]);
-            let mut c = cpu::from_scene(&ls).unwrap();
+            let mut c = sim_core::build::cpu(&ls).unwrap();
             let mut g = cuda::CudaSolver::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
             c.step(101).unwrap();
             g.restore(&c.checkpoint()).unwrap();
@@ -663,7 +663,7 @@ use sim_core::backend::cuda_subgrid::CudaSubgridSolver;
 /// A GPU subgrid solver of a scene: subgrids of `g`, `tau` (None: raw cores), `budget`.
 fn gpu_subgrids(ls: &sim_core::scene::LoadedScene, g: [usize; 3], tau: Option<f32>, budget: Option<u64>) -> CudaSubgridSolver {
     let dom = sim_core::domain::Domain::from_scene(ls).unwrap();
-    let params = cpu::params_of(ls, &dom);
+    let params = sim_core::Params::from_scene(ls, &dom);
     CudaSubgridSolver::new(dom, params, g, tau, budget, |p| sim_core::domain::initial_state(ls, p)).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -954,7 +954,7 @@ fn gpu_adaptive_frames_match_the_host() {
     let groups: [&[FieldKind]; 2] =
         [&[FieldKind::Density, FieldKind::Ux, FieldKind::Uy, FieldKind::Uz], &[FieldKind::Speed, FieldKind::Vorticity, FieldKind::Q]];
     for (what, ls, steps) in cases {
-        let mut g = sim_core::amr::solver::from_scene_cuda(&ls).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut g = sim_core::backend::amr::from_scene_cuda(&ls).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(g.shares_device_memory(), "{what}: a GPU adaptive run writes frames on the device");
         g.step(steps).unwrap();
         let n = g.domain().n;
@@ -1030,8 +1030,8 @@ fn gpu_adaptive_blocks_match_cpu() {
     for ((what, ls, steps), in_place) in cases.iter().flat_map(|c| [(c, false), (c, true)]) {
         let (ls, steps) = (ls.clone(), *steps);
         let what = format!("{what}{}", if in_place { " in place" } else { "" });
-        let mut c = cpu::from_scene(&ls).unwrap();
-        let mut g = sim_core::amr::solver::from_scene_cuda_with(&ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut c = sim_core::build::cpu(&ls).unwrap();
+        let mut g = sim_core::backend::amr::from_scene_cuda_with(&ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(g.info().backend, "cuda");
         let scheme = if in_place { sim_core::schemes::Scheme::EsotericPull } else { sim_core::schemes::Scheme::OneStepPull };
         assert_eq!(g.info().scheme, scheme, "{what}");
@@ -1097,7 +1097,7 @@ fn gpu_adaptive_blocks_match_cpu() {
         }
         // A GPU checkpoint continues on the CPU exactly where the GPU run is.
         let ck = g.checkpoint();
-        let mut c2 = cpu::from_scene(&ls).unwrap();
+        let mut c2 = sim_core::build::cpu(&ls).unwrap();
         c2.restore(&ck).unwrap();
         let (dr, du) = max_field_diff(c2.as_ref(), g.as_ref());
         assert!(dr == 0.0 && du == 0.0, "{what}: restored checkpoint differs by {dr:e}, {du:e}");
@@ -1118,8 +1118,8 @@ fn gpu_cell_edits_on_adaptive_blocks_match_cpu() {
     ];
     for ((what, ls), in_place) in cases.iter().flat_map(|c| [(c, false), (c, true)]) {
         let what = format!("{what}{}", if in_place { " in place" } else { "" });
-        let mut c = cpu::from_scene(ls).unwrap();
-        let mut g = sim_core::amr::solver::from_scene_cuda_with(ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut c = sim_core::build::cpu(ls).unwrap();
+        let mut g = sim_core::backend::amr::from_scene_cuda_with(ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
         let d = c.domain().clone();
         let dims = d.lattice.dims();
         // A box across the middle of the domain (whole level-0 cells and parts of others).

@@ -168,7 +168,7 @@ proptest! {
     fn damaged_checkpoints_are_refused_without_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..256), flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..8)) {
         let _ = Checkpoint::from_bytes(&bytes);
         let ls = load(BASE, &[]).unwrap();
-        let s = sim_core::backend::cpu::from_scene(&ls).unwrap();
+        let s = sim_core::build::cpu(&ls).unwrap();
         let mut b = s.checkpoint().to_bytes();
         for (at, x) in flips {
             let i = at % b.len();

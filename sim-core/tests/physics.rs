@@ -20,7 +20,7 @@ use std::time::Instant;
 fn solver_with_init(text: &str, overrides: &[(&str, &str)], init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync) -> Box<dyn Solver> {
     let ls = scene(text, overrides);
     let dom = Domain::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"));
-    let params = cpu::params_of(&ls, &dom);
+    let params = sim_core::Params::from_scene(&ls, &dom);
     let s = &ls.scene.solver;
     cpu::build(dom, s.scheme, s.precision, params, s.ghost_block, init)
 }

@@ -2,7 +2,6 @@
 //! README documents every key and matches the files; `KEYS` matches the serde types; bad input
 //! gives one clear error line naming file, line, key and what is valid.
 
-use sim_core::backend::cpu;
 use sim_core::domain::{self, Domain};
 use sim_core::scene::{self, LoadedScene, SceneError, KEYS};
 use sim_core::schemes::Scheme;
@@ -86,7 +85,7 @@ fn every_shipped_scene_loads_voxelises_and_runs() {
             let solid = dom.flags.iter().filter(|&&f| domain::kind_of(f) == domain::kind::SOLID && domain::id_of(f) == k + 1).count();
             assert!(solid > 0, "{name}: obstacle {oname} has no solid cells");
         }
-        let mut s = cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut s = sim_core::build::cpu(&ls).unwrap_or_else(|e| panic!("{name}: {e}"));
         let m0 = s.stats().mass;
         s.step(5).unwrap();
         let st = s.stats();
@@ -136,7 +135,7 @@ fn readme_lists_every_shipped_scene_with_its_tau() {
 fn poiseuille_scene_reaches_its_documented_maximum() {
     let path = scenes_dir().join("poiseuille_2d.toml");
     let ls = scene::load(&path, &ov(&[("domain.size", "[4, 34]")])).unwrap();
-    let mut s = cpu::from_scene(&ls).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
     s.step(15_000).unwrap();
     let u = s.stats().max_u;
     assert!((u - 0.05).abs() < 0.0005, "u_max {u}, documented 0.05");
@@ -147,7 +146,7 @@ fn poiseuille_scene_reaches_its_documented_maximum() {
 fn taylor_green_scene_decays_at_its_documented_rate() {
     let path = scenes_dir().join("taylor_green_2d.toml");
     let ls = scene::load(&path, &[]).unwrap();
-    let mut s = cpu::from_scene(&ls).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
     let u0 = s.stats().max_u;
     assert!((u0 - 0.05).abs() < 1e-3, "initial amplitude {u0}");
     s.step(1500).unwrap();
@@ -162,7 +161,7 @@ fn taylor_green_scene_decays_at_its_documented_rate() {
 #[ignore = "slow (40,000 steps of a 37,000-cell grid)"]
 fn schaefer_turek_drag_and_lift() {
     let ls = scene::load(&scenes_dir().join("schaefer_turek_2d.toml"), &[]).unwrap();
-    let mut s = cpu::from_scene(&ls).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
     s.step(ls.scene.solver.steps).unwrap();
     let f = s.stats().forces[0];
     let (cd, cl) = (40.0 * f[0], 40.0 * f[1]);

@@ -624,7 +624,7 @@ impl ViewerApp {
         ls.scene.compression.enabled = false;
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("reference-build".into()).spawn(move || {
-            let r = sim_core::backend::cpu::from_scene(&ls).map_err(|e| format!("cannot build the reference run: {e}"));
+            let r = sim_core::build::cpu(&ls).map_err(|e| format!("cannot build the reference run: {e}"));
             let _ = tx.send(r);
         });
         match spawned {

@@ -54,7 +54,7 @@ fn the_solver_thread_survives_a_random_session_without_a_non_finite_frame() {
     eprintln!("soak: {secs} s from seed {seed} (ESOFLOW_SOAK_SEED={seed} repeats it)");
     let mut rng = Rng(seed);
     let ls = sim_core::scene::from_str(SCENE, "soak", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     let n = solver.domain().n;
     let base = solver.params();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -896,7 +896,7 @@ radius = 3.0
 
 fn small_app(running: bool) -> ViewerApp {
     let ls = sim_core::scene::from_str(SMALL_SCENE, "test", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     ViewerApp::new(ls, solver, BackendChoice::Cpu, running)
 }
 
@@ -1048,7 +1048,7 @@ fn blow_up_pauses_and_rolls_back() {
     // Mach ~0.6 at tau close to 0.5 blows up within a few hundred steps.
     let text = SMALL_SCENE.replace("tau = 0.8", "tau = 0.5005").replace("velocity = [0.05, 0.0]", "velocity = [0.3, 0.0]");
     let ls = sim_core::scene::from_str(&text, "unstable", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, true));
     run_until(&mut h, "the blow-up", |a| a.blowup.is_some());
     assert!(!h.state().running);
@@ -1097,7 +1097,7 @@ radius = 3.0
 
 fn small_3d_app() -> ViewerApp {
     let ls = sim_core::scene::from_str(SMALL_3D_SCENE, "test3d", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     ViewerApp::new(ls, solver, BackendChoice::Cpu, false)
 }
 
@@ -1410,7 +1410,7 @@ fn ui_draw_and_erase_obstacles_on_the_2d_view() {
 fn ui_draw_on_the_active_slice_in_3d() {
     let text = "[domain]\nsize = [20, 12, 10]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.7\n[initial]\nvelocity = [0.03, 0, 0]\n";
     let ls = sim_core::scene::from_str(text, "box3d", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
     h.step();
@@ -1510,7 +1510,7 @@ subgrid = [16, 12, 12]
 #[test]
 fn ui_compression_tau_and_stats_on_a_compressed_run() {
     let ls = sim_core::scene::from_str(COMPRESSED_SCENE, "test", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
     run_until(&mut h, "a snapshot of a compressed run", |a| a.snap.as_ref().is_some_and(|s| s.compression.is_some()));
     h.run_steps(2);
@@ -1544,7 +1544,7 @@ fn ui_compression_tau_on_a_dense_run_says_how_to_turn_it_on() {
 fn small_3d_compressible_app() -> ViewerApp {
     let text = format!("{SMALL_3D_SCENE}\n[compression]\ntau = 1e-4\nsubgrid = [8, 8, 8]\n");
     let ls = sim_core::scene::from_str(&text, "test3d", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     ViewerApp::new(ls, solver, BackendChoice::Cpu, false)
 }
 
@@ -1653,7 +1653,7 @@ fn ui_reference_run_nmse_and_difference_view() {
     // The sphere in a channel (a uniform flow would compress exactly: no wavelet details).
     let text = format!("{SMALL_3D_SCENE}\n[compression]\nenabled = true\nsubgrid = [8, 8, 8]\n");
     let ls = sim_core::scene::from_str(&text, "test", PathBuf::from("."), &[]).expect("scene");
-    let solver = sim_core::backend::cpu::from_scene(&ls).expect("solver");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot", |a| compression_of(a).is_some());
     // Too little memory: refused, saying how much it needs and what to try.

@@ -63,17 +63,17 @@
 
 pub mod criterion;
 pub mod forest;
+mod info;
 pub mod lbm;
 pub mod prims;
-pub mod solver;
 
 pub use criterion::{domain_solid_query, domain_solid_query_obstacles, target_level, Criterion, Field, NearWall, ObstacleSums, SolidQuery};
 pub use forest::{
     block_mask, cell_coords, cell_mask, dir_index, dir_offset, n_dirs, state, AdaptReport, AmrError, BlockForest, ForestArrays,
     ForestArraysMut, ForestConfig, Link, Mark, BLOCK, COARSER, MAX_LEVELS, NONE,
 };
+pub use info::{AmrInfo, AmrSettings};
 pub use lbm::{AmrLbm, CellRef};
-pub use solver::{AmrInfo, AmrSettings};
 
 #[cfg(test)]
 mod tests;

@@ -7,144 +7,17 @@
 
 use super::ghost::GhostLayout;
 use crate::checkpoint::Checkpoint;
-use crate::collision::{collide, collide_w, equilibrium, moments, CollideParams};
-use crate::domain::{id_of, is_solid, kind, kind_of, Domain, Inlet, Outlet, NEAR};
+use crate::collision::{collide_w, equilibrium};
+use crate::domain::{id_of, is_solid, kind, kind_of, Domain, NEAR};
 use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
-use crate::scene::LoadedScene;
 use crate::schemes::Scheme;
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
-/// Per-obstacle force accumulators (index = obstacle id, 0 unused).
-pub(crate) type Forces = [[f64; 3]; 16];
-
-/// A raw pointer that rayon tasks may share. Every scheme guarantees that concurrent cells
-/// touch disjoint slots (that is what makes a scheme thread-safe); this type only carries the
-/// pointer across threads.
-#[derive(Clone, Copy)]
-pub(crate) struct Ptr<T>(pub *mut T);
-unsafe impl<T> Send for Ptr<T> {}
-unsafe impl<T> Sync for Ptr<T> {}
-impl<T> Ptr<T> {
-    #[inline(always)]
-    pub(crate) fn at(self, i: usize) -> *mut T {
-        // SAFETY: callers index within the buffer the pointer came from.
-        unsafe { self.0.add(i) }
-    }
-}
-
-/// What a cell update needs besides its DDFs.
-pub(crate) struct Ctx<'a> {
-    pub p: CollideParams,
-    pub walls: &'a [[f32; 3]],
-    pub inlets: &'a [Inlet],
-    pub outlets: &'a [Outlet],
-    pub dims: usize,
-}
-
-/// Add the moving-wall momentum to DDFs that came from a moving wall (Ladd):
-/// `f_i += 6 w_i rho_w (c_i . u_w)` with rho_w = 1.
-#[inline(always)]
-pub(crate) fn moving_walls<L: Lat>(f: &mut [f32; MAX_Q], nbr_flag: &impl Fn(usize) -> u8, walls: &[[f32; 3]]) {
-    for i in 1..L::Q {
-        let sf = nbr_flag(opposite(i));
-        if kind_of(sf) == kind::MOVING {
-            let uw = walls[id_of(sf)];
-            let c = L::C[i];
-            let cu = c[0] as f32 * uw[0] + c[1] as f32 * uw[1] + c[2] as f32 * uw[2];
-            f[i] += 6.0 * L::W[i] * cu;
-        }
-    }
-}
-
-/// Density minus one and velocity that an equilibrium boundary cell imposes, from the DDFs that
-/// arrived from inside the domain (Zou-He mass balance): an inlet takes its velocity from the
-/// scene and its density from the balance; an outlet the reverse (tangential velocity zero).
-#[inline(always)]
-pub(crate) fn boundary_moments<L: Lat>(f: &[f32; MAX_Q], flag: u8, pos: [usize; 3], ctx: &Ctx) -> (f32, [f32; 3]) {
-    let (axis, inward) = if kind_of(flag) == kind::INLET {
-        let b = &ctx.inlets[id_of(flag)];
-        (b.axis, b.inward)
-    } else {
-        let b = &ctx.outlets[id_of(flag)];
-        (b.axis, b.inward)
-    };
-    let (mut s0, mut sk) = (0.0f32, 0.0f32);
-    for i in 0..L::Q {
-        let cn = L::C[i][axis] * inward;
-        let fi = f[i] + L::W[i];
-        if cn == 0 {
-            s0 += fi;
-        } else if cn < 0 {
-            sk += fi;
-        }
-    }
-    let known = s0 + 2.0 * sk;
-    if kind_of(flag) == kind::INLET {
-        let u = ctx.inlets[id_of(flag)].velocity_at(pos, ctx.dims);
-        let un = u[axis] * inward as f32;
-        (known / (1.0 - un) - 1.0, u)
-    } else {
-        let rho = ctx.outlets[id_of(flag)].density;
-        let mut u = [0.0f32; 3];
-        u[axis] = (1.0 - known / rho) * inward as f32;
-        (rho - 1.0, u)
-    }
-}
-
-/// The one cell update every scheme shares: moving walls, then collision or the equilibrium
-/// boundary rule, then the momentum-exchange force on obstacles. `f` holds the incoming DDFs
-/// (bounce-back already applied) and receives the outgoing ones. `nbr_flag(i)` is the flag of
-/// the neighbour along `c_i`.
-#[inline(always)]
-pub(crate) fn update_cell<L: Lat>(
-    f: &mut [f32; MAX_Q],
-    flag: u8,
-    pos: [usize; 3],
-    nbr_flag: impl Fn(usize) -> u8,
-    ctx: &Ctx,
-    force: &mut Forces,
-) {
-    if flag & NEAR == 0 {
-        collide::<L>(f, &ctx.p);
-        return;
-    }
-    moving_walls::<L>(f, &nbr_flag, ctx.walls);
-    let k = kind_of(flag);
-    if k == kind::INLET || k == kind::OUTLET {
-        let (rho_m1, u) = boundary_moments::<L>(f, flag, pos, ctx);
-        equilibrium::<L>(rho_m1, u, f);
-    } else {
-        collide::<L>(f, &ctx.p);
-    }
-    for i in 1..L::Q {
-        let df = nbr_flag(i);
-        if kind_of(df) == kind::SOLID && id_of(df) > 0 {
-            let v = 2.0 * f64::from(f[i] + L::W[i]);
-            let c = L::C[i];
-            let acc = &mut force[id_of(df)];
-            for a in 0..3 {
-                acc[a] += f64::from(c[a]) * v;
-            }
-        }
-    }
-}
-
-/// Density and velocity a cell's incoming DDFs stand for (what the next collision sees).
-#[inline(always)]
-pub(crate) fn cell_moments<L: Lat>(f: &[f32; MAX_Q], flag: u8, pos: [usize; 3], ctx: &Ctx) -> (f32, [f32; 3]) {
-    let k = kind_of(flag);
-    if k == kind::INLET || k == kind::OUTLET {
-        let (r, u) = boundary_moments::<L>(f, flag, pos, ctx);
-        (r + 1.0, u)
-    } else {
-        let (r, u) = moments::<L>(f, ctx.p.force);
-        (r + 1.0, u)
-    }
-}
+pub(crate) use super::cell::{cell_moments, moving_walls, update_cell, Ctx, Forces, Ptr};
 
 // Scheme ids for the const parameter of the stepping loop.
 const OSP: u8 = 0;
@@ -1150,18 +1023,6 @@ pub(crate) fn build_mirror_at(
     }
 }
 
-/// Default parameters of a loaded scene.
-#[must_use]
-pub fn params_of(ls: &LoadedScene, dom: &Domain) -> Params {
-    let s = &ls.scene;
-    Params {
-        collide: CollideParams { kind: s.solver.collision, tau: ls.derived.tau, cs: s.solver.smagorinsky_cs, force: s.fluid.force.0 },
-        walls: dom.walls.clone(),
-        inlets: dom.inlets.iter().map(|b| b.velocity).collect(),
-        outlets: dom.outlets.iter().map(|b| b.density).collect(),
-    }
-}
-
 /// Build a CPU solver for any lattice and precision.
 #[must_use]
 pub fn build(
@@ -1173,24 +1034,4 @@ pub fn build(
     init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
 ) -> Box<dyn Solver> {
     build_mirror(dom, scheme, precision, params, ghost_block, init)
-}
-
-/// Build the CPU solver a loaded scene describes: the dense one, with `compression.enabled`
-/// the compressed-subgrid solver ([`super::subgrid::from_scene`]), with `amr.enabled` the
-/// adaptive blocks ([`crate::amr::solver::from_scene`]).
-///
-/// # Errors
-/// Voxelisation errors (e.g. an unreadable STL file); with compression, a memory budget the
-/// state does not fit.
-pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, crate::scene::SceneError> {
-    if ls.scene.compression.enabled {
-        return super::subgrid::from_scene(ls);
-    }
-    if ls.scene.amr.enabled {
-        return crate::amr::solver::from_scene(ls);
-    }
-    let dom = Domain::from_scene(ls)?;
-    let params = params_of(ls, &dom);
-    let s = &ls.scene.solver;
-    Ok(build(dom, s.scheme, s.precision, params, s.ghost_block, |p| crate::domain::initial_state(ls, p)))
 }

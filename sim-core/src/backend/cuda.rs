@@ -5,7 +5,7 @@
 //! Memory layout equals the CPU backend's, so a CPU solver (a [`Mirror`]) writes the initial
 //! state and encodes/decodes checkpoints from bytes copied to and from the device.
 
-use super::cpu::{build_mirror, build_mirror_at, params_of, Mirror, Slab, SlotIo};
+use super::cpu::{build_mirror, build_mirror_at, Mirror, Slab, SlotIo};
 use super::ghost::GhostLayout;
 use crate::bricks::{BrickClass, BrickMap};
 use crate::checkpoint::Checkpoint;
@@ -663,7 +663,7 @@ impl CudaSolver {
         let dev = probe().map_err(SolverError::Backend)?;
         check_memory(ls.derived.size, ls.derived.lattice, s.scheme, s.precision, s.ghost_block, &dev)?;
         let dom = Domain::from_scene(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-        let params = params_of(ls, &dom);
+        let params = Params::from_scene(ls, &dom);
         CudaSolver::with_ghost_block(dom, s.scheme, s.precision, params, s.ghost_block, |p| crate::domain::initial_state(ls, p))
     }
 
@@ -1193,13 +1193,13 @@ impl CudaSolver {
             let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
             if let Some(s) = sync {
                 if s.read_value > 0 {
-                    s.read.wait(&self.stream, s.read_value)?;
+                    super::cuda_sync::SharedSemaphore::of(s.read)?.wait(&self.stream, s.read_value)?;
                 }
             }
             let fk = FrameKernels { frame: &self.k.frame, frame_box: &self.k.frame_box, frame_lattice: &self.k.frame_lattice };
             launch_frame(&self.stream, &fk, planes, &self.flags, self.mirror.domain().n, kinds, layout, out, &mut range)?;
             if let Some(s) = sync {
-                s.written.signal(&self.stream, s.written_value)?;
+                super::cuda_sync::SharedSemaphore::of(s.written)?.signal(&self.stream, s.written_value)?;
             }
             self.stream.clone_dtoh(&range).map_err(derr("reading frame ranges"))
         })();

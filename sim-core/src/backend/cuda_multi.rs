@@ -37,7 +37,7 @@
 //! GPU and `libnccl` loads; otherwise device-to-device copies (`cuMemcpyPeerAsync`), which
 //! also lets several slabs share one GPU (`ESOFLOW_GPUS=0,0`, for tests).
 
-use super::cpu::{build_mirror, params_of, Mirror, SlotIo};
+use super::cpu::{build_mirror, Mirror, SlotIo};
 use super::cuda::{derr, probe, CudaSolver, Placement};
 use crate::checkpoint::Checkpoint;
 use crate::domain::{is_solid, Domain};
@@ -251,7 +251,7 @@ impl MultiCudaSolver {
     /// As [`MultiCudaSolver::new`]; voxelisation errors.
     pub fn from_scene_on(ls: &LoadedScene, devices: &[usize]) -> Result<MultiCudaSolver, SolverError> {
         let dom = Domain::from_scene(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-        let params = params_of(ls, &dom);
+        let params = Params::from_scene(ls, &dom);
         let s = &ls.scene.solver;
         MultiCudaSolver::new(dom, s.scheme, s.precision, params, devices, |p| crate::domain::initial_state(ls, p))
     }
@@ -741,7 +741,7 @@ mod tests {
         let ov: Vec<(String, String)> = ov.iter().map(|(a, b)| ((*a).to_string(), (*b).to_string())).collect();
         let ls = crate::scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &ov).unwrap();
         let dom = Domain::from_scene(&ls).unwrap();
-        let params = params_of(&ls, &dom);
+        let params = Params::from_scene(&ls, &dom);
         let prec = ls.scene.solver.precision;
         let init = |p: [usize; 3]| crate::domain::initial_state(&ls, p);
         let mut one = build_mirror(dom.clone(), Scheme::EsotericPull, prec, params.clone(), 16, init);

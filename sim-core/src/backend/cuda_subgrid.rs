@@ -1363,7 +1363,7 @@ impl Solver for CudaSubgridSolver {
 pub fn from_scene(ls: &crate::scene::LoadedScene) -> Result<CudaSubgridSolver, SolverError> {
     let c = &ls.scene.compression;
     let dom = Domain::from_scene(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
-    let params = super::cpu::params_of(ls, &dom);
+    let params = crate::solver::Params::from_scene(ls, &dom);
     CudaSubgridSolver::new(dom, params, c.subgrid_size(), Some(c.tau), c.memory_budget.map(|b| b.0), |p| {
         crate::domain::initial_state(ls, p)
     })
@@ -1396,7 +1396,7 @@ radius = 2.5
         let ls = crate::scene::from_str(text, "t.toml", std::path::PathBuf::from("."), &[]).expect("scene");
         let dom = Domain::from_scene(&ls).expect("domain");
         let init = |p| crate::domain::initial_state(&ls, p);
-        let dense = CpuSolver::<D3Q19, f32>::new(dom.clone(), Scheme::EsotericPull, super::super::cpu::params_of(&ls, &dom), 16, init);
+        let dense = CpuSolver::<D3Q19, f32>::new(dom.clone(), Scheme::EsotericPull, crate::solver::Params::from_scene(&ls, &dom), 16, init);
         let (_, _, state) = dense.into_parts();
         let nn = dom.cells();
         for (origin, size) in [([0, 0, 0], [7, 5, 4]), ([13, 7, 6], [7, 5, 4]), ([5, 3, 2], [9, 6, 5])] {

@@ -24,6 +24,16 @@ unsafe impl Send for SharedSemaphore {}
 unsafe impl Sync for SharedSemaphore {}
 
 impl SharedSemaphore {
+    /// The CUDA semaphore behind a frame's timeline.
+    ///
+    /// # Errors
+    /// A timeline that was not imported into CUDA.
+    pub fn of(t: &dyn crate::frame::SharedTimeline) -> Result<&SharedSemaphore, SolverError> {
+        (t as &dyn std::any::Any)
+            .downcast_ref::<SharedSemaphore>()
+            .ok_or_else(|| SolverError::Backend("the frame's timeline semaphore was not imported into CUDA".into()))
+    }
+
     /// Import a timeline semaphore exported as an opaque fd. On success CUDA owns `fd`.
     ///
     /// # Errors
@@ -93,6 +103,8 @@ impl Drop for SharedSemaphore {
         }
     }
 }
+
+impl crate::frame::SharedTimeline for SharedSemaphore {}
 
 impl std::fmt::Debug for SharedSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -4,7 +4,7 @@
 //! into a scratch block and writes it back: one DDF copy plus ghosts, no races between blocks.
 //! (On a GPU the scratch block is shared memory and the write-back follows a barrier.)
 
-use super::cpu::{update_cell, Ctx, Forces, Ptr};
+use super::cell::{update_cell, Ctx, Forces, Ptr};
 use crate::domain::{is_solid, Domain, NEAR};
 use crate::lattice::{opposite, Lat, MAX_Q};
 use crate::precision::Store;

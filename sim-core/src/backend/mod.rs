@@ -1,5 +1,7 @@
 //! Solver backends. `cpu` is the reference every other backend is tested against.
 
+pub mod amr;
+mod cell;
 pub mod cpu;
 pub mod cuda;
 pub mod cuda_amr;

@@ -37,7 +37,7 @@
 //! the ghost frame and the shell are two copies of the same cells, and only the copy a cell
 //! wrote carries news.
 
-use super::cpu::{apply_params, params_of, step_box, CpuSolver, Forces};
+use super::cpu::{apply_params, step_box, CpuSolver, Forces};
 use crate::checkpoint::Checkpoint;
 use crate::collision::equilibrium;
 use crate::compress::{BlockShape, CompressedField, Thresholds};
@@ -809,7 +809,7 @@ pub fn build<L: Lat>(ls: &LoadedScene) -> Result<SubgridSolver<L>, SceneError> {
             ));
         }
     }
-    let params = params_of(ls, &dom);
+    let params = Params::from_scene(ls, &dom);
     let dense = CpuSolver::<L, f32>::new(dom, Scheme::EsotericPull, params, s.ghost_block, init);
     let mut sub = SubgridSolver::from_dense(&dense, g, Some(Thresholds { tau: c.tau }))
         .map_err(|e| compression_error(ls, "compression.subgrid", e.to_string()))?;
@@ -879,7 +879,6 @@ mod tests {
         assert_eq!(slabs(5, 8), vec![(0, 5)]);
     }
 
-    use crate::backend::cpu::params_of;
     use crate::lattice::D3Q19;
 
     const DUCT: &str = r#"
@@ -912,7 +911,7 @@ velocity = [0.05, 0.02, 0.0]
     fn dense(text: &str) -> CpuSolver<D3Q19, f32> {
         let ls = crate::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).unwrap();
         let dom = Domain::from_scene(&ls).unwrap();
-        let params = params_of(&ls, &dom);
+        let params = Params::from_scene(&ls, &dom);
         let n = dom.n;
         CpuSolver::<D3Q19, f32>::new(dom, Scheme::EsotericPull, params, 16, |p| {
             // A swirl on top of the scene's start, so the flow is not uniform.
@@ -994,7 +993,7 @@ radius = 3.5
 "#;
         let ls = crate::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).unwrap();
         let dom = Domain::from_scene(&ls).unwrap();
-        let params = params_of(&ls, &dom);
+        let params = Params::from_scene(&ls, &dom);
         let mut d = CpuSolver::<D3Q19, f32>::new(dom, Scheme::EsotericPull, params, 16, |p| crate::domain::initial_state(&ls, p));
         let mut s = SubgridSolver::from_dense(&d, [36, 20, 19], Some(Thresholds { tau: 1e-6 })).unwrap();
         let m0 = Solver::stats(&s).mass;
@@ -1258,7 +1257,7 @@ subgrid = [20, 12, 12]
             let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
             crate::scene::from_str(SCENE, "c.toml", std::path::PathBuf::from("."), &ov).unwrap()
         };
-        let mut s = super::super::cpu::from_scene(&load(&[])).unwrap();
+        let mut s = crate::build::cpu(&load(&[])).unwrap();
         assert_eq!(s.info().backend, "cpu-subgrid");
         s.step(3).unwrap();
         let c = s.compression().unwrap();
@@ -1273,13 +1272,13 @@ subgrid = [20, 12, 12]
         assert!((0.5..2.0).contains(&ratio), "estimate {est:?}, built {}", built.bytes());
         assert_eq!(est.dense_bytes as usize, built.dense_bytes());
         // Over budget: refused, saying what it needs and what to change.
-        let e = super::super::cpu::from_scene(&load(&[("compression.memory_budget", "10KB")])).err().unwrap();
+        let e = crate::build::cpu(&load(&[("compression.memory_budget", "10KB")])).err().unwrap();
         assert_eq!(e.key, "compression.memory_budget");
         let m = e.to_string();
         assert!(m.starts_with("c.toml: compression.memory_budget: the compressed state needs about "), "{m}");
         assert!(m.contains("but the budget is 10.0 KB") && m.contains("raise compression.tau") && m.contains("domain.size"), "{m}");
         // Within budget: built, with the budget in force.
-        let s = super::super::cpu::from_scene(&load(&[("compression.memory_budget", "1 GB")])).unwrap();
+        let s = crate::build::cpu(&load(&[("compression.memory_budget", "1 GB")])).unwrap();
         assert_eq!(s.compression().unwrap().budget, Some(1_000_000_000));
     }
 }

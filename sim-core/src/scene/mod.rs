@@ -13,6 +13,9 @@ use crate::schemes::Scheme;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// Largest id of each table (4 bits, obstacle ids 1..=15).
+pub const MAX_IDS: usize = 15;
+
 /// A point or vector given as two or three numbers in a scene (z = 0 when two are given).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Vec3(pub [f32; 3]);
@@ -1245,8 +1248,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     for (i, o) in s.obstacles.iter().enumerate() {
         validate_obstacle(o, dims, size.len()).map_err(|(f, m)| (format!("obstacles.{i}.{f}"), m))?;
     }
-    if s.obstacles.len() > crate::domain::MAX_IDS {
-        return e("obstacles", format!("at most {} obstacles, got {}", crate::domain::MAX_IDS, s.obstacles.len()));
+    if s.obstacles.len() > MAX_IDS {
+        return e("obstacles", format!("at most {} obstacles, got {}", MAX_IDS, s.obstacles.len()));
     }
     let f = fl.force.0;
     if f.iter().any(|x| !x.is_finite()) {

@@ -1,5 +1,5 @@
 //! Streaming schemes: where each DDF is loaded from and stored to. The collision and boundary
-//! code is shared (see `backend::cpu::update_cell`); a scheme only maps (cell, direction,
+//! code is shared (see `backend::cell::update_cell`); a scheme only maps (cell, direction,
 //! parity) to memory slots. Memory and traffic per cell are given for the UI and the bench.
 
 use crate::lattice::Lattice;

@@ -1,6 +1,5 @@
 #![allow(dead_code)]
 pub mod gate;
-use sim_core::backend::cpu;
 use sim_core::scene::{self, LoadedScene};
 use sim_core::Solver;
 
@@ -10,12 +9,12 @@ pub fn scene(text: &str, overrides: &[(&str, &str)]) -> LoadedScene {
 }
 
 pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
-    cpu::from_scene(&scene(text, overrides)).unwrap_or_else(|e| panic!("{e}"))
+    sim_core::build::cpu(&scene(text, overrides)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn shipped(name: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
     let ls = shipped_scene(name, overrides);
-    cpu::from_scene(&ls).unwrap_or_else(|e| panic!("{e}"))
+    sim_core::build::cpu(&ls).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A scene shipped in `scenes/`, loaded with `--set` overrides.

@@ -77,12 +77,12 @@ impl AmrGpu {
             FrameTarget::Device { ptr, sync, .. } => {
                 if let Some(s) = &sync {
                     if s.read_value > 0 {
-                        s.read.wait(&self.stream, s.read_value)?;
+                        crate::backend::cuda_sync::SharedSemaphore::of(s.read)?.wait(&self.stream, s.read_value)?;
                     }
                 }
                 launch_frame(&self.stream, &fk, &kit.planes, &kit.flags, kit.n, kinds, layout, ptr, &mut kit.range)?;
                 if let Some(s) = &sync {
-                    s.written.signal(&self.stream, s.written_value)?;
+                    crate::backend::cuda_sync::SharedSemaphore::of(s.written)?.signal(&self.stream, s.written_value)?;
                 }
                 self.stream.clone_dtoh(&kit.range).map_err(&e)?
             }
@@ -140,5 +140,5 @@ impl AmrGpu {
 /// The frame kernels' flags of the finest grid: obstacle cells keep their flag (a solid kind),
 /// the rest 0.
 fn frame_flags(dom: &Domain) -> Vec<u8> {
-    dom.flags.iter().map(|&f| if crate::amr::solver::is_obstacle(f) { f } else { 0 }).collect()
+    dom.flags.iter().map(|&f| if crate::domain::is_obstacle(f) { f } else { 0 }).collect()
 }

@@ -1,0 +1,75 @@
+//! The app's side of building a solver: the scene named on the command line, and
+//! [`sim_core::build`] with the flags' words in its errors and notices.
+
+use crate::{BackendChoice, DEFAULT_SCENE, DEFAULT_SCENE_NAME};
+use anyhow::{anyhow, bail};
+use sim_core::build::{Backend, BuildError, Choice, Keeps};
+use sim_core::scene::{self, LoadedScene};
+use sim_core::Solver;
+use std::path::{Path, PathBuf};
+
+impl From<BackendChoice> for Backend {
+    fn from(b: BackendChoice) -> Backend {
+        match b {
+            BackendChoice::Auto => Backend::Auto,
+            BackendChoice::Cpu => Backend::Cpu,
+            BackendChoice::Cuda => Backend::Cuda,
+        }
+    }
+}
+
+fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    sets.iter()
+        .map(|s| {
+            let Some((k, v)) = s.split_once('=') else {
+                bail!("--set {s}: expected KEY=VALUE, e.g. --set solver.scheme=aa");
+            };
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Load the scene a command names (or the built-in default), with its `--set` overrides.
+pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<LoadedScene> {
+    let ov = parse_sets(sets)?;
+    let ls = match path {
+        Some(p) => scene::load(p, &ov)?,
+        None => scene::from_str(DEFAULT_SCENE, DEFAULT_SCENE_NAME, PathBuf::from("scenes"), &ov)?,
+    };
+    Ok(ls)
+}
+
+/// The choice the flags `--backend` and `--gpus` make, for a caller that keeps `keeps`.
+#[must_use]
+pub fn choice(backend: BackendChoice, gpus: u32, keeps: Keeps) -> Choice {
+    Choice { backend: backend.into(), gpus: gpus.max(1) as usize, keeps }
+}
+
+/// An error of [`sim_core::build::build`] in the words of the flags that chose it.
+fn flag_error(e: BuildError, choice: &Choice) -> anyhow::Error {
+    let g = choice.gpus;
+    match e {
+        BuildError::AdaptiveOnOneGpu => {
+            anyhow!("--gpus {g}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false")
+        }
+        BuildError::GpusNeedCuda => anyhow!("--gpus {g} runs on the CUDA backend; drop --backend cpu (or use --gpus 1)"),
+        BuildError::CompressedOnOneGpu => {
+            anyhow!("--gpus {g}: compressed subgrids run on one GPU; set compression.enabled = false or use --gpus 1")
+        }
+        BuildError::Gpu(why) if g > 1 => anyhow!("--gpus {g}: {why}"),
+        BuildError::Memory { origin, why } if g > 1 => anyhow!("--gpus {g}: {origin}: {why}"),
+        BuildError::Gpu(why) if choice.backend == Backend::Cuda => anyhow!("--backend cuda: {why}"),
+        BuildError::Memory { origin, why } if choice.backend == Backend::Cuda => anyhow!("--backend cuda: {origin}: {why}"),
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// Build the solver a scene needs where the flags say ([`sim_core::build::build`]); a fallback
+/// to the CPU is noted on stderr.
+pub fn build_solver(ls: &LoadedScene, choice: &Choice) -> anyhow::Result<Box<dyn Solver>> {
+    let built = sim_core::build::build(ls, choice).map_err(|e| flag_error(e, choice))?;
+    if let Some(n) = built.notice {
+        eprintln!("note: {n}");
+    }
+    Ok(built.solver)
+}

@@ -1,0 +1,218 @@
+//! One place builds solvers. A scene says which solver it needs (the dense grid, compressed
+//! subgrids or adaptive blocks); a [`Choice`] says where it runs (the CPU reference, one GPU or
+//! several) and what the caller keeps besides it. [`build`] checks the memory plan first, falls
+//! back to the CPU where the choice allows it and there is no usable GPU, and returns the
+//! notice that says so for the caller to show.
+
+use crate::backend::{cpu, cuda, cuda_multi, cuda_subgrid, subgrid};
+use crate::domain::Domain;
+use crate::memory::{Free, Place, Spec};
+use crate::scene::{LoadedScene, SceneError};
+use crate::solver::{Params, Solver};
+
+/// Where a solver runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// CUDA where an NVIDIA GPU is usable, else the CPU (with a notice).
+    #[default]
+    Auto,
+    /// The CPU reference backend.
+    Cpu,
+    /// The CUDA backend (an error where it is not available).
+    Cuda,
+}
+
+/// What the caller keeps besides the solver, for its memory plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keeps {
+    /// Whole saved states held at once (rollback states, a checkpoint being written).
+    pub saved_states: usize,
+    /// Whether fields are exported (built in host memory).
+    pub export: bool,
+}
+
+impl Keeps {
+    /// The viewer: the initial state, the rollback state and one being taken, and exports.
+    pub const VIEWER: Keeps = Keeps { saved_states: 3, export: true };
+}
+
+/// Where a solver runs and what its caller keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// The backend.
+    pub backend: Backend,
+    /// GPUs the grid is split over (1: one GPU; more needs the CUDA backend).
+    pub gpus: usize,
+    /// What the caller keeps besides the solver.
+    pub keeps: Keeps,
+}
+
+impl Default for Choice {
+    fn default() -> Self {
+        Choice { backend: Backend::Auto, gpus: 1, keeps: Keeps::VIEWER }
+    }
+}
+
+/// A solver and, where the choice was not met as asked (no GPU: the CPU runs it), why.
+pub struct Built {
+    /// The solver, ready to step.
+    pub solver: Box<dyn Solver>,
+    /// A note for the user about a fallback, if one was taken.
+    pub notice: Option<String>,
+}
+
+/// Why a solver was not built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The scene cannot be built (voxelisation, a memory budget the state does not fit).
+    #[error(transparent)]
+    Scene(#[from] SceneError),
+    /// The memory plan does not fit what is free.
+    #[error("{origin}: {why}")]
+    Memory {
+        /// The scene's origin (file or built-in name).
+        origin: String,
+        /// Both numbers and the largest size that fits.
+        why: String,
+    },
+    /// Adaptive blocks were asked for on several GPUs.
+    #[error("adaptive blocks (amr.enabled = true) run on one GPU; set amr.enabled = false to split the grid")]
+    AdaptiveOnOneGpu,
+    /// Compressed subgrids were asked for on several GPUs.
+    #[error("compressed subgrids run on one GPU; set compression.enabled = false to split the grid")]
+    CompressedOnOneGpu,
+    /// Several GPUs were asked for on the CPU backend.
+    #[error("several GPUs run on the CUDA backend, not the CPU")]
+    GpusNeedCuda,
+    /// The GPU solver could not be built (no device, a kernel, the device's memory).
+    #[error("{0}")]
+    Gpu(String),
+}
+
+/// Free memory where a run would go: the host's, and on the GPU path the least free over the
+/// devices (a device that holds several slabs counts once per slab).
+///
+/// # Errors
+/// No CUDA driver or device where GPUs are asked for.
+pub fn free_memory(place: Place) -> Result<Free, String> {
+    let host = crate::memory::host_available();
+    let device = match place {
+        Place::Cpu => None,
+        Place::Gpus(g) => {
+            let ordinals = if g > 1 { cuda_multi::devices_for(g).map_err(|e| e.to_string())? } else { vec![0] };
+            let mut least: Option<u64> = None;
+            for &o in &ordinals {
+                let share = ordinals.iter().filter(|&&x| x == o).count() as u64;
+                let free = cuda::free_memory(o)? / share;
+                least = Some(least.map_or(free, |l| l.min(free)));
+            }
+            least
+        }
+    };
+    Ok(Free { host, device })
+}
+
+/// The memory plan of a scene's run on `place`, checked before anything large is allocated.
+///
+/// # Errors
+/// [`BuildError::Memory`] with both numbers and the largest `domain.size` that fits;
+/// [`BuildError::Gpu`] where the free device memory cannot be read.
+pub fn plan(ls: &LoadedScene, place: Place, keeps: Keeps) -> Result<(), BuildError> {
+    let spec = Spec::of_scene(ls, place, keeps.saved_states, keeps.export);
+    let free = free_memory(place).map_err(BuildError::Gpu)?;
+    crate::memory::check(&spec, &free).map_err(|why| BuildError::Memory { origin: ls.origin.clone(), why })
+}
+
+/// The CPU reference solver of a scene (dense, compressed subgrids or adaptive blocks), without
+/// a memory plan: for tests and callers that checked it.
+///
+/// # Errors
+/// Voxelisation errors (e.g. an unreadable STL file); with compression, a memory budget the
+/// state does not fit.
+pub fn cpu(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
+    if ls.scene.compression.enabled {
+        return subgrid::from_scene(ls);
+    }
+    if ls.scene.amr.enabled {
+        return crate::backend::amr::from_scene(ls);
+    }
+    let dom = Domain::from_scene(ls)?;
+    let params = Params::from_scene(ls, &dom);
+    let s = &ls.scene.solver;
+    Ok(cpu::build(dom, s.scheme, s.precision, params, s.ghost_block, |p| crate::domain::initial_state(ls, p)))
+}
+
+/// The CUDA solver of a scene on one GPU (adaptive blocks, compressed subgrids or the dense
+/// grid), without a memory plan.
+///
+/// # Errors
+/// No usable GPU, a kernel that does not compile, the device's memory.
+pub fn gpu(ls: &LoadedScene) -> Result<Box<dyn Solver>, BuildError> {
+    let gpu_err = |e: crate::solver::SolverError| BuildError::Gpu(e.to_string());
+    Ok(if ls.scene.amr.enabled {
+        crate::backend::amr::from_scene_cuda(ls).map_err(gpu_err)?
+    } else if ls.scene.compression.enabled {
+        Box::new(cuda_subgrid::from_scene(ls).map_err(gpu_err)?)
+    } else {
+        Box::new(cuda::CudaSolver::from_scene(ls).map_err(gpu_err)?)
+    })
+}
+
+fn on_cpu(ls: &LoadedScene, keeps: Keeps, notice: Option<String>) -> Result<Built, BuildError> {
+    plan(ls, Place::Cpu, keeps)?;
+    Ok(Built { solver: cpu(ls)?, notice })
+}
+
+/// Build the solver a scene needs where `choice` says, once its memory plan fits: what the run
+/// needs on the host and on each GPU, with what the caller keeps, against what is free.
+///
+/// # Errors
+/// See [`BuildError`]: a plan over what is free, a scene that cannot be built, a choice that
+/// cannot be met (adaptive blocks or compressed subgrids on several GPUs), a GPU solver that
+/// does not start where the CUDA backend was asked for.
+pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
+    let gpus = choice.gpus.max(1);
+    if gpus > 1 {
+        if ls.scene.amr.enabled {
+            return Err(BuildError::AdaptiveOnOneGpu);
+        }
+        if choice.backend == Backend::Cpu {
+            return Err(BuildError::GpusNeedCuda);
+        }
+        if ls.scene.compression.enabled {
+            return Err(BuildError::CompressedOnOneGpu);
+        }
+        if choice.backend == Backend::Auto {
+            if let Err(why) = cuda::probe() {
+                return on_cpu(ls, choice.keeps, Some(format!("{why}; running on the CPU backend (one grid, {gpus} GPUs not used)")));
+            }
+        }
+        plan(ls, Place::Gpus(gpus), choice.keeps)?;
+        let solver = cuda_multi::MultiCudaSolver::from_scene(ls, gpus).map_err(|e| BuildError::Gpu(e.to_string()))?;
+        return Ok(Built { solver: Box::new(solver), notice: None });
+    }
+    let on_gpu = || -> Result<Built, BuildError> {
+        plan(ls, Place::Gpus(1), choice.keeps)?;
+        Ok(Built { solver: gpu(ls)?, notice: None })
+    };
+    match choice.backend {
+        Backend::Cpu => on_cpu(ls, choice.keeps, None),
+        Backend::Cuda => on_gpu(),
+        Backend::Auto => match cuda::probe() {
+            Err(why) => on_cpu(ls, choice.keeps, Some(format!("{why}; running on the CPU backend"))),
+            Ok(_) => match on_gpu() {
+                Ok(built) => Ok(built),
+                Err(e) => on_cpu(ls, choice.keeps, Some(format!("the CUDA backend could not start ({e}); running on the CPU backend"))),
+            },
+        },
+    }
+}
+
+/// Whether a usable NVIDIA GPU is here, and if not why (for callers that choose what to
+/// measure or show).
+///
+/// # Errors
+/// Why there is no usable GPU.
+pub fn gpu_available() -> Result<cuda::DeviceInfo, String> {
+    cuda::probe()
+}
