@@ -1,9 +1,6 @@
 //! `esoflow`: the window (no subcommand or `view`) and the command-line tools (run, bench, info).
 
 mod bench;
-mod bench_amr;
-mod bench_compress;
-mod bench_subgrid;
 mod run;
 mod solvers;
 mod viewer;

@@ -1,8 +1,8 @@
 //! Offscreen rendering without a window: the GPU setup for tests and `esoflow run --screenshot`,
 //! and the composition of the field view with its legend (egui, rendered by egui-wgpu).
 
-use super::app::{auto_range, default_cmap, legend_texture};
 use super::camera::Camera;
+use super::legend::{auto_range, default_cmap, legend_texture};
 use super::render::{read_texture, FieldRenderer, IsoView, MeshStats, OutlineBox, ViewParams};
 use super::worker::{fluid_min_max, solid_mask};
 use super::{legend_ui, BrickLegend, IsoLegend, LegendInfo, ViewSpec};
@@ -335,8 +335,26 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
         }
         legend
     })?;
-    super::window::save_png(&img, path)?;
+    save_png(&img, path)?;
     Ok(gpu.adapter.clone())
+}
+
+/// Write an image as PNG, creating the folder; atomically (a temporary file beside it, renamed
+/// into place), so an interrupted write never leaves a damaged picture under its name.
+///
+/// # Errors
+/// The folder or the file cannot be written.
+pub fn save_png(img: &image::RgbaImage, path: &Path) -> anyhow::Result<()> {
+    use image::ImageEncoder as _;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    sim_core::atomic_file::write_atomic(path, |w| {
+        image::codecs::png::PngEncoder::new(w)
+            .write_image(img.as_raw(), img.width(), img.height(), image::ExtendedColorType::Rgba8)
+            .map_err(std::io::Error::other)
+    })
+    .with_context(|| format!("writing {}", path.display()))
 }
 
 /// How the render bench runs.

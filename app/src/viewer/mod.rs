@@ -2,7 +2,9 @@
 //! view rendered offscreen for `esoflow run --screenshot`.
 //!
 //! - `worker`: the solver thread (owns the solver; hands over field snapshots).
-//! - `app`: the viewer's state and panels (egui only; testable headless).
+//! - `app`: the viewer's state and its frame (egui only; testable headless); `panels`: one file
+//!   per panel; `edit_tool`: the draw / erase brush; `reference`: the uncompressed reference run;
+//!   `legend`: colour ranges and colour-map textures.
 //! - `render`, `camera`, `colormap`: the field renderer (wgpu, no egui); `mc`: the marching-cubes
 //!   table of its isosurfaces.
 //! - `window`: the winit shell (surface, event loop, screenshots).
@@ -12,11 +14,15 @@
 pub mod app;
 pub mod camera;
 pub mod colormap;
+pub mod edit_tool;
 pub mod frames;
 pub mod gpu_timer;
 pub mod headless;
 pub mod interop;
+pub mod legend;
 pub mod mc;
+pub mod panels;
+pub mod reference;
 pub mod render;
 pub mod window;
 pub mod worker;

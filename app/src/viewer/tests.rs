@@ -1,10 +1,11 @@
 //! Tests of the viewer: shaders through naga, pixels of offscreen renders on whatever adapter
 //! there is (lavapipe in CI), and the panels driven headless with egui_kittest.
 
-use super::app::{auto_range, ViewerApp};
+use super::app::ViewerApp;
 use super::camera::Camera;
 use super::colormap::{lut_index, ColorMap};
 use super::headless::{self, Gpu, PictureData};
+use super::legend::auto_range;
 use super::render::{self, read_texture, FieldRenderer, IsoView, ViewParams};
 use super::{legend_bar_rect, LegendInfo, ViewSpec};
 use crate::BackendChoice;

@@ -3,6 +3,7 @@
 //! screenshots of the whole window.
 
 use super::app::ViewerApp;
+use super::headless::save_png;
 use super::render::FieldRenderer;
 use super::{ViewArgs, ViewSpec};
 use crate::run::{build_solver, load_scene};
@@ -443,24 +444,6 @@ pub fn save_color_image(img: &egui::ColorImage, path: &Path) -> anyhow::Result<(
     let bytes: Vec<u8> = img.pixels.iter().flat_map(|c| c.to_array()).collect();
     let out = image::RgbaImage::from_raw(w as u32, h as u32, bytes).context("image of the wrong size")?;
     save_png(&out, path)
-}
-
-/// Write an image as PNG, creating the folder; atomically (a temporary file beside it, renamed
-/// into place), so an interrupted write never leaves a damaged picture under its name.
-///
-/// # Errors
-/// The folder or the file cannot be written.
-pub fn save_png(img: &image::RgbaImage, path: &Path) -> anyhow::Result<()> {
-    use image::ImageEncoder as _;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    sim_core::atomic_file::write_atomic(path, |w| {
-        image::codecs::png::PngEncoder::new(w)
-            .write_image(img.as_raw(), img.width(), img.height(), image::ExtendedColorType::Rgba8)
-            .map_err(std::io::Error::other)
-    })
-    .with_context(|| format!("writing {}", path.display()))
 }
 
 impl ApplicationHandler for Shell {

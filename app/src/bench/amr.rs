@@ -4,7 +4,7 @@
 //! transfer), the leaves per level and the updates against the uniform grid of the finest
 //! level (each of its cells updated `2^max_level` times per coarse step).
 
-use crate::bench::date_utc;
+use super::common::date_utc;
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,9 +1,17 @@
 //! `esoflow bench`: the machine's copy bandwidth, then MLUPS, bytes and bandwidth of every
 //! lattice x scheme x precision on an empty periodic box with BGK.
+//! The `--compress`, `--subgrids` and `--amr` benches live in `compress`, `subgrid` and `amr`;
+//! `common` holds what their reports share.
+
+mod amr;
+mod common;
+mod compress;
+mod subgrid;
 
 use crate::BackendChoice;
 use anyhow::{bail, Context};
 use clap::Args;
+use common::date_utc;
 use rayon::prelude::*;
 use sim_core::backend::cpu;
 use sim_core::collision::{CollideParams, Collision};
@@ -136,7 +144,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         if !a.tau.is_empty() {
             bail!("--tau goes with --compress SCENE or --subgrids SCENE, not --amr");
         }
-        crate::bench_amr::bench_amr(scene, &a.set, a.backend, a.steps, a.seconds, a.csv.as_ref())?;
+        amr::bench_amr(scene, &a.set, a.backend, a.steps, a.seconds, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
     if (!a.set.is_empty() || !a.tau.is_empty()) && a.compress.is_none() && a.subgrids.is_none() {
@@ -144,12 +152,12 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(scene) = &a.subgrids {
         let taus = if a.tau.is_empty() && !a.raw { vec![1e-6] } else { a.tau.clone() };
-        crate::bench_subgrid::bench_subgrids(scene, &a.set, a.steps, &taus, a.raw, a.csv.as_ref())?;
+        subgrid::bench_subgrids(scene, &a.set, a.steps, &taus, a.raw, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(scene) = &a.compress {
-        let taus = if a.tau.is_empty() { crate::bench_compress::DEFAULT_TAUS.to_vec() } else { a.tau.clone() };
-        crate::bench_compress::bench_compress(scene, &a.set, a.backend, a.steps, &taus, a.csv.as_ref())?;
+        let taus = if a.tau.is_empty() { compress::DEFAULT_TAUS.to_vec() } else { a.tau.clone() };
+        compress::bench_compress(scene, &a.set, a.backend, a.steps, &taus, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
     let cuda = match a.backend {
@@ -469,24 +477,6 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
-#[must_use]
-pub fn date_utc() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let days = (secs / 86_400) as i64;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// The disaggregated design on a scene with an obstacle, an inlet and an outlet: plain-fluid

@@ -5,7 +5,7 @@
 //! compression ratio, memory (device and spilled to host), mass drift and, with `--raw`, the
 //! NMSE of density against the uncompressed subgrid run of the same steps.
 
-use crate::bench::date_utc;
+use super::common::date_utc;
 use anyhow::{bail, Context};
 use sim_core::backend::cuda_subgrid::CudaSubgridSolver;
 use sim_core::compress::nmse;

@@ -7,7 +7,7 @@
 //! This measures the codec on a developed flow; `esoflow bench --subgrids` runs the
 //! compressed-subgrid solver with it in the loop.
 
-use crate::bench::date_utc;
+use super::common::date_utc;
 use crate::BackendChoice;
 use anyhow::{bail, Context};
 use sim_core::compress::{field::block_counts, nmse, BlockShape, CompressedField, Thresholds};
