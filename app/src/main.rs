@@ -1,6 +1,7 @@
 //! `esoflow`: the window (no subcommand or `view`) and the command-line tools (run, bench, info).
 
 mod bench;
+mod pacer;
 mod run;
 mod solvers;
 mod viewer;

@@ -1,5 +1,7 @@
 //! `esoflow run`: run a scene headless.
 
+use crate::pacer::CheckpointPacer;
+use crate::solvers::load_scene;
 use crate::BackendChoice;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -7,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sim_core::build::Keeps;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
-use sim_core::scene::{human_bytes, LoadedScene};
+use sim_core::scene::human_bytes;
 use sim_core::Solver;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -17,42 +19,6 @@ use std::time::Instant;
 
 /// Exit code of a run stopped by a blow-up.
 pub const EXIT_BLOWUP: u8 = 3;
-
-/// Spaces the rollback checkpoints a run keeps (the state a blow-up goes back to) in wall time,
-/// so that copying the state (a GiB on a large GPU grid) costs at most about 1/`RATIO` of the
-/// run: a new one is due once `RATIO` times the last one's cost has passed since it was taken.
-/// Without it, `esoflow run --backend cuda` with statistics every 10 steps spent 95 % of its time
-/// copying checkpoints (a 1009 x 641 grid: 117 ms a row on an H200).
-pub(crate) struct CheckpointPacer {
-    at: Instant,
-    cost: f64,
-}
-
-impl CheckpointPacer {
-    const RATIO: f64 = 20.0;
-
-    pub(crate) fn new() -> Self {
-        CheckpointPacer { at: Instant::now(), cost: 0.0 }
-    }
-
-    /// Whether enough time has passed since the last checkpoint for the next.
-    pub(crate) fn due(&self) -> bool {
-        self.due_at(Instant::now())
-    }
-
-    fn due_at(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.at).as_secs_f64() >= Self::RATIO * self.cost
-    }
-
-    /// Take a checkpoint through `take`, timing it.
-    pub(crate) fn take<T>(&mut self, take: impl FnOnce() -> T) -> T {
-        let t = Instant::now();
-        let out = take();
-        self.cost = t.elapsed().as_secs_f64();
-        self.at = Instant::now();
-        out
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -106,23 +72,6 @@ pub const MAX_STEPS: u64 = sim_core::scene::MAX_STEPS;
 fn progress_secs(s: &str) -> Result<f64, String> {
     crate::parse_f64_in(s, 0.1, 86_400.0)
 }
-
-/// GPUs a run splits its grid over (`--gpus`), for every solver this process builds.
-static GPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-
-/// Set the GPU count of `--gpus` (1: one GPU).
-pub fn set_gpus(n: u32) {
-    GPUS.store(n.max(1) as usize, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Build a solver on the chosen backend (on several GPUs after [`set_gpus`]), for a caller
-/// that keeps what the viewer keeps.
-pub fn build_solver(ls: &LoadedScene, backend: BackendChoice) -> anyhow::Result<Box<dyn Solver>> {
-    let gpus = GPUS.load(std::sync::atomic::Ordering::Relaxed) as u32;
-    crate::solvers::build_solver(ls, &crate::solvers::choice(backend, gpus, Keeps::VIEWER))
-}
-
-pub use crate::solvers::load_scene;
 
 fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
     let f = solver.fields();
@@ -477,27 +426,5 @@ fn list_written(written: &[PathBuf]) {
     let n = written.iter().filter(|p| p.to_string_lossy().contains("fields_")).count();
     if n > 0 {
         eprintln!("  and {n} intermediate field files (fields_STEP.csv/.vti)");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::CheckpointPacer;
-    use std::time::{Duration, Instant};
-
-    #[test]
-    fn a_checkpoint_is_due_after_twenty_times_its_cost() {
-        let at = Instant::now();
-        let p = CheckpointPacer { at, cost: 0.010 };
-        assert!(!p.due_at(at));
-        assert!(!p.due_at(at + Duration::from_millis(150)), "150 ms after a 10 ms checkpoint is too soon");
-        assert!(p.due_at(at + Duration::from_millis(201)));
-        // A checkpoint that costs nothing (a small grid) is due at every statistics row.
-        let free = CheckpointPacer { at, cost: 0.0 };
-        assert!(free.due_at(at));
-        // `take` returns what it took and records when.
-        let mut p = CheckpointPacer::new();
-        assert_eq!(p.take(|| 7), 7);
-        assert!(p.at >= at && p.cost < 1.0);
     }
 }

@@ -18,6 +18,13 @@ impl From<BackendChoice> for Backend {
     }
 }
 
+impl From<BackendChoice> for Choice {
+    /// One GPU (or the CPU), for a caller that keeps what the viewer keeps.
+    fn from(b: BackendChoice) -> Choice {
+        Choice { backend: b.into(), gpus: 1, keeps: Keeps::VIEWER }
+    }
+}
+
 fn parse_sets(sets: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     sets.iter()
         .map(|s| {

@@ -7,8 +7,8 @@
 //! does not change with them.
 
 use crate::domain::Domain;
+use crate::error::SolverError;
 use crate::fields::FieldKind;
-use crate::solver::SolverError;
 
 /// Most fields one frame carries (the slice field, the isosurface's field and the speed that
 /// colours it, and one spare).
@@ -353,17 +353,15 @@ pub fn fluid_range(values: impl Iterator<Item = f32>, solid: impl Iterator<Item 
 /// # Errors
 /// A device target.
 pub fn write_from_fields(
-    fields: impl FnOnce() -> crate::solver::Fields,
+    fields: impl FnOnce() -> crate::fields::Fields,
     backend: &str,
     kinds: &[FieldKind],
     layout: &FrameLayout,
     target: FrameTarget<'_>,
-) -> Result<FrameRanges, crate::solver::SolverError> {
+) -> Result<FrameRanges, SolverError> {
     match target {
         FrameTarget::Host(out) => Ok(write_host(&fields(), kinds, layout, out)),
-        FrameTarget::Device { .. } => {
-            Err(crate::solver::SolverError::Backend(format!("the {backend} backend writes frames only to host memory")))
-        }
+        FrameTarget::Device { .. } => Err(SolverError::Backend(format!("the {backend} backend writes frames only to host memory"))),
     }
 }
 
@@ -371,7 +369,7 @@ pub fn write_from_fields(
 /// them, written into `out` in `layout` (padding left as it is; every cell, whatever the
 /// region), with the ranges over the region's fluid cells.
 #[must_use]
-pub fn write_host(f: &crate::solver::Fields, kinds: &[FieldKind], layout: &FrameLayout, out: &mut [f32]) -> FrameRanges {
+pub fn write_host(f: &crate::fields::Fields, kinds: &[FieldKind], layout: &FrameLayout, out: &mut [f32]) -> FrameRanges {
     let mut ranges = FrameRanges { min_max: Vec::with_capacity(kinds.len()), finite: true, lag: 0 };
     let nx = layout.n[0];
     let n = layout.n;

@@ -12,6 +12,7 @@ pub mod collision;
 pub mod compress;
 pub mod domain;
 pub mod edit;
+pub mod error;
 pub mod export;
 pub mod fields;
 pub mod frame;

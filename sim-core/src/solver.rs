@@ -6,6 +6,7 @@ use crate::bricks::BrickMap;
 use crate::checkpoint::Checkpoint;
 use crate::collision::Collision;
 use crate::domain::Domain;
+pub use crate::error::SolverError;
 pub use crate::fields::Fields;
 use crate::lattice::Lattice;
 pub use crate::params::Params;
@@ -152,23 +153,6 @@ impl Stats {
     pub fn blown_up(&self) -> bool {
         !self.mass.is_finite() || !self.max_u.is_finite()
     }
-}
-
-/// Errors a solver reports.
-#[derive(Debug, thiserror::Error)]
-pub enum SolverError {
-    /// A parameter was refused.
-    #[error("invalid parameter: {0}")]
-    Param(String),
-    /// A checkpoint was refused.
-    #[error("checkpoint refused: {0}")]
-    Checkpoint(String),
-    /// A cell edit was refused (the message names the cell and why).
-    #[error("edit refused: {0}")]
-    Edit(String),
-    /// The backend cannot run (no device, out of memory, compile error).
-    #[error("{0}")]
-    Backend(String),
 }
 
 /// A solver backend.

@@ -22,11 +22,11 @@ pub fn bench_amr(
     seconds: f64,
     csv: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
-    let ls = crate::run::load_scene(Some(scene), sets)?;
+    let ls = crate::solvers::load_scene(Some(scene), sets)?;
     if !ls.scene.amr.enabled {
         bail!("--amr {}: the scene has no adaptive blocks; set [amr] enabled = true (or --set amr.enabled=true)", scene.display());
     }
-    let mut s = crate::run::build_solver(&ls, backend)?;
+    let mut s = crate::solvers::build_solver(&ls, &backend.into())?;
     let info = s.info();
     eprintln!("{} on {} ({}): {} warm-up steps", scene.display(), info.backend, info.device, warmup);
     let t = Instant::now();

@@ -121,8 +121,8 @@ pub fn bench_compress(
     taus: &[f32],
     csv: Option<&PathBuf>,
 ) -> anyhow::Result<()> {
-    let ls = crate::run::load_scene(Some(scene), sets)?;
-    let mut solver = crate::run::build_solver(&ls, backend)?;
+    let ls = crate::solvers::load_scene(Some(scene), sets)?;
+    let mut solver = crate::solvers::build_solver(&ls, &backend.into())?;
     let info = solver.info();
     let n = solver.domain().n;
     let cells = n[0] * n[1] * n[2];

@@ -48,7 +48,7 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     let gpu = sim_core::backend::cuda::probe().map_err(|e| anyhow::anyhow!("--subgrids runs on the GPU: {e}"))?;
     let mut sets = sets.to_vec();
     sets.push("compression.enabled=true".into());
-    let ls = crate::run::load_scene(Some(scene), &sets)?;
+    let ls = crate::solvers::load_scene(Some(scene), &sets)?;
     let c = &ls.scene.compression;
     // Its runs hold the reference state beside the compressed one.
     sim_core::build::plan(&ls, sim_core::memory::Place::Gpus(1), sim_core::build::Keeps { saved_states: 1, export: false })?;

@@ -9,9 +9,9 @@ use super::legend::{auto_range, default_cmap};
 use super::render::{self, IsoView, MeshStats, OutlineBox, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
 use super::{default_iso_threshold, legend_ui};
-use crate::BackendChoice;
 use egui::{Color32, RichText, Ui};
 use glam::Vec3;
+use sim_core::build::Choice;
 use sim_core::fields::FieldKind;
 use sim_core::scene::LoadedScene;
 use std::collections::VecDeque;
@@ -203,7 +203,7 @@ pub struct ViewerApp {
     pub(crate) worker: WorkerHandle,
     /// The scene running now.
     pub scene: LoadedScene,
-    pub(super) backend: BackendChoice,
+    pub(super) choice: Choice,
     /// Latest snapshot (the renderer uploads it when `serial` changes).
     pub snap: Option<Snapshot>,
     /// Whether the user asked it to run.
@@ -283,7 +283,7 @@ pub struct ViewerApp {
 impl ViewerApp {
     /// Start the viewer on a loaded scene and a solver built from it.
     #[must_use]
-    pub fn new(scene: LoadedScene, solver: Box<dyn sim_core::Solver>, backend: BackendChoice, running: bool) -> ViewerApp {
+    pub fn new(scene: LoadedScene, solver: Box<dyn sim_core::Solver>, choice: impl Into<Choice>, running: bool) -> ViewerApp {
         let n = solver.domain().n;
         let tau = solver.params().collide.tau;
         let view = ViewSettings::new(n);
@@ -291,7 +291,7 @@ impl ViewerApp {
         let worker = WorkerHandle::start(solver, scene.origin.clone(), running, view.field, steps_per_frame);
         let mut app = ViewerApp {
             worker,
-            backend,
+            choice: choice.into(),
             snap: None,
             running,
             steps_per_frame,

@@ -310,6 +310,20 @@ impl Uploaded {
     }
 }
 
+/// What of a frame the renderer is given: the frame, the field the slices show, the grid and
+/// the isosurface's field when one is on.
+#[derive(Clone, Copy)]
+pub struct FrameView<'a> {
+    /// The frame.
+    pub frame: &'a Frame,
+    /// The field the slices show.
+    pub field: FieldKind,
+    /// Cells per axis.
+    pub size: [usize; 3],
+    /// The isosurface's field, when an isosurface is on.
+    pub iso: Option<FieldKind>,
+}
+
 /// Give a snapshot's frame to the renderer: the slices' field, the isosurface's data when the
 /// snapshot has it, and `solid` when given. Host frames are written into the renderer's storage
 /// buffers through the queue; shared frames are bound where they lie (no copy), and held by the
@@ -321,14 +335,14 @@ pub fn upload_snapshot(
     fr: &mut super::render::FieldRenderer,
     device: &wgpu::Device,
     queue: &wgpu::Queue,
-    snap: &super::worker::Snapshot,
+    snap: FrameView<'_>,
     solid: Option<&[u8]>,
 ) -> Result<Uploaded, String> {
-    let frame = &snap.frame;
+    let frame = snap.frame;
     let mut problems = Vec::new();
     let mut read_signal = None;
     let field = frame.plane(snap.field).ok_or_else(|| format!("the frame lacks {}", snap.field.name()))?;
-    let iso = snap.iso.and_then(|d| Some((d.kind, frame.plane(d.kind)?, frame.plane(FieldKind::Speed)?)));
+    let iso = snap.iso.and_then(|kind| Some((kind, frame.plane(kind)?, frame.plane(FieldKind::Speed)?)));
     if snap.iso.is_some() && iso.is_none() {
         problems.push("isosurface: its fields are missing from the frame".into());
     }
@@ -447,7 +461,7 @@ mod tests {
     fn sphere_channel() -> (sim_core::scene::LoadedScene, Box<dyn Solver>) {
         let text = "[domain]\nsize = [40, 24, 20]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0, 0.0] }\nx_max = { type = \"outlet\" }\n[[obstacles]]\nshape = \"sphere\"\ncenter = [12, 12, 10]\nradius = 4\n";
         let ls = sim_core::scene::from_str(text, "test", std::path::PathBuf::from("."), &[]).expect("scene");
-        let solver = crate::run::build_solver(&ls, crate::BackendChoice::Cuda).expect("CUDA solver");
+        let solver = crate::solvers::build_solver(&ls, &crate::BackendChoice::Cuda.into()).expect("CUDA solver");
         (ls, solver)
     }
 

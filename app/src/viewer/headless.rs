@@ -376,7 +376,7 @@ pub struct BenchHow {
 /// No GPU adapter, or the solver cannot be built.
 pub fn render_bench(
     ls: &sim_core::scene::LoadedScene,
-    backend: crate::BackendChoice,
+    choice: &sim_core::build::Choice,
     secs: f64,
     spec: ViewSpec,
     how: BenchHow,
@@ -387,7 +387,7 @@ pub fn render_bench(
     let gpu = gpu().map_err(anyhow::Error::msg)?;
     let secs = secs.max(0.5);
     let spf = how.steps_per_frame.max(1);
-    let mut solver = crate::run::build_solver(ls, backend)?;
+    let mut solver = crate::solvers::build_solver(ls, choice)?;
     let info = solver.info();
     let n = solver.domain().n;
     let cells = (n[0] * n[1] * n[2]) as f64;
@@ -507,7 +507,7 @@ pub fn render_bench(
         let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("bench") });
         fr.begin_gpu_frame();
         let uploaded =
-            super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, &snap, (!solid_done).then(|| snap.solid.as_slice()))
+            super::frames::upload_snapshot(&mut fr, &gpu.device, &gpu.queue, snap.view(), (!solid_done).then(|| snap.solid.as_slice()))
                 .map_err(anyhow::Error::msg)?;
         solid_done = true;
         let td = Instant::now();

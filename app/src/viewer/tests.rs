@@ -1714,8 +1714,8 @@ fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenes/lid_driven_cavity_amr_2d.toml");
     let sets: Vec<String> =
         ["domain.size=[32,32]", "fluid.length=32", "amr.max_level=1", "amr.interval=50"].iter().map(|s| (*s).to_string()).collect();
-    let ls = crate::run::load_scene(Some(&path), &sets).expect("scene");
-    let solver = crate::run::build_solver(&ls, BackendChoice::Cpu).expect("solver");
+    let ls = crate::solvers::load_scene(Some(&path), &sets).expect("scene");
+    let solver = crate::solvers::build_solver(&ls, &BackendChoice::Cpu.into()).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot of the forest", |a| a.amr_info().is_some());
     h.step();

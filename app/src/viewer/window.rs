@@ -6,7 +6,7 @@ use super::app::ViewerApp;
 use super::headless::save_png;
 use super::render::FieldRenderer;
 use super::{ViewArgs, ViewSpec};
-use crate::run::{build_solver, load_scene};
+use crate::solvers::{build_solver, load_scene};
 use anyhow::Context as _;
 use egui::ViewportId;
 use std::num::NonZeroU32;
@@ -77,16 +77,16 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
-    crate::run::set_gpus(args.gpus);
+    let choice = crate::solvers::choice(args.backend, args.gpus, sim_core::build::Keeps::VIEWER);
     if let Some(secs) = args.bench {
         let how = super::headless::BenchHow { steps_per_frame: args.steps_per_frame, path: args.frame_path, fps: args.bench_fps };
-        return super::headless::render_bench(&ls, args.backend, secs, spec.unwrap_or_default(), how);
+        return super::headless::render_bench(&ls, &choice, secs, spec.unwrap_or_default(), how);
     }
-    let solver = build_solver(&ls, args.backend)?;
+    let solver = build_solver(&ls, &choice)?;
     let event_loop = EventLoop::new()
         .context("cannot open a window: no display found (set DISPLAY or WAYLAND_DISPLAY; `esoflow run` works without one)")?;
     let title = format!("Esoflow — {}", ls.scene.name);
-    let mut app = ViewerApp::new(ls, solver, args.backend, !args.paused);
+    let mut app = ViewerApp::new(ls, solver, choice, !args.paused);
     app.set_steps_per_frame(args.steps_per_frame);
     if let Some(s) = &spec {
         app.set_field(s.field);
@@ -314,7 +314,7 @@ impl Shell {
                         .upload(device, queue, snap.size, d, solid)
                         .map(|()| super::frames::Uploaded::released_by(&mut g.field))
                         .map_err(|e| e.to_string()),
-                    _ => super::frames::upload_snapshot(&mut g.field, device, queue, snap, solid).and_then(|up| {
+                    _ => super::frames::upload_snapshot(&mut g.field, device, queue, snap.view(), solid).and_then(|up| {
                         if let Some(d) = &diff {
                             g.field.upload(device, queue, snap.size, d, None).map_err(|e| e.to_string())?;
                         }

@@ -5,7 +5,7 @@
 //! then: with the isosurface off nothing more is computed).
 
 use super::frames::{Frame, FramePool, SharedSlot};
-use crate::run::CheckpointPacer;
+use crate::pacer::CheckpointPacer;
 use sim_core::bricks::BrickMap;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::{id_of, is_solid, kind, kind_of, Domain};
@@ -206,6 +206,14 @@ pub struct Snapshot {
     pub edit_seq: u64,
     /// Strokes that can be undone.
     pub undo_depth: usize,
+}
+
+impl Snapshot {
+    /// What of this snapshot's frame the renderer is given.
+    #[must_use]
+    pub fn view(&self) -> super::frames::FrameView<'_> {
+        super::frames::FrameView { frame: &self.frame, field: self.field, size: self.size, iso: self.iso.map(|d| d.kind) }
+    }
 }
 
 /// The mailbox the solver thread writes and the UI takes from.

@@ -1,6 +1,6 @@
 //! The Scene panel: the edit tools, opening scenes and presets, and rebuilding the solver (loaded on threads of their own).
 
-use crate::run::{build_solver, load_scene};
+use crate::solvers::{build_solver, load_scene};
 use crate::viewer::app::{Dialog, Tool, ViewSettings, ViewerApp};
 use crate::viewer::worker::Command;
 use egui::{RichText, Ui};
@@ -18,12 +18,12 @@ impl ViewerApp {
             return;
         }
         let path = path.map(Path::to_path_buf);
-        let backend = self.backend;
+        let choice = self.choice;
         let (tx, rx) = mpsc::channel();
         let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
         let spawned = std::thread::Builder::new().name("scene-loader".into()).spawn(move || {
             let r = load_scene(path.as_deref(), &[]).map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
-                let s = build_solver(&ls, backend).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
+                let s = build_solver(&ls, &choice).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
                 Ok((ls, s))
             });
             let _ = tx.send(r);
@@ -63,10 +63,10 @@ impl ViewerApp {
             }
         }
         let params = self.snap.as_ref().map(|s| s.params.clone());
-        let backend = self.backend;
+        let choice = self.choice;
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("solver-rebuild".into()).spawn(move || {
-            let r = build_solver(&ls, backend).map_err(|e| format!("cannot rebuild the solver: {e:#}")).map(|mut s| {
+            let r = build_solver(&ls, &choice).map_err(|e| format!("cannot rebuild the solver: {e:#}")).map(|mut s| {
                 if let Some(mut p) = params {
                     // The new collision kind comes from the scene; tau and velocities stay.
                     p.collide.kind = s.params().collide.kind;
