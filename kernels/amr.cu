@@ -1,4 +1,4 @@
-// Adaptive octree blocks on the GPU (Jaber, Essel & Sullivan 2025; sim-core/src/backend/cuda_amr.rs). One
+// Adaptive octree blocks on the GPU (Jaber, Essel & Sullivan 2025; sim-core/src/backend/cuda/amr/mod.rs). One
 // level-step of the block LBM as sim-core/src/amr/lbm.rs does it on the CPU (the reference these
 // kernels are tested against): ghost interpolation from the coarser level, collision and
 // streaming with bounce-back and outflows fused into one pass between the two DDF buffers, and

@@ -90,7 +90,7 @@ __device__ __forceinline__ void stf(fpxx* p, fpxx v) { *p = v; }
 #ifndef DEF_BOX
 #define DEF_BOX 0
 #endif
-// A multi-GPU slab (DEF_HALO = 1 + the cut axis, backend/cuda_multi.rs): the first and last
+// A multi-GPU slab (DEF_HALO = 1 + the cut axis, backend/cuda/multi.rs): the first and last
 // layer along the cut axis are copies of the neighbouring GPUs' cells, read and written by this
 // slab's cells but not updated.
 #ifndef DEF_HALO

@@ -1,4 +1,4 @@
-// Compressed subgrids on the GPU (Flint et al. 2024; backend/cuda_subgrid.rs). This module is compiled
+// Compressed subgrids on the GPU (Flint et al. 2024; backend/cuda/subgrid.rs). This module is compiled
 // with the dense kernels for one working-box size: DEF_NX x DEF_NY x DEF_NZ is a subgrid plus a
 // one-cell ghost frame (DEF_BOX = 1), and the dense stream-collide kernels update only the
 // cells inside the frame (in_box). A subgrid's **shell** (its outermost cell layer) is kept

@@ -4,7 +4,8 @@
 //! back to the CPU where the choice allows it and there is no usable GPU, and returns the
 //! notice that says so for the caller to show.
 
-use crate::backend::{cpu, cuda, cuda_multi, cuda_subgrid, subgrid};
+use crate::backend::cuda;
+use crate::backend::{cpu, subgrid};
 use crate::domain::Domain;
 use crate::memory::{Free, Place, Spec};
 use crate::scene::{LoadedScene, SceneError};
@@ -99,7 +100,7 @@ pub fn free_memory(place: Place) -> Result<Free, String> {
     let device = match place {
         Place::Cpu => None,
         Place::Gpus(g) => {
-            let ordinals = if g > 1 { cuda_multi::devices_for(g).map_err(|e| e.to_string())? } else { vec![0] };
+            let ordinals = if g > 1 { cuda::multi::devices_for(g).map_err(|e| e.to_string())? } else { vec![0] };
             let mut least: Option<u64> = None;
             for &o in &ordinals {
                 let share = ordinals.iter().filter(|&&x| x == o).count() as u64;
@@ -152,7 +153,7 @@ pub fn gpu(ls: &LoadedScene) -> Result<Box<dyn Solver>, BuildError> {
     Ok(if ls.scene.amr.enabled {
         crate::backend::amr::from_scene_cuda(ls).map_err(gpu_err)?
     } else if ls.scene.compression.enabled {
-        Box::new(cuda_subgrid::from_scene(ls).map_err(gpu_err)?)
+        Box::new(cuda::subgrid::from_scene(ls).map_err(gpu_err)?)
     } else {
         Box::new(cuda::CudaSolver::from_scene(ls).map_err(gpu_err)?)
     })
@@ -188,7 +189,7 @@ pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
             }
         }
         plan(ls, Place::Gpus(gpus), choice.keeps)?;
-        let solver = cuda_multi::MultiCudaSolver::from_scene(ls, gpus).map_err(|e| BuildError::Gpu(e.to_string()))?;
+        let solver = cuda::multi::MultiCudaSolver::from_scene(ls, gpus).map_err(|e| BuildError::Gpu(e.to_string()))?;
         return Ok(Built { solver: Box::new(solver), notice: None });
     }
     let on_gpu = || -> Result<Built, BuildError> {

@@ -571,7 +571,7 @@ fn ddf_like(n: [usize; 3], seed: u64) -> Vec<f32> {
 }
 
 fn gpu_compression_matches_the_cpu_reference() {
-    use sim_core::backend::cuda_compress::GpuCodec;
+    use sim_core::backend::cuda::codec::GpuCodec;
     use sim_core::compress::{BlockShape, CompressedField, Thresholds};
     let mut codec = GpuCodec::on_device0().unwrap();
     let mut formats = [0usize; 3];
@@ -604,7 +604,7 @@ fn gpu_compression_matches_the_cpu_reference() {
 }
 
 fn gpu_compression_handles_many_fields_overflow_and_damage() {
-    use sim_core::backend::cuda_compress::{GpuCodec, NO_RECORD};
+    use sim_core::backend::cuda::codec::{GpuCodec, NO_RECORD};
     use sim_core::compress::{BlockShape, CompressedField, Thresholds};
     let mut codec = GpuCodec::on_device0().unwrap();
     let s = codec.stream().clone();
@@ -658,7 +658,7 @@ fn gpu_compression_handles_many_fields_overflow_and_damage() {
 
 // ---------------------------------------------------------------- compressed subgrids on the GPU
 
-use sim_core::backend::cuda_subgrid::CudaSubgridSolver;
+use sim_core::backend::cuda::subgrid::CudaSubgridSolver;
 
 /// A GPU subgrid solver of a scene: subgrids of `g`, `tau` (None: raw cores), `budget`.
 fn gpu_subgrids(ls: &sim_core::scene::LoadedScene, g: [usize; 3], tau: Option<f32>, budget: Option<u64>) -> CudaSubgridSolver {
@@ -787,7 +787,7 @@ fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
 }
 
 // ---------------------------------------------------------------- multi-GPU slabs
-use sim_core::backend::cuda_multi::MultiCudaSolver;
+use sim_core::backend::cuda::multi::MultiCudaSolver;
 use sim_core::{CellEdit, EditTo};
 
 /// Largest difference of the fields of two solvers (density and velocity components) and
@@ -1197,7 +1197,7 @@ fn gpu_adaptation_moves_the_data_as_the_cpu_does() {
 
 fn adaptation_case<L: sim_core::lattice::Lat>(root: [usize; 3], precision: sim_core::precision::Precision, in_place: bool) {
     use sim_core::amr::{cell_mask, lbm::cell_centre, AmrLbm, BlockForest, ForestConfig, BLOCK};
-    use sim_core::backend::cuda_amr::AmrGpu;
+    use sim_core::backend::cuda::amr::AmrGpu;
     let dims = L::D;
     let side = (root[0] * BLOCK) as f64;
     let make = || {
@@ -1322,7 +1322,7 @@ fn gpu_forest_adaptation_matches_the_host() {
 
 fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3], capacity: usize, seed: u64) {
     use sim_core::amr::{state, AmrLbm, BlockForest, ForestConfig, Mark};
-    use sim_core::backend::cuda_amr::AmrGpu;
+    use sim_core::backend::cuda::amr::AmrGpu;
     let cfg = ForestConfig { dims: L::D, root, periodic, max_level: 3, capacity };
     let lbm = AmrLbm::<L>::new(BlockForest::new(cfg).unwrap(), 0.6, [0.0; 3], |_| (1.0, [0.0; 3]));
     let mut host = BlockForest::new(cfg).unwrap();

@@ -52,7 +52,7 @@ fn configs() -> Vec<KernelConfig> {
             }
         }
         // A compressed subgrid's working box (with kernels/subgrid.cu), for every collision and
-        // the body force, as backend/cuda_subgrid.rs builds it.
+        // the body force, as backend/cuda/subgrid.rs builds it.
         if lattice.dims() == 3 {
             for collision in Collision::ALL {
                 v.push(KernelConfig {
@@ -70,7 +70,7 @@ fn configs() -> Vec<KernelConfig> {
                 });
             }
         }
-        // A multi-GPU slab (backend/cuda_multi.rs): halo layers on the last axis, with the
+        // A multi-GPU slab (backend/cuda/multi.rs): halo layers on the last axis, with the
         // whole-row kernel, FP32 and FP16 storage.
         for precision in [Precision::Fp32, Precision::Fp16s] {
             v.push(KernelConfig {
@@ -118,7 +118,7 @@ fn every_kernel_variant_compiles_without_warnings() {
 fn compression_kernels_compile_without_warnings() {
     let shape = sim_core::compress::BlockShape::DEFAULT;
     for arch in ["sm_80", "sm_90"] {
-        if let Err(e) = sim_core::backend::cuda_compress::compile_compress(&shape, arch) {
+        if let Err(e) = sim_core::backend::cuda::codec::compile_compress(&shape, arch) {
             panic!("{e}");
         }
     }
@@ -131,20 +131,20 @@ fn adaptive_block_kernels_compile_without_warnings() {
         // Two DDF buffers and in place (ESOFLOW_AMR_INPLACE).
         for inplace in [false, true] {
             for arch in ["sm_80", "sm_90"] {
-                if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, arch, 1 << 16, inplace) {
+                if let Err(e) = sim_core::backend::cuda::amr::compile_amr(lattice, Precision::Fp32, arch, 1 << 16, inplace) {
                     panic!("{e}");
                 }
             }
             // 16-bit storage on the card the benches run on.
             for precision in [Precision::Fp16s, Precision::Fp16c] {
-                if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, precision, "sm_90", 1 << 16, inplace) {
+                if let Err(e) = sim_core::backend::cuda::amr::compile_amr(lattice, precision, "sm_90", 1 << 16, inplace) {
                     panic!("{e}");
                 }
             }
             // A forest too large for 32-bit offsets into its DDF buffers (AMR_IDX64).
             let wide = 1 << 26;
-            assert!(sim_core::backend::cuda_amr::needs_wide_offsets(lattice, wide, inplace));
-            if let Err(e) = sim_core::backend::cuda_amr::compile_amr(lattice, Precision::Fp32, "sm_90", wide, inplace) {
+            assert!(sim_core::backend::cuda::amr::needs_wide_offsets(lattice, wide, inplace));
+            if let Err(e) = sim_core::backend::cuda::amr::compile_amr(lattice, Precision::Fp32, "sm_90", wide, inplace) {
                 panic!("{e}");
             }
         }
@@ -159,7 +159,7 @@ fn dump_adaptive_block_sources() {
     std::fs::create_dir_all(&dir).unwrap();
     for lattice in [sim_core::lattice::Lattice::D2Q9, sim_core::lattice::Lattice::D3Q19, sim_core::lattice::Lattice::D3Q27] {
         for p in sim_core::precision::Precision::ALL {
-            let src = sim_core::backend::cuda_amr::amr_source(lattice, p);
+            let src = sim_core::backend::cuda::amr::amr_source(lattice, p);
             std::fs::write(dir.join(format!("amr_{lattice}_{p}.cu")), src).unwrap();
         }
     }

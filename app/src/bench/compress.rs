@@ -88,7 +88,7 @@ fn cpu_round(planes: &[f32], q: usize, n: [usize; 3], t: Thresholds) -> (Vec<f32
 /// GPU compression and decompression time of all planes in one launch each (ms, best of
 /// `reps`), and the words written.
 fn gpu_times(planes: &[f32], q: usize, n: [usize; 3], tau: f32, reps: usize) -> anyhow::Result<(f64, f64, u64)> {
-    use sim_core::backend::cuda_compress::GpuCodec;
+    use sim_core::backend::cuda::codec::GpuCodec;
     let mut codec = GpuCodec::on_device0()?;
     let s = codec.stream().clone();
     let d = s.clone_htod(planes)?;

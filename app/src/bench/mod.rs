@@ -376,7 +376,7 @@ fn time_steps(solver: &mut dyn Solver, device: bool, seconds: f64) -> anyhow::Re
 /// `--gpus N`: every chosen lattice and precision with Esoteric Pull, on one GPU and split over
 /// N; MLUPS, per GPU, speedup and efficiency (MLUPS_N / (N MLUPS_1)).
 fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
-    use sim_core::backend::{cuda, cuda_multi};
+    use sim_core::backend::cuda::{self, multi as cuda_multi};
     let n = a.gpus as usize;
     let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
     let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;

@@ -7,7 +7,7 @@
 
 use super::common::date_utc;
 use anyhow::{bail, Context};
-use sim_core::backend::cuda_subgrid::CudaSubgridSolver;
+use sim_core::backend::cuda::subgrid::CudaSubgridSolver;
 use sim_core::compress::nmse;
 use sim_core::domain::Domain;
 use sim_core::scene::human_bytes;

@@ -57,8 +57,8 @@ pub struct SharedSlot {
 /// other API: the waits are on the GPU. The CUDA imports come first, so they drop before the
 /// Vulkan semaphores.
 pub struct SharedSync {
-    written_cuda: sim_core::backend::cuda_sync::SharedSemaphore,
-    read_cuda: sim_core::backend::cuda_sync::SharedSemaphore,
+    written_cuda: sim_core::backend::cuda::interop::SharedSemaphore,
+    read_cuda: sim_core::backend::cuda::interop::SharedSemaphore,
     written: super::interop::SharedTimeline,
     read: super::interop::SharedTimeline,
     next_written: std::sync::atomic::AtomicU64,
@@ -72,7 +72,7 @@ impl SharedSync {
     /// # Errors
     /// Why not (no semaphore export on this device, the CUDA import failed).
     pub fn new(device: &wgpu::Device) -> Result<SharedSync, String> {
-        use sim_core::backend::cuda_sync::SharedSemaphore;
+        use sim_core::backend::cuda::interop::SharedSemaphore;
         let mut written = super::interop::SharedTimeline::new(device).map_err(|e| e.to_string())?;
         let mut read = super::interop::SharedTimeline::new(device).map_err(|e| e.to_string())?;
         let import = |t: &mut super::interop::SharedTimeline| -> Result<SharedSemaphore, String> {

@@ -114,7 +114,7 @@ pub struct AdaptReport {
     /// without reading the lists back ([`AmrGpu::set_report_ids`]); `counts` holds their
     /// numbers either way.
     ///
-    /// [`AmrGpu::set_report_ids`]: crate::backend::cuda_amr::AmrGpu::set_report_ids
+    /// [`AmrGpu::set_report_ids`]: crate::backend::cuda::amr::AmrGpu::set_report_ids
     pub refined: Vec<u32>,
     /// Blocks whose children were removed (as `refined`, may be left empty by the device).
     pub coarsened: Vec<u32>,

@@ -687,7 +687,7 @@ impl<L: Lat> AmrLbm<L> {
     /// The mesh part of [`Self::adapt_to`] alone: the marks, the forest's adaptation and the
     /// new children's obstacle flags. The DDFs are not moved (those of cells that change
     /// obstacle flags are zeroed): the CUDA backend moves them on the device with the same
-    /// arithmetic (`backend/cuda_amr.rs`, `AmrGpu::transfer`).
+    /// arithmetic (`backend/cuda/amr/mod.rs`, `AmrGpu::transfer`).
     ///
     /// # Errors
     /// The forest's capacity refusal ([`AmrError::Capacity`]); nothing changes then.

@@ -28,7 +28,7 @@ use crate::amr::criterion::{Criterion, Field, NearWall, ObstacleSums};
 use crate::amr::forest::{AdaptReport, AmrError, BlockForest, ForestConfig, BLOCK, NONE};
 use crate::amr::lbm::{AmrLbm, CellRef};
 use crate::amr::{AmrInfo, AmrSettings};
-use crate::backend::cuda_amr::AmrGpu;
+use crate::backend::cuda::amr::AmrGpu;
 use crate::checkpoint::Checkpoint;
 use crate::domain::{id_of, is_obstacle, Domain};
 use crate::lattice::{Lat, Lattice, D2Q9, D3Q19, D3Q27};
@@ -102,7 +102,7 @@ pub fn from_scene(ls: &LoadedScene) -> Result<Box<dyn Solver>, SceneError> {
 /// # Errors
 /// Scene errors as [`from_scene`]; no CUDA device, or a capacity the device cannot hold.
 pub fn from_scene_cuda(ls: &LoadedScene) -> Result<Box<dyn Solver>, SolverError> {
-    from_scene_cuda_with(ls, ls.scene.amr.in_place || crate::backend::cuda_amr::in_place_knob())
+    from_scene_cuda_with(ls, ls.scene.amr.in_place || crate::backend::cuda::amr::in_place_knob())
 }
 
 /// [`from_scene_cuda`] with the device's DDFs in two buffers (`in_place` false) or in one, in

@@ -3,7 +3,7 @@
 //! signals values the renderer's queue waits for, so neither side stops its CPU thread to hand
 //! a shared buffer over (see [`crate::frame::FrameSync`]).
 
-use super::cuda::{cuda_present, derr};
+use crate::backend::cuda::{cuda_present, derr};
 use crate::SolverError;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 use std::sync::Arc;

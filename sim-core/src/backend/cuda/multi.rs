@@ -37,8 +37,8 @@
 //! GPU and `libnccl` loads; otherwise device-to-device copies (`cuMemcpyPeerAsync`), which
 //! also lets several slabs share one GPU (`ESOFLOW_GPUS=0,0`, for tests).
 
-use super::cpu::{build_mirror, Mirror, SlotIo};
-use super::cuda::{derr, probe, CudaSolver, Placement};
+use crate::backend::cpu::{build_mirror, Mirror, SlotIo};
+use crate::backend::cuda::{derr, probe, CudaSolver, Placement};
 use crate::checkpoint::Checkpoint;
 use crate::domain::{is_solid, Domain};
 use crate::edit::{CellEdit, EditReport};

@@ -1,6 +1,6 @@
 //! Compressed subgrids on the GPU (Flint et al. 2024): grids larger than the GPU's memory.
 //!
-//! The same scheme as the CPU reference ([`super::subgrid`]), with the state on the device:
+//! The same scheme as the CPU reference ([`crate::backend::subgrid`]), with the state on the device:
 //!
 //! - every subgrid's **shell** (its outermost cell layer) is kept exact in one device array,
 //!   the interface buffers through which subgrids meet;
@@ -27,12 +27,12 @@
 
 #![allow(clippy::redundant_closure, clippy::needless_range_loop, clippy::neg_cmp_op_on_partial_ord)]
 
-use super::cpu::{apply_params, ep_scatter, CpuSolver, Forces};
-use super::cuda::{
+use crate::backend::cpu::{apply_params, ep_scatter, CpuSolver, Forces};
+use crate::backend::cuda::codec::{GpuCodec, Window};
+use crate::backend::cuda::{
     classify, compile, derr, device_info, gpu_inlets, gpu_outlets, probe, threads, upload_pod, DeviceInfo, KernelConfig, BRICK_BOUNDARY,
 };
-use super::cuda_compress::{GpuCodec, Window};
-use super::subgrid::{shell_cells, slabs, TAU_CAP, TAU_FLOOR};
+use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP, TAU_FLOOR};
 use crate::checkpoint::Checkpoint;
 use crate::collision::equilibrium;
 use crate::compress::BlockShape;
@@ -358,7 +358,7 @@ impl Dev {
     /// Whether a record decompressed since the last call was missing or damaged: an error.
     fn check_damage(&mut self) -> Result<(), SolverError> {
         if self.codec.take_damage()? {
-            return Err(SolverError::Backend(super::cuda_compress::DAMAGED.into()));
+            return Err(SolverError::Backend(crate::backend::cuda::codec::DAMAGED.into()));
         }
         Ok(())
     }
@@ -560,7 +560,7 @@ impl Dev {
         let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
         let mut bad = self.stream.alloc_zeros::<u64>(1).map_err(derr("allocating"))?;
-        let mut rho = self.stream.clone_htod(&super::cuda::RHO_KEYS_START).map_err(derr("allocating"))?;
+        let mut rho = self.stream.clone_htod(&crate::backend::cuda::RHO_KEYS_START).map_err(derr("allocating"))?;
         if self.planes.is_none() {
             self.planes = Some(self.stream.alloc_zeros::<f32>(4 * self.bflags.len()).map_err(derr("allocating field planes"))?);
         }
@@ -595,7 +595,7 @@ impl Dev {
         self.check_damage()?;
         let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
         let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
-        let rho = super::cuda::rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
+        let rho = crate::backend::cuda::rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
         Ok(GridStats { mass: m, max_u: u, rho_range: rho, first_bad })
     }
 

@@ -77,12 +77,12 @@ impl AmrGpu {
             FrameTarget::Device { ptr, sync, .. } => {
                 if let Some(s) = &sync {
                     if s.read_value > 0 {
-                        crate::backend::cuda_sync::SharedSemaphore::of(s.read)?.wait(&self.stream, s.read_value)?;
+                        crate::backend::cuda::interop::SharedSemaphore::of(s.read)?.wait(&self.stream, s.read_value)?;
                     }
                 }
                 launch_frame(&self.stream, &fk, &kit.planes, &kit.flags, kit.n, kinds, layout, ptr, &mut kit.range)?;
                 if let Some(s) = &sync {
-                    crate::backend::cuda_sync::SharedSemaphore::of(s.written)?.signal(&self.stream, s.written_value)?;
+                    crate::backend::cuda::interop::SharedSemaphore::of(s.written)?.signal(&self.stream, s.written_value)?;
                 }
                 self.stream.clone_dtoh(&kit.range).map_err(&e)?
             }

@@ -15,8 +15,8 @@
 //! the host ([`AmrLbm::adapt_mesh`], for obstacles given as a host closure) moves its data
 //! with [`AmrGpu::transfer`] around an upload of the new mesh arrays.
 
-use super::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
 use crate::amr::{AdaptReport, AmrLbm, BLOCK, MAX_LEVELS};
+use crate::backend::cuda::{compile_source, defines, derr, device_info, KernelConfig, COMMON_CUH};
 use crate::collision::Collision;
 use crate::lattice::{Lat, Lattice};
 use crate::precision::Precision;
@@ -34,9 +34,9 @@ use schedule::{Op, OpKind, Part};
 mod trace;
 
 /// The block-LBM kernels.
-pub const AMR_CU: &str = include_str!("../../../kernels/amr.cu");
+pub const AMR_CU: &str = include_str!("../../../../../kernels/amr.cu");
 /// The mesh kernels (appended to [`AMR_CU`]).
-pub const AMR_MESH_CU: &str = include_str!("../../../kernels/amr_mesh.cu");
+pub const AMR_MESH_CU: &str = include_str!("../../../../../kernels/amr_mesh.cu");
 
 /// Floats of the parameter table the kernels read: per level tau and force, then the walls'
 /// velocities and the outflow densities (see `kernels/amr.cu`).
@@ -504,7 +504,7 @@ impl AmrGpu {
     /// # Errors
     /// As [`Self::new`].
     pub fn with_storage(lattice: Lattice, precision: Precision, capacity: usize, inplace: bool) -> Result<AmrGpu, SolverError> {
-        super::cuda::probe().map_err(SolverError::Backend)?;
+        crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
         // SAFETY: the slices are made after this call; they are used on `stream` and, during
         // a coarse step, on the level streams, whose hand-overs step_level orders with events
