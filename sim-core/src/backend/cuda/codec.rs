@@ -138,16 +138,16 @@ impl GpuCodec {
     pub fn new(stream: Arc<CudaStream>) -> Result<GpuCodec, SolverError> {
         let shape = BlockShape::DEFAULT;
         let dev = device_info(stream.context()).map_err(SolverError::Backend)?;
-        let ptx = compile_compress(&shape, &format!("sm_{}{}", dev.cc.0, dev.cc.1)).map_err(SolverError::Backend)?;
-        let module = stream.context().load_module(ptx).map_err(derr("loading the compression kernels"))?;
-        let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
+        let ptx = compile_compress(&shape, &crate::backend::cuda::arch_of(&dev)).map_err(SolverError::Backend)?;
+        let module = crate::backend::cuda::Module::load(stream.context(), ptx, "the compression kernels")?;
+        let get = |n: &str| module.get(n);
         Ok(GpuCodec {
             compress: get("compress_blocks")?,
             decompress: get("decompress_blocks")?,
             cursor: stream.alloc_zeros::<u64>(1).map_err(derr("allocating the record cursor"))?,
             flags: stream.alloc_zeros::<u32>(2).map_err(derr("allocating the codec flags"))?,
             capacity: 0,
-            _module: module,
+            _module: module.keep(),
             shape,
             stream,
         })

@@ -111,3 +111,107 @@ impl std::fmt::Debug for SharedSemaphore {
         f.write_str("SharedSemaphore")
     }
 }
+
+/// Memory another API exported on the solver's GPU (a Vulkan buffer shared with the renderer),
+/// imported into CUDA: frames can be written straight into it with [`FrameTarget::Device`].
+/// It lives in device 0's primary context, which every [`CudaSolver`] shares, so it outlives
+/// solver rebuilds. Drop it before the exporting API frees the memory.
+pub struct SharedImport {
+    ctx: Arc<CudaContext>,
+    ext: cudarc::driver::sys::CUexternalMemory,
+    ptr: u64,
+    bytes: u64,
+}
+
+// SAFETY: the handles are plain driver handles, usable from any thread once the context is
+// bound (every use binds it first).
+unsafe impl Send for SharedImport {}
+
+// SAFETY: as above; no method mutates through &self.
+unsafe impl Sync for SharedImport {}
+
+impl SharedImport {
+    /// Import `bytes` bytes (the exporter's allocation size) of memory exported as an opaque
+    /// file descriptor; `dedicated` for a dedicated allocation. On success CUDA owns `fd`.
+    ///
+    /// # Errors
+    /// No CUDA, or the driver refused the handle (other GPU, wrong size).
+    #[cfg(unix)]
+    pub fn import_fd(fd: std::os::fd::OwnedFd, bytes: u64, dedicated: bool) -> Result<SharedImport, SolverError> {
+        use cudarc::driver::sys;
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        if !cuda_present() {
+            return Err(SolverError::Backend("no CUDA driver (libcuda) to import shared memory into".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
+        ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        let mut desc = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+            type_: sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+            handle: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 { fd: fd.as_raw_fd() },
+            size: bytes,
+            flags: if dedicated { sys::CUDA_EXTERNAL_MEMORY_DEDICATED } else { 0 },
+            reserved: [0; 16],
+        };
+        let mut ext = std::mem::MaybeUninit::uninit();
+        // SAFETY: desc is fully initialised and describes an open fd; on success the driver owns it.
+        unsafe { sys::cuImportExternalMemory(ext.as_mut_ptr(), &raw mut desc) }
+            .result()
+            .map_err(derr("importing shared memory (cuImportExternalMemory)"))?;
+        // The descriptor is now the driver's.
+        let _ = fd.into_raw_fd();
+        // SAFETY: the call succeeded, so the handle is initialised.
+        let ext = unsafe { ext.assume_init() };
+        let mut bd = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC { offset: 0, size: bytes, flags: 0, reserved: [0; 16] };
+        let mut ptr = 0;
+        // SAFETY: ext is a live handle; the buffer covers the whole import.
+        if let Err(e) = unsafe { sys::cuExternalMemoryGetMappedBuffer(&raw mut ptr, ext, &raw mut bd) }.result() {
+            // SAFETY: ext is live and not mapped.
+            unsafe { sys::cuDestroyExternalMemory(ext) };
+            return Err(derr("mapping shared memory (cuExternalMemoryGetMappedBuffer)")(e));
+        }
+        Ok(SharedImport { ctx, ext, ptr, bytes })
+    }
+
+    /// Device address of the memory (for [`FrameTarget::Device`]).
+    #[must_use]
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Fill the first `values.len()` floats from the host and wait (tests of the shared path).
+    ///
+    /// # Errors
+    /// More floats than the memory holds, or a driver error.
+    pub fn write_floats(&self, values: &[f32]) -> Result<(), SolverError> {
+        use cudarc::driver::sys;
+        if values.len() as u64 * 4 > self.bytes {
+            return Err(SolverError::Backend(format!("{} floats do not fit {} bytes of shared memory", values.len(), self.bytes)));
+        }
+        self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        // SAFETY: the destination holds at least that many bytes (checked above).
+        unsafe { sys::cuMemcpyHtoD_v2(self.ptr, values.as_ptr().cast(), values.len() * 4) }
+            .result()
+            .map_err(derr("writing shared memory"))?;
+        self.ctx.synchronize().map_err(derr("waiting for the GPU"))
+    }
+}
+
+impl Drop for SharedImport {
+    fn drop(&mut self) {
+        use cudarc::driver::sys;
+        let _ = self.ctx.synchronize();
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: the pointer came from cuExternalMemoryGetMappedBuffer and is freed once, before
+        // its external memory is destroyed.
+        unsafe {
+            let _ = sys::cuMemFree_v2(self.ptr);
+            let _ = sys::cuDestroyExternalMemory(self.ext);
+        }
+    }
+}

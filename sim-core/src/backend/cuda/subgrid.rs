@@ -1103,9 +1103,9 @@ impl CudaSubgridSolver {
 
 /// Compile and load the kernels of one working-box size.
 fn load_box(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) -> Result<BoxKernels, SolverError> {
-    let ptx = compile(cfg, &format!("sm_{}{}", dev.cc.0, dev.cc.1)).map_err(SolverError::Backend)?;
-    let module = ctx.load_module(ptx).map_err(derr("loading the box kernels"))?;
-    let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
+    let ptx = compile(cfg, &crate::backend::cuda::arch_of(dev)).map_err(SolverError::Backend)?;
+    let module = crate::backend::cuda::Module::load(ctx, ptx, "the box kernels")?;
+    let get = |n: &str| module.get(n);
     Ok(BoxKernels {
         fused: get("stream_collide_fused")?,
         fields: get("fields")?,
@@ -1113,7 +1113,7 @@ fn load_box(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) -> Res
         outer: get("box_outer")?,
         pack: get("core_pack")?,
         stats: get("stats")?,
-        _module: module,
+        _module: module.keep(),
     })
 }
 

@@ -523,7 +523,7 @@ impl AmrGpu {
                 if precision == Precision::Fp32 { ", or set solver.precision = \"fp16s\" (half the DDF memory)" } else { "" }
             )));
         }
-        let arch = format!("sm_{}{}", dev.cc.0, dev.cc.1);
+        let arch = crate::backend::cuda::arch_of(&dev);
         // Developer knobs: ESOFLOW_AMR_DEFINES (e.g. `AMR_STEP_MINB=4 AMR_INTERP_MINB=3`:
         // `#define`s put before the source, for tuning launch bounds on a card), and
         // ESOFLOW_AMR_FMAD=1 (measurement only: NVRTC fuses multiply-adds, which the CPU
@@ -531,8 +531,8 @@ impl AmrGpu {
         let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
         let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
         let ptx = compile_amr_with(lattice, precision, &arch, capacity, inplace, &extra, fmad).map_err(SolverError::Backend)?;
-        let module = ctx.load_module(ptx).map_err(derr("loading the block kernels"))?;
-        let get = |n: &str| module.load_function(n).map_err(|e| SolverError::Backend(format!("kernel {n} missing: {e:?}")));
+        let module = crate::backend::cuda::Module::load(&ctx, ptx, "the block kernels")?;
+        let get = |n: &str| module.get(n);
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
         let codes_k = get("amr_codes")?;
         let (interpolate, average) = (get("amr_interpolate")?, get("amr_average")?);
@@ -635,7 +635,7 @@ impl AmrGpu {
                 && std::env::var("ESOFLOW_AMR_GRAPHS").as_deref() != Ok("0"),
             _ctx: ctx,
             stream,
-            _module: module,
+            _module: module.keep(),
             step_k,
             codes_k,
             copy_k,
