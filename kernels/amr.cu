@@ -434,7 +434,7 @@ __device__ __forceinline__ void amr_level(const float* __restrict__ prm, u32 l, 
 // open flow's code was slower: its shared-memory round trip in front of every cell costs more
 // than the code it saves.
 #ifndef AMR_CODES_SPLIT
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
 #define AMR_CODES_SPLIT 1
 #else
 #define AMR_CODES_SPLIT 0
@@ -547,7 +547,7 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 // for FP32 storage, where it is faster; for 16-bit storage it is slower (docs/performance.md,
 // kernel choices).
 #ifndef AMR_STEP_PAIRS
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
 #define AMR_STEP_PAIRS 1
 #else
 #define AMR_STEP_PAIRS 0
@@ -573,7 +573,7 @@ extern "C" __global__ void amr_codes(const u32* __restrict__ ids, const u32 coun
 // Store v at p (a global address) where `on` is nonzero: a predicated store, so that the
 // address arithmetic of a step's pushes runs without branches around each of them.
 __device__ __forceinline__ void amr_store_if(const char* p, fpxx v, u32 on) {
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
     asm volatile("{\n\t.reg .pred q;\n\t.reg .u64 a;\n\tsetp.ne.u32 q, %2, 0;\n\tcvta.to.global.u64 a, %0;\n\t@q st.global.f32 [a], %1;\n\t}" :: "l"(p), "f"(v), "r"(on));
 #else
     asm volatile("{\n\t.reg .pred q;\n\t.reg .u64 a;\n\tsetp.ne.u32 q, %2, 0;\n\tcvta.to.global.u64 a, %0;\n\t@q st.global.u16 [a], %1;\n\t}" :: "l"(p), "h"(v), "r"(on));
@@ -602,7 +602,7 @@ __device__ __forceinline__ void amr_step_load(const u32* __restrict__ codes, u64
 // links (1), only the code before them (2), or both after them (0): early loads help 16-bit
 // storage and hurt FP32 (docs/performance.md, kernel choices).
 #ifndef AMR_STEP_EARLY
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
 #define AMR_STEP_EARLY 0
 #else
 #define AMR_STEP_EARLY 1

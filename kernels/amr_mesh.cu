@@ -36,32 +36,8 @@
 #define CM_INTERFACE 2
 #define CM_COVERED 3
 
-// Counters (ctr).
-#define M_CHANGED 0
-#define M_BLOCKED 1
-#define M_NC 2
-#define M_NR 3
-#define M_CANCELLED 4
-#define M_ADDED 5
-#define M_REQUESTED 6
-#define M_ANY 7
-// The adaptation's number (1 .. 255, cycling; MO_SANITISE sets it from its arg): the rows it
-// changes get it in `dirty` (nonzero: the host copy's refresh), so that amr_codes can tell
-// the blocks whose neighbourhood this adaptation changed.
-#define M_EPOCH 29
-// Some state holds a refine or coarsen mark (MO_SANITISE): without one (and no mark left after
-// it, M_ANY) an adaptation has no marks to clear.
-#define M_MARKED 28
-#define M_DIRTY 30
-// One more than the highest ID ever active since the upload (the allocation raises it): the
-// one-block scans stop there, not at the capacity.
-#define M_HW 31
-#define M_LEVEL_START 8
-#define M_LISTS 32
-#define M_XGROUPS 128
-#define M_LEVELS 16
-// Per level, its core blocks' count (the head of its launch list: amr_mesh_lists).
-#define M_CORE 176
+// Counters (ctr): their offsets M_* come in the generated header, from the table in
+// sim-core/src/backend/cuda/amr/mesh.rs (COUNTERS).
 
 // Operations of amr_mesh (one thread each over n: blocks, or listed blocks x directions/cells;
 // MO_REVERT: blocks x children; MO_FREE: freed children x (links + 1)).

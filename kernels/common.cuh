@@ -4,9 +4,9 @@
 //   DEF_NX DEF_NY DEF_NZ DEF_N   grid size and cell count
 //   DEF_D DEF_Q                  dimensions and velocities
 //   DEF_CX DEF_CY DEF_CZ DEF_W   velocity components and weights as brace lists
-//   DEF_SCHEME                   0 one_step_pull, 1 aa, 2 esoteric_pull, 3 esoteric_push, 4 swap, 5 ghost
-//   DEF_STORE                    0 fp32, 1 fp16s, 2 fp16c
-//   DEF_COLLISION                0 bgk, 1 trt, 2 smagorinsky
+//   DEF_SCHEME                   SCHEME_ONE_STEP_PULL, _AA, _ESOTERIC_PULL, _ESOTERIC_PUSH, _SWAP, _GHOST
+//   DEF_STORE                    STORE_FP32, STORE_FP16S, STORE_FP16C
+//   DEF_COLLISION                COLLISION_BGK, _TRT, _SMAGORINSKY (codes from the tables in nvrtc.rs)
 //   DEF_FORCE                    1 if a body force is applied (Guo)
 //   DEF_SLOTS                    DDF slots of the state buffer (q x cells, more with ghost layers)
 //   DEF_GB0..2 DEF_GNB0..2 DEF_GPD0..2 DEF_GPV
@@ -43,11 +43,11 @@ __device__ __forceinline__ u32 opposite(u32 i) { return i == 0u ? 0u : ((i & 1u)
 __device__ __forceinline__ bool is_solid(unsigned char f) { u32 k = f & FLAG_KIND; return k == KIND_SOLID || k == KIND_MOVING; }
 
 // ---------------------------------------------------------------- storage formats
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
 typedef float fpxx;
 __device__ __forceinline__ float dec(fpxx v) { return v; }
 __device__ __forceinline__ fpxx enc(float x) { return x; }
-#elif DEF_STORE == 1
+#elif DEF_STORE == STORE_FP16S
 typedef unsigned short fpxx;
 // IEEE half of (f - w) * 32768.
 __device__ __forceinline__ float dec(fpxx v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f * (1.0f / 32768.0f); }
@@ -73,7 +73,7 @@ __device__ __forceinline__ fpxx enc(float x) {
 
 // DDF memory access. DEF_HINTS (an experiment: ESOFLOW_CUDA_DEFINES=DEF_HINTS) marks the
 // streaming DDF traffic evict-first (.cs), as each value is touched once per step.
-#if defined(DEF_HINTS) && DEF_STORE == 0
+#if defined(DEF_HINTS) && DEF_STORE == STORE_FP32
 __device__ __forceinline__ fpxx ldf(const fpxx* p) { float v; asm volatile("ld.global.cs.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }
 __device__ __forceinline__ void stf(fpxx* p, fpxx v) { asm volatile("st.global.cs.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory"); }
 #elif defined(DEF_HINTS)
@@ -125,7 +125,7 @@ __device__ __forceinline__ void neighbours(u32 x, u32 y, u32 z, idx_t* j) {
 }
 
 // ---------------------------------------------------------------- streaming schemes
-#if DEF_SCHEME == 5
+#if DEF_SCHEME == SCHEME_GHOST
 // LBM-Ghost: blocks of GB cells, each stored padded by one ghost layer (GPD = GB + 2 on the
 // lattice's axes), direction-major within a block. Slot of direction 0 of a cell's own copy.
 __device__ __forceinline__ idx_t ghost_base(idx_t n) {
@@ -138,22 +138,22 @@ __device__ __forceinline__ idx_t ghost_base(idx_t n) {
 
 // Slot of incoming DDF i of cell n before the step of parity `odd` (see backend/cpu.rs).
 __device__ __forceinline__ idx_t load_slot(int i, idx_t n, const idx_t* j, bool odd) {
-#if DEF_SCHEME == 5
+#if DEF_SCHEME == SCHEME_GHOST
     // The value the neighbour upstream stored for direction i, in its own block.
     return ghost_base(j[opposite(i)]) + (idx_t)i * DEF_GPV;
 #else
     const idx_t N = (idx_t)DEF_N;
 #endif
-#if DEF_SCHEME == 5
-#elif DEF_SCHEME == 0
+#if DEF_SCHEME == SCHEME_GHOST
+#elif DEF_SCHEME == SCHEME_ONE_STEP_PULL
     return (idx_t)i * N + j[opposite(i)];
-#elif DEF_SCHEME == 1
+#elif DEF_SCHEME == SCHEME_AA
     return odd ? (idx_t)opposite(i) * N + n : (idx_t)i * N + j[opposite(i)];
-#elif DEF_SCHEME == 2
+#elif DEF_SCHEME == SCHEME_ESOTERIC_PULL
     if (i == 0) return n;
     if (i & 1) return odd ? (idx_t)i * N + n : (idx_t)(i + 1) * N + n;
     return odd ? (idx_t)i * N + j[i - 1] : (idx_t)(i - 1) * N + j[i - 1];
-#elif DEF_SCHEME == 3
+#elif DEF_SCHEME == SCHEME_ESOTERIC_PUSH
     if (i == 0) return n;
     if (!(i & 1)) return odd ? (idx_t)i * N + n : (idx_t)(i - 1) * N + n;
     return odd ? (idx_t)i * N + j[i + 1] : (idx_t)(i + 1) * N + j[i + 1];
@@ -163,9 +163,9 @@ __device__ __forceinline__ idx_t load_slot(int i, idx_t n, const idx_t* j, bool 
 }
 // Slot of the halfway bounce-back value when the source of DDF i is solid.
 __device__ __forceinline__ idx_t bb_slot(int i, idx_t n, const idx_t* j, bool odd) {
-#if DEF_SCHEME == 5
+#if DEF_SCHEME == SCHEME_GHOST
     return ghost_base(n) + (idx_t)opposite(i) * DEF_GPV;
-#elif DEF_SCHEME == 0
+#elif DEF_SCHEME == SCHEME_ONE_STEP_PULL
     return (idx_t)opposite(i) * DEF_N + n;
 #else
     return load_slot(i, n, j, !odd);
@@ -173,11 +173,11 @@ __device__ __forceinline__ idx_t bb_slot(int i, idx_t n, const idx_t* j, bool od
 }
 // Slot the outgoing DDF i is stored to.
 __device__ __forceinline__ idx_t store_slot(int i, idx_t n, const idx_t* j, bool odd) {
-#if DEF_SCHEME == 5
+#if DEF_SCHEME == SCHEME_GHOST
     return ghost_base(n) + (idx_t)i * DEF_GPV;
-#elif DEF_SCHEME == 0
+#elif DEF_SCHEME == SCHEME_ONE_STEP_PULL
     return (idx_t)i * DEF_N + n;
-#elif DEF_SCHEME == 4
+#elif DEF_SCHEME == SCHEME_SWAP
     return (idx_t)opposite(i) * DEF_N + n;
 #else
     return load_slot(opposite(i), n, j, odd);
@@ -239,7 +239,7 @@ __device__ __forceinline__ void collide_with(float* f, const Params& p) {
 #endif
     float feq[DEF_Q];
     equilibrium(rho_m1, ux, uy, uz, feq);
-#if DEF_COLLISION == 1
+#if DEF_COLLISION == COLLISION_TRT
     const float wp = 1.0f / p.tau, wm = 1.0f / (0.25f / (p.tau - 0.5f) + 0.5f);
     f[0] += wp * (feq[0] - f[0]);
     if constexpr (FORCE) f[0] += (1.0f - 0.5f * wp) * guo_source(0, ux, uy, uz, p.fx, p.fy, p.fz);
@@ -258,7 +258,7 @@ __device__ __forceinline__ void collide_with(float* f, const Params& p) {
         }
     }
 #else
-#if DEF_COLLISION == 2
+#if DEF_COLLISION == COLLISION_SMAGORINSKY
     float pxx = 0.0f, pyy = 0.0f, pzz = 0.0f, pxy = 0.0f, pxz = 0.0f, pyz = 0.0f;
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) {
@@ -359,7 +359,7 @@ __device__ __forceinline__ void store_cell_moments(float* __restrict__ mom, idx_
 __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx_t* j, bool odd, bool near, const unsigned char* flags, float* f) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) f[i] = dec(ldf(fi + load_slot(i, n, j, odd)));
-#if DEF_SCHEME != 4
+#if DEF_SCHEME != SCHEME_SWAP
     if (near) {
 #pragma unroll
         for (int i = 1; i < DEF_Q; i++) {

@@ -135,13 +135,13 @@ __device__ __forceinline__ constexpr int xdirs() { return xrank(DEF_Q); }
 // to this cell: the same choices as those two functions, as constants the compiler folds.
 __device__ __forceinline__ constexpr int opp_c(int i) { return i == 0 ? 0 : ((i & 1) ? i + 1 : i - 1); }
 __device__ __forceinline__ constexpr int load_dx(int i, bool odd) {
-#if DEF_SCHEME == 0
+#if DEF_SCHEME == SCHEME_ONE_STEP_PULL
     return lat_cx(opp_c(i));
-#elif DEF_SCHEME == 1
+#elif DEF_SCHEME == SCHEME_AA
     return odd ? 0 : lat_cx(opp_c(i));
-#elif DEF_SCHEME == 2
+#elif DEF_SCHEME == SCHEME_ESOTERIC_PULL
     return (i == 0 || (i & 1)) ? 0 : lat_cx(i - 1);
-#elif DEF_SCHEME == 3
+#elif DEF_SCHEME == SCHEME_ESOTERIC_PUSH
     return (i == 0 || !(i & 1)) ? 0 : lat_cx(i + 1);
 #else
     return 0;
@@ -149,7 +149,7 @@ __device__ __forceinline__ constexpr int load_dx(int i, bool odd) {
 }
 template <bool ODD, bool LOAD>
 __device__ __forceinline__ constexpr int slot_sx(int i) {
-#if DEF_SCHEME == 0 || DEF_SCHEME == 4
+#if DEF_SCHEME == SCHEME_ONE_STEP_PULL || DEF_SCHEME == SCHEME_SWAP
     return LOAD ? load_dx(i, ODD) : 0;
 #else
     return LOAD ? load_dx(i, ODD) : load_dx(opp_c(i), ODD);
@@ -205,7 +205,7 @@ __device__ __forceinline__ void row_cells(fpxx* __restrict__ fi, fpxx* __restric
 // Two cells per thread (NX even): every DDF row moves as aligned pairs (one 32-bit access for
 // 16-bit storage, 64-bit for FP32), halving the load/store and shared-memory instructions per
 // cell. A shifted direction needs one value from the neighbouring thread (the row wraps).
-#if DEF_STORE == 0
+#if DEF_STORE == STORE_FP32
 typedef float2 fpair;
 __device__ __forceinline__ fpxx pair_lo(fpair v) { return v.x; }
 __device__ __forceinline__ fpxx pair_hi(fpair v) { return v.y; }
@@ -218,7 +218,7 @@ __device__ __forceinline__ fpair make_pair(fpxx lo, fpxx hi) { return (u32)lo | 
 #endif
 // Two values encoded into one pair (FP16S: one packed conversion).
 __device__ __forceinline__ fpair enc_pair(float lo, float hi) {
-#if DEF_STORE == 1
+#if DEF_STORE == STORE_FP16S
     u32 r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi * 32768.0f), "f"(lo * 32768.0f));
     return r;
@@ -325,7 +325,7 @@ extern "C" __global__ void swap_stream(fpxx* __restrict__ f, const unsigned char
     }
 }
 
-#if DEF_SCHEME == 5
+#if DEF_SCHEME == SCHEME_GHOST
 // ---------------------------------------------------------------- LBM-Ghost (Valero-Lara et al. 2017)
 // Step 1: refresh every block's ghost layer from the neighbouring blocks' own cells. One thread
 // per ghost cell: `dst` is the ghost's slot of direction 0, `src` the source cell's.

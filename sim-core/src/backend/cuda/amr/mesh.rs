@@ -23,18 +23,58 @@ const M_NR: usize = 3;
 const M_CANCELLED: usize = 4;
 const M_ADDED: usize = 5;
 const M_REQUESTED: usize = 6;
+/// Whether any mark is left after the sanitising pass.
 const M_ANY: usize = 7;
-const M_MARKED: usize = 28;
-const M_DIRTY: usize = 30;
-/// One more than the highest ID active since the upload (kernels: `M_HW`); kept across
-/// adaptations ([`AmrGpu::clear_counters`]).
-const M_HW: usize = 31;
+/// Per level, where its blocks start in the ID sets (`M_LEVELS + 1` words).
 const M_LEVEL_START: usize = 8;
+/// Some state holds a refine or coarsen mark (the sanitising pass): without one (and no mark
+/// left after it, `M_ANY`) an adaptation has no marks to clear.
+const M_MARKED: usize = 28;
+/// The adaptation's number (1 to 255, cycling; the sanitising pass sets it from its argument):
+/// the rows it changes get it in `dirty`, so that `amr_codes` can tell the blocks whose
+/// neighbourhood this adaptation changed.
+const M_EPOCH: usize = 29;
+/// Rows the last adaptation changed (the host copy's refresh).
+const M_DIRTY: usize = 30;
+/// One more than the highest ID active since the upload (the allocation raises it; the
+/// one-block scans stop there, not at the capacity); kept across adaptations
+/// ([`AmrGpu::clear_counters`]).
+const M_HW: usize = 31;
+/// Per level, its launch lists as (offset, count) pairs: all, near-coarser, feeding.
 const M_LISTS: usize = 32;
+/// Per level, the transfer's groups (3 words a level).
 const M_XGROUPS: usize = 128;
-/// Per level, the count of its core blocks (the head of its launch list; kernels: `M_CORE`).
+/// Per level, the count of its core blocks (the head of its launch list: `amr_mesh_lists`).
 const M_CORE: usize = 176;
+/// Levels the counters can name.
 const M_LEVELS: usize = 16;
+
+/// The counters' offsets in `ctr`, the one table both sides read: the kernels get them as
+/// `#define`s in their generated header ([`counter_defines`]).
+const COUNTERS: [(&str, usize); 17] = [
+    ("M_CHANGED", M_CHANGED),
+    ("M_BLOCKED", M_BLOCKED),
+    ("M_NC", M_NC),
+    ("M_NR", M_NR),
+    ("M_CANCELLED", M_CANCELLED),
+    ("M_ADDED", M_ADDED),
+    ("M_REQUESTED", M_REQUESTED),
+    ("M_ANY", M_ANY),
+    ("M_LEVEL_START", M_LEVEL_START),
+    ("M_MARKED", M_MARKED),
+    ("M_EPOCH", M_EPOCH),
+    ("M_DIRTY", M_DIRTY),
+    ("M_HW", M_HW),
+    ("M_LISTS", M_LISTS),
+    ("M_XGROUPS", M_XGROUPS),
+    ("M_CORE", M_CORE),
+    ("M_LEVELS", M_LEVELS),
+];
+
+/// The `#define`s of the counters' offsets for `kernels/amr_mesh.cu`.
+pub(super) fn counter_defines() -> String {
+    COUNTERS.iter().map(|(name, at)| format!("#define {name} {at}\n")).collect()
+}
 
 /// Passes of `amr_mesh` (its `MO_*`).
 #[derive(Clone, Copy)]

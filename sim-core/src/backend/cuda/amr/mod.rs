@@ -59,7 +59,7 @@ pub fn amr_source(lattice: Lattice, precision: Precision) -> String {
         boxed: false,
         halo: 0,
     };
-    format!("{}\n{}\n{}\n{}\n{}", defines(&cfg), COMMON_CUH, halo_source(lattice), AMR_CU, AMR_MESH_CU)
+    format!("{}{}\n{}\n{}\n{}\n{}", defines(&cfg), mesh::counter_defines(), COMMON_CUH, halo_source(lattice), AMR_CU, AMR_MESH_CU)
 }
 
 /// The in-place storage's halo slots of a block (`kernels/amr.cu`, "In-place storage"): per
