@@ -1,0 +1,613 @@
+//! The device side of compressed subgrids: the working box (a subgrid and its ghost frame,
+//! with the box kernels compiled for its size), the subgrids' records in the ring and the
+//! ring's device buffers.
+
+use crate::backend::cpu::ep_scatter;
+use crate::backend::cuda::codec::{GpuCodec, Window};
+use crate::backend::cuda::{classify, compile, derr, threads, DeviceInfo, KernelConfig, BRICK_BOUNDARY};
+use crate::collision::equilibrium;
+use crate::domain::{id_of, is_solid, kind, kind_of, Domain};
+use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
+use crate::precision::Precision;
+use crate::scene::human_bytes;
+use crate::schemes::Scheme;
+use crate::solver::{Params, SolverError};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+use super::*;
+
+/// Brick shape of the box kernels (the dense solver's default shape for 3D).
+pub(super) const BOX_BRICK: [usize; 3] = [32, 2, 2];
+
+/// Kernels for one working-box size.
+pub(super) struct BoxKernels {
+    pub(super) _module: Arc<CudaModule>,
+    pub(super) fused: CudaFunction,
+    pub(super) fields: CudaFunction,
+    pub(super) flags: CudaFunction,
+    pub(super) outer: CudaFunction,
+    pub(super) pack: CudaFunction,
+    pub(super) stats: CudaFunction,
+}
+
+/// Where a subgrid's core is.
+pub(super) enum Record {
+    /// Not stored yet.
+    None,
+    /// `words` words from `start` in the ring (wrapping at its end).
+    Ring { start: u64, words: u64 },
+    /// Spilled to host memory (the ring had no room).
+    Host(Vec<u32>),
+}
+
+impl Record {
+    pub(super) fn words(&self) -> u64 {
+        match self {
+            Record::None => 0,
+            Record::Ring { words, .. } => *words,
+            Record::Host(v) => v.len() as u64,
+        }
+    }
+}
+
+pub(super) struct GSub {
+    pub(super) origin: [usize; 3],
+    pub(super) size: [usize; 3],
+    pub(super) tau: f32,
+    pub(super) record: Record,
+    /// Whether the record is the raw core (else compressed).
+    pub(super) raw: bool,
+    /// Block offsets of the compressed record (blocks x q), relative to its start.
+    pub(super) offsets: CudaSlice<u64>,
+    /// Bricks of the box (boundary bricks carry [`BRICK_BOUNDARY`]).
+    pub(super) bricks: CudaSlice<u32>,
+    pub(super) n_bricks: u32,
+    /// The inlets as this box sees them.
+    pub(super) inlets: CudaSlice<u8>,
+    /// Index into the kernels per box size.
+    pub(super) kernels: usize,
+}
+
+impl GSub {
+    pub(super) fn box_size(&self) -> [usize; 3] {
+        self.size.map(|s| s + 2)
+    }
+    pub(super) fn core(&self) -> [usize; 3] {
+        self.size.map(|s| s - 2)
+    }
+}
+
+/// The device state and the buffers of one working box: everything a step, the statistics or a
+/// read-back of the state changes. Behind a mutex in the solver, so `&self` methods of
+/// [`Solver`] (fields, statistics, checkpoints) can read records through the working box.
+pub(super) struct Dev {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) q: usize,
+    pub(super) n: [u32; 3],
+    pub(super) counts: [u32; 2],
+    pub(super) subs: Vec<GSub>,
+    pub(super) kernels: Vec<([usize; 3], BoxKernels)>,
+    pub(super) codec: GpuCodec,
+    pub(super) gflags: CudaSlice<u8>,
+    pub(super) bflags: CudaSlice<u8>,
+    pub(super) boxbuf: CudaSlice<f32>,
+    pub(super) changed: CudaSlice<u32>,
+    pub(super) shells: CudaSlice<f32>,
+    pub(super) shell_off: CudaSlice<u64>,
+    pub(super) axis_map: CudaSlice<u32>,
+    pub(super) slab_len: CudaSlice<u32>,
+    /// A record on its way: the codec writes here, the ring copies from here.
+    pub(super) scratch: CudaSlice<u32>,
+    pub(super) offs_scratch: CudaSlice<u64>,
+    pub(super) ring: CudaSlice<u32>,
+    pub(super) ring_tail: u64,
+    pub(super) ring_used: u64,
+    pub(super) walls: CudaSlice<f32>,
+    pub(super) outlets: CudaSlice<u8>,
+    pub(super) forces: CudaSlice<f64>,
+    /// Field planes of one box (statistics), made when first needed.
+    pub(super) planes: Option<CudaSlice<f32>>,
+    pub(super) spilled_warned: bool,
+    /// Timing events, seven per subgrid (made when a timed step first needs them).
+    pub(super) events: Vec<CudaEvent>,
+}
+
+/// Writes the own cells' slots of a subgrid's working box (of the given size) on the host.
+pub(super) type BoxFill<'a> = dyn Fn(&GSub, [usize; 3], &Domain, &mut [f32]) + Sync + 'a;
+
+/// Cells of a box.
+pub(super) fn vol(s: [usize; 3]) -> usize {
+    s[0] * s[1] * s[2]
+}
+
+/// Bricks of a box for the fused kernel (boundary bricks marked), and how many; never empty.
+pub(super) fn box_bricks(dom: &Domain, origin: [usize; 3], bn: [usize; 3]) -> (Vec<u32>, u32) {
+    let (lean, bound) = classify(&box_domain(dom, origin, bn), BOX_BRICK);
+    let mut all = lean;
+    all.extend(bound.iter().map(|&b| b | BRICK_BOUNDARY));
+    all.sort_unstable_by_key(|&b| b & !BRICK_BOUNDARY);
+    let count = all.len() as u32;
+    if all.is_empty() {
+        all.push(0);
+    }
+    (all, count)
+}
+
+pub(super) fn box_config(dom: &Domain, params: &Params, bn: [usize; 3]) -> KernelConfig {
+    KernelConfig {
+        lattice: dom.lattice,
+        scheme: Scheme::EsotericPull,
+        precision: Precision::Fp32,
+        collision: params.collide.kind,
+        force: params.collide.has_force(),
+        n: bn,
+        brick: BOX_BRICK,
+        rows: false,
+        ghost_block: 16,
+        boxed: true,
+        halo: 0,
+    }
+}
+
+impl Dev {
+    pub(super) fn lock_err() -> SolverError {
+        SolverError::Backend("the compressed-subgrid state's lock is poisoned (an earlier error)".into())
+    }
+
+    /// The box's outer layers and the shells (mode as in kernels/subgrid.cu box_outer).
+    pub(super) fn outer(&mut self, id: usize, mode: u32) -> Result<(), SolverError> {
+        let s = &self.subs[id];
+        let k = &self.kernels[s.kernels].1;
+        let o = s.origin.map(|x| x as u32);
+        let (n, c) = (self.n, self.counts);
+        let mut b = self.stream.launch_builder(&k.outer);
+        b.arg(&mut self.boxbuf).arg(&mut self.shells).arg(&mut self.changed).arg(&self.axis_map).arg(&self.slab_len).arg(&self.shell_off);
+        b.arg(&n[0]).arg(&n[1]).arg(&n[2]).arg(&c[0]).arg(&c[1]).arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&mode);
+        // SAFETY: arguments match box_outer; the box buffer holds this box, the shell array
+        // every shell, the maps every axis.
+        unsafe { b.launch(threads(vol(s.box_size()))) }.map_err(derr("launching box_outer"))?;
+        Ok(())
+    }
+
+    /// The box's flags from the grid's.
+    pub(super) fn flags(&mut self, id: usize) -> Result<(), SolverError> {
+        let s = &self.subs[id];
+        let k = &self.kernels[s.kernels].1;
+        let o = s.origin.map(|x| x as u32);
+        let n = self.n;
+        let mut b = self.stream.launch_builder(&k.flags);
+        b.arg(&self.gflags).arg(&mut self.bflags).arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&n[0]).arg(&n[1]).arg(&n[2]);
+        // SAFETY: arguments match box_flags; bflags holds the box.
+        unsafe { b.launch(threads(vol(s.box_size()))) }.map_err(derr("launching box_flags"))?;
+        Ok(())
+    }
+
+    /// Window of the core in the box buffer (all q planes) and its first sample.
+    pub(super) fn core_window(&self, id: usize) -> (usize, Window) {
+        let s = &self.subs[id];
+        let bn = s.box_size();
+        let base = 2 + bn[0] * (2 + bn[1] * 2);
+        (base, Window { n: s.core(), pitch: [bn[0] as u64, bn[1] as u64], plane: vol(bn) as u64, fields: self.q })
+    }
+
+    pub(super) fn pack(&mut self, id: usize, dir: u32) -> Result<(), SolverError> {
+        let s = &self.subs[id];
+        let k = &self.kernels[s.kernels].1;
+        let mut b = self.stream.launch_builder(&k.pack);
+        b.arg(&mut self.boxbuf).arg(&mut self.scratch).arg(&dir);
+        // SAFETY: arguments match core_pack; scratch holds a raw core.
+        unsafe { b.launch(threads(vol(s.core()))) }.map_err(derr("launching core_pack"))?;
+        Ok(())
+    }
+
+    /// Copy a subgrid's record into scratch and decompress (or unpack) it into the box's core.
+    /// The record stays where it is.
+    pub(super) fn fetch(&mut self, id: usize) -> Result<(), SolverError> {
+        let words = self.subs[id].record.words() as usize;
+        match &self.subs[id].record {
+            Record::None => return Err(SolverError::Backend("a subgrid has no record (a bug)".into())),
+            Record::Ring { start, .. } => {
+                let (start, cap) = (*start as usize, self.ring.len());
+                let first = words.min(cap - start);
+                let mut dst = self.scratch.slice_mut(0..first);
+                self.stream
+                    .memcpy_dtod(&self.ring.slice(start..start + first), &mut dst)
+                    .map_err(derr("copying a record out of the ring"))?;
+                if first < words {
+                    let mut dst = self.scratch.slice_mut(first..words);
+                    self.stream
+                        .memcpy_dtod(&self.ring.slice(0..words - first), &mut dst)
+                        .map_err(derr("copying a record out of the ring"))?;
+                }
+            }
+            Record::Host(v) => {
+                let mut dst = self.scratch.slice_mut(0..v.len());
+                self.stream.memcpy_htod(v.as_slice(), &mut dst).map_err(derr("uploading a spilled record"))?;
+            }
+        }
+        if self.subs[id].raw {
+            return self.pack(id, 1);
+        }
+        let (base, w) = self.core_window(id);
+        let mut field = self.boxbuf.slice_mut(base..base + w.span());
+        // Damage is checked once per step (Dev::check_damage), not per subgrid: a host round
+        // trip here would leave the GPU idle between every pair of subgrids.
+        self.codec.launch_decompress_window_deferred(&self.scratch.slice(0..words), &self.subs[id].offsets.as_view(), w, &mut field)
+    }
+
+    /// Whether a record decompressed since the last call was missing or damaged: an error.
+    pub(super) fn check_damage(&mut self) -> Result<(), SolverError> {
+        if self.codec.take_damage()? {
+            return Err(SolverError::Backend(crate::backend::cuda::codec::DAMAGED.into()));
+        }
+        Ok(())
+    }
+
+    /// Take a subgrid's record out of the ring (its space is free again) after [`Dev::fetch`].
+    pub(super) fn release(&mut self, id: usize) {
+        if let Record::Ring { start, words } = self.subs[id].record {
+            let cap = self.ring.len() as u64;
+            debug_assert_eq!(start, (self.ring_tail + cap - self.ring_used) % cap, "records leave the ring in the order they came");
+            self.ring_used -= words;
+        }
+        self.subs[id].record = Record::None;
+    }
+
+    /// Compress (`tau`) or pack (`None`) the box's core and store the record: at the ring's
+    /// tail where it has room, else in host memory.
+    pub(super) fn store(&mut self, id: usize, tau: Option<f32>, step: u64) -> Result<(), SolverError> {
+        let words = self.encode(id, tau)?;
+        self.place(id, words, step)
+    }
+
+    /// Compress (`tau`) or pack (`None`) the box's core into scratch; the record's words.
+    pub(super) fn encode(&mut self, id: usize, tau: Option<f32>) -> Result<usize, SolverError> {
+        let q = self.q;
+        let words = match tau {
+            Some(tau) => {
+                let (base, w) = self.core_window(id);
+                let field = self.boxbuf.slice(base..base + w.span());
+                self.codec.launch_compress_window(&field, w, tau, &mut self.scratch, &mut self.offs_scratch)?;
+                let written = self.codec.written()?;
+                if written.overflow {
+                    return Err(SolverError::Backend("a record overflowed its worst-case scratch (a bug)".into()));
+                }
+                let nb = q * self.codec.blocks(w.n);
+                let mut dst = self.subs[id].offsets.slice_mut(0..nb);
+                self.stream.memcpy_dtod(&self.offs_scratch.slice(0..nb), &mut dst).map_err(derr("copying block offsets"))?;
+                written.words as usize
+            }
+            None => {
+                self.pack(id, 0)?;
+                q * vol(self.subs[id].core())
+            }
+        };
+        self.subs[id].raw = tau.is_none();
+        Ok(words)
+    }
+
+    /// Give the ring `words` words: every record in it goes to host memory first (the next step
+    /// brings them back into the new ring, or leaves them in host memory where it has no room).
+    pub(super) fn resize_ring(&mut self, words: u64) -> Result<(), SolverError> {
+        let cap = self.ring.len() as u64;
+        if words == cap {
+            return Ok(());
+        }
+        for k in 0..self.subs.len() {
+            if let Record::Ring { start, words } = self.subs[k].record {
+                let first = words.min(cap - start);
+                let mut v = self
+                    .stream
+                    .clone_dtoh(&self.ring.slice(start as usize..(start + first) as usize))
+                    .map_err(derr("moving a record out of the ring"))?;
+                if first < words {
+                    v.extend(
+                        self.stream
+                            .clone_dtoh(&self.ring.slice(0..(words - first) as usize))
+                            .map_err(derr("moving a record out of the ring"))?,
+                    );
+                }
+                self.subs[k].record = Record::Host(v);
+            }
+        }
+        // The old ring goes before the new one is allocated (both may not fit at once).
+        let placeholder = self.stream.alloc_zeros::<u32>(1).map_err(derr("resizing the ring"))?;
+        drop(std::mem::replace(&mut self.ring, placeholder));
+        self.ring = match self.stream.alloc_zeros::<u32>(words as usize) {
+            Ok(r) => r,
+            Err(e) => {
+                // Keep running on the old size where the new one does not fit.
+                self.ring = self.stream.alloc_zeros::<u32>(cap as usize).map_err(derr("allocating the ring again"))?;
+                return Err(SolverError::Backend(format!(
+                    "out of GPU memory: a ring of {} for the compressed cores could not be allocated ({e:?}); kept {}",
+                    human_bytes(4 * words),
+                    human_bytes(4 * cap)
+                )));
+            }
+        };
+        self.ring_tail = 0;
+        self.ring_used = 0;
+        self.spilled_warned = false;
+        Ok(())
+    }
+
+    /// Put the record in scratch at the ring's tail where it has room, else in host memory.
+    pub(super) fn place(&mut self, id: usize, words: usize, step: u64) -> Result<(), SolverError> {
+        let cap = self.ring.len();
+        if self.ring_used as usize + words <= cap {
+            let start = self.ring_tail as usize;
+            let first = words.min(cap - start);
+            let mut dst = self.ring.slice_mut(start..start + first);
+            self.stream.memcpy_dtod(&self.scratch.slice(0..first), &mut dst).map_err(derr("copying a record into the ring"))?;
+            if first < words {
+                let mut dst = self.ring.slice_mut(0..words - first);
+                self.stream.memcpy_dtod(&self.scratch.slice(first..words), &mut dst).map_err(derr("copying a record into the ring"))?;
+            }
+            self.ring_tail = ((start + words) % cap) as u64;
+            self.ring_used += words as u64;
+            self.subs[id].record = Record::Ring { start: start as u64, words: words as u64 };
+        } else {
+            let v = self.stream.clone_dtoh(&self.scratch.slice(0..words)).map_err(derr("spilling a record to the host"))?;
+            if !self.spilled_warned {
+                tracing::warn!(
+                    "step {step}: the ring of compressed subgrids ({}) is full: records go to host memory until the budget raises tau",
+                    human_bytes(4 * cap as u64)
+                );
+                self.spilled_warned = true;
+            }
+            self.subs[id].record = Record::Host(v);
+        }
+        Ok(())
+    }
+
+    pub(super) fn lbm(&mut self, id: usize, t: u64, p: &Params) -> Result<(), SolverError> {
+        let s = &self.subs[id];
+        if s.n_bricks == 0 {
+            return Ok(());
+        }
+        let k = &self.kernels[s.kernels].1;
+        let c = p.collide;
+        let (fx, fy, fz) = (c.force[0], c.force[1], c.force[2]);
+        let cfg = LaunchConfig {
+            grid_dim: (s.n_bricks, 1, 1),
+            block_dim: ((BOX_BRICK[0] * BOX_BRICK[1] * BOX_BRICK[2]) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&k.fused);
+        b.arg(&self.boxbuf).arg(&self.boxbuf).arg(&s.bricks).arg(&self.bflags).arg(&t).arg(&c.tau).arg(&c.cs).arg(&fx).arg(&fy).arg(&fz);
+        let no_fields = 0u64;
+        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.forces).arg(&no_fields);
+        // SAFETY: arguments match stream_collide_fused (no field planes: a null `mom`); the box buffer holds the box the kernel
+        // was compiled for, the brick list covers it.
+        unsafe { b.launch(cfg) }.map_err(derr("launching the box's stream_collide_fused"))?;
+        Ok(())
+    }
+
+    /// One step of subgrid `id`; with `ev`, events between its parts.
+    pub(super) fn step_subgrid(
+        &mut self,
+        id: usize,
+        t: u64,
+        p: &Params,
+        tau: Option<f32>,
+        ev: Option<&[CudaEvent]>,
+    ) -> Result<(), SolverError> {
+        let mark = |k: usize, stream: &Arc<CudaStream>| -> Result<(), SolverError> {
+            match ev {
+                Some(e) => e[k].record(stream).map_err(derr("recording an event")),
+                None => Ok(()),
+            }
+        };
+        mark(0, &self.stream)?;
+        self.fetch(id)?;
+        self.release(id);
+        mark(1, &self.stream)?;
+        self.flags(id)?;
+        self.outer(id, 0)?;
+        mark(2, &self.stream)?;
+        self.lbm(id, t, p)?;
+        mark(3, &self.stream)?;
+        self.outer(id, 1)?;
+        self.outer(id, 2)?;
+        mark(4, &self.stream)?;
+        let words = self.encode(id, tau)?;
+        mark(5, &self.stream)?;
+        self.place(id, words, t)?;
+        mark(6, &self.stream)
+    }
+
+    /// Fill every subgrid from `fill` (the own cells' slots of its box, as the dense solver
+    /// keeps them), storing shells and records in order (the ring starts empty).
+    pub(super) fn build(&mut self, dom: &Domain, taus: &[Option<f32>], fill: &BoxFill<'_>) -> Result<(), SolverError> {
+        self.ring_tail = 0;
+        self.ring_used = 0;
+        for s in &mut self.subs {
+            s.record = Record::None;
+        }
+        let mut host = Vec::new();
+        for id in 0..self.subs.len() {
+            let bn = self.subs[id].box_size();
+            host.clear();
+            host.resize(self.q * vol(bn), 0.0f32);
+            fill(&self.subs[id], bn, dom, &mut host);
+            let mut view = self.boxbuf.slice_mut(0..host.len());
+            self.stream.memcpy_htod(&host, &mut view).map_err(derr("uploading a working box"))?;
+            self.outer(id, 3)?;
+            self.store(id, taus[id], 0)?;
+        }
+        self.stream.synchronize().map_err(derr("building the compressed state"))
+    }
+
+    pub(super) fn host_words(&self) -> u64 {
+        self.subs.iter().filter(|s| matches!(s.record, Record::Host(_))).map(|s| s.record.words()).sum()
+    }
+
+    /// Mass, largest speed, density range and first bad cell, subgrid by subgrid.
+    pub(super) fn stats(&mut self, t: u64, p: &Params) -> Result<GridStats, SolverError> {
+        let mut mass = self.stream.alloc_zeros::<f64>(1).map_err(derr("allocating"))?;
+        let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
+        let mut bad = self.stream.alloc_zeros::<u64>(1).map_err(derr("allocating"))?;
+        let mut rho = self.stream.clone_htod(&crate::backend::cuda::RHO_KEYS_START).map_err(derr("allocating"))?;
+        if self.planes.is_none() {
+            self.planes = Some(self.stream.alloc_zeros::<f32>(4 * self.bflags.len()).map_err(derr("allocating field planes"))?);
+        }
+        let mut first_bad = None;
+        for id in 0..self.subs.len() {
+            self.fetch(id)?;
+            self.flags(id)?;
+            self.outer(id, 0)?;
+            self.stream.memcpy_htod(&[u64::MAX], &mut bad).map_err(derr("clearing"))?;
+            let s = &self.subs[id];
+            let bn = s.box_size();
+            let k = &self.kernels[s.kernels].1;
+            let planes = self.planes.as_mut().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+            let c = p.collide;
+            let mut b = self.stream.launch_builder(&k.fields);
+            b.arg(&self.boxbuf).arg(&self.bflags).arg(&t).arg(&c.force[0]).arg(&c.force[1]).arg(&c.force[2]);
+            b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&mut *planes);
+            // SAFETY: arguments match the box's fields kernel; planes hold 4 box volumes.
+            unsafe { b.launch(threads(vol(bn))) }.map_err(derr("launching fields"))?;
+            let cfg = LaunchConfig { grid_dim: (vol(bn).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let mut b = self.stream.launch_builder(&k.stats);
+            b.arg(&*planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad).arg(&mut rho);
+            // SAFETY: arguments match stats (DEF_BOX: the subgrid's own cells only).
+            unsafe { b.launch(cfg) }.map_err(derr("launching the box's stats"))?;
+            let fb = self.stream.clone_dtoh(&bad).map_err(derr("reading stats"))?[0];
+            if fb != u64::MAX && first_bad.is_none() {
+                let b = fb as usize;
+                let l = [b % bn[0], (b / bn[0]) % bn[1], b / (bn[0] * bn[1])];
+                first_bad = Some([0, 1, 2].map(|a| s.origin[a] + l[a] - 1));
+            }
+        }
+        self.check_damage()?;
+        let m = self.stream.clone_dtoh(&mass).map_err(derr("reading stats"))?[0];
+        let u = f32::from_bits(self.stream.clone_dtoh(&maxu).map_err(derr("reading stats"))?[0]);
+        let rho = crate::backend::cuda::rho_range_of_keys(&self.stream.clone_dtoh(&rho).map_err(derr("reading stats"))?);
+        Ok(GridStats { mass: m, max_u: u, rho_range: rho, first_bad })
+    }
+
+    /// The state as the dense solver lays it out (`F[i * cells + n]`), reassembled on the host.
+    pub(super) fn dense_state(&mut self, dom: &Domain) -> Result<Vec<f32>, SolverError> {
+        let q = self.q;
+        let nn = dom.cells();
+        let mut out = vec![0.0f32; q * nn];
+        for id in 0..self.subs.len() {
+            self.fetch(id)?;
+            self.outer(id, 0)?;
+            self.check_damage()?;
+            let s = &self.subs[id];
+            let bn = s.box_size();
+            let nb = vol(bn);
+            let host = self.stream.clone_dtoh(&self.boxbuf.slice(0..q * nb)).map_err(derr("reading a working box"))?;
+            for uz in 0..s.size[2] {
+                for uy in 0..s.size[1] {
+                    for ux in 0..s.size[0] {
+                        let g = dom.index(s.origin[0] + ux, s.origin[1] + uy, s.origin[2] + uz);
+                        let b = (ux + 1) + bn[0] * ((uy + 1) + bn[1] * (uz + 1));
+                        (0..q).for_each(|i| out[i * nn + g] = host[i * nb + b]);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Compile and load the kernels of one working-box size.
+pub(super) fn load_box(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceInfo) -> Result<BoxKernels, SolverError> {
+    let ptx = compile(cfg, &crate::backend::cuda::arch_of(dev)).map_err(SolverError::Backend)?;
+    let module = crate::backend::cuda::Module::load(ctx, ptx, "the box kernels")?;
+    let get = |n: &str| module.get(n);
+    Ok(BoxKernels {
+        fused: get("stream_collide_fused")?,
+        fields: get("fields")?,
+        flags: get("box_flags")?,
+        outer: get("box_outer")?,
+        pack: get("core_pack")?,
+        stats: get("stats")?,
+        _module: module.keep(),
+    })
+}
+
+/// The working box of the subgrid at `origin` as a domain of its own (flags only; for the
+/// brick classification and the initial state).
+pub(super) fn box_domain(dom: &Domain, origin: [usize; 3], bn: [usize; 3]) -> Domain {
+    let n = dom.n;
+    let mut flags = vec![0u8; vol(bn)];
+    for z in 0..bn[2] {
+        for y in 0..bn[1] {
+            for x in 0..bn[0] {
+                let gx = (origin[0] + n[0] + x - 1) % n[0];
+                let gy = (origin[1] + n[1] + y - 1) % n[1];
+                let gz = (origin[2] + n[2] + z - 1) % n[2];
+                flags[x + bn[0] * (y + bn[1] * z)] = dom.flags[dom.index(gx, gy, gz)];
+            }
+        }
+    }
+    Domain {
+        lattice: dom.lattice,
+        n: bn,
+        flags,
+        walls: dom.walls.clone(),
+        inlets: Vec::new(),
+        outlets: Vec::new(),
+        obstacles: dom.obstacles.clone(),
+        rho0: dom.rho0,
+    }
+}
+
+/// The initial state of a subgrid's box: every box cell's equilibrium (inlets at their
+/// velocity) stored where the dense solver stores it at step 0 ([`ep_scatter`] on the box as a
+/// periodic grid of its own: the slots of the subgrid's own cells are those of the dense
+/// solver, since their writers lie in the box).
+pub(super) fn initial_box(
+    dom: &Domain,
+    origin: [usize; 3],
+    bn: [usize; 3],
+    init: &(impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync),
+    out: &mut [f32],
+) {
+    match dom.lattice {
+        Lattice::D3Q27 => initial_box_l::<D3Q27>(dom, origin, bn, init, out),
+        _ => initial_box_l::<D3Q19>(dom, origin, bn, init, out),
+    }
+}
+
+pub(super) fn initial_box_l<L: Lat>(
+    dom: &Domain,
+    origin: [usize; 3],
+    bn: [usize; 3],
+    init: &(impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync),
+    out: &mut [f32],
+) {
+    let bd = box_domain(dom, origin, bn);
+    let n = dom.n;
+    let nb = vol(bn);
+    // Equilibria in parallel, then the scatter (cheap) in order.
+    let feq: Vec<Option<[f32; MAX_Q]>> = (0..nb)
+        .into_par_iter()
+        .map(|b| {
+            let flag = bd.flags[b];
+            if is_solid(flag) {
+                return None;
+            }
+            let l = [b % bn[0], (b / bn[0]) % bn[1], b / (bn[0] * bn[1])];
+            let p = [0, 1, 2].map(|a| (origin[a] + n[a] + l[a] - 1) % n[a]);
+            let (rho, mut u) = init(p);
+            if kind_of(flag) == kind::INLET {
+                u = dom.inlets[id_of(flag)].velocity_at(p, L::D);
+            }
+            let mut f = [0.0f32; MAX_Q];
+            equilibrium::<L>(rho - 1.0, u, &mut f);
+            Some(f)
+        })
+        .collect();
+    for (b, f) in feq.iter().enumerate() {
+        if let Some(f) = f {
+            ep_scatter::<L>(out, &bd.flags, bn, b, f, false);
+        }
+    }
+}
