@@ -325,7 +325,7 @@ pub fn check(spec: &Spec, free: &Free) -> Result<(), String> {
         None => "no grid of this shape fits; free some memory".into(),
     };
     let also = match (spec.engine, spec.precision) {
-        (Engine::Dense, Precision::Fp32) => "; --set solver.precision=fp16s halves the DDF memory",
+        (Engine::Dense, Precision::Fp32) => "; solver.precision = \"fp16s\" halves the DDF memory",
         _ => "",
     };
     Err(format!("out of memory: {} {short}; {hint}{also}", spec.describe()))

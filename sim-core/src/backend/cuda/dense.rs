@@ -699,7 +699,7 @@ fn check_memory(
     let need = cells as f64 * per;
     if need > dev.mem.0 as f64 {
         return Err(SolverError::Backend(format!(
-            "out of GPU memory: {cells} cells x {per:.0} B/cell = {:.2} GB needed, but {} has {:.2} GB free; use --set solver.precision=fp16s (half the DDF memory), an in-place scheme, or a smaller grid",
+            "out of GPU memory: {cells} cells x {per:.0} B/cell = {:.2} GB needed, but {} has {:.2} GB free; solver.precision = \"fp16s\" (half the DDF memory), an in-place scheme or a smaller domain.size fits in less",
             need / 1e9,
             dev.name,
             dev.mem.0 as f64 / 1e9

@@ -215,14 +215,14 @@ pub fn devices_for(gpus: usize) -> Result<Vec<usize>, SolverError> {
         let list: Result<Vec<usize>, _> = v.split(',').map(|s| s.trim().parse::<usize>()).collect();
         return match list {
             Ok(l) if l.len() == gpus => Ok(l),
-            _ => Err(SolverError::Backend(format!("ESOFLOW_GPUS={v}: expected {gpus} device ordinals (as --gpus {gpus}), e.g. 0,1"))),
+            _ => Err(SolverError::Backend(format!("ESOFLOW_GPUS={v}: expected {gpus} device ordinals, e.g. 0,1"))),
         };
     }
     probe().map_err(SolverError::Backend)?;
     let count = cudarc::driver::CudaContext::device_count().map_err(derr("counting devices"))? as usize;
     if gpus > count {
         return Err(SolverError::Backend(format!(
-            "--gpus {gpus}: this machine has {count} CUDA device{}; use --gpus {count} or fewer",
+            "{gpus} GPUs asked for, but this machine has {count} CUDA device{}",
             if count == 1 { "" } else { "s" }
         )));
     }
@@ -271,11 +271,11 @@ impl MultiCudaSolver {
     ) -> Result<MultiCudaSolver, SolverError> {
         let k = devices.len();
         if k < 2 {
-            return Err(SolverError::Backend("a multi-GPU run needs at least 2 GPUs (--gpus 2 or more)".into()));
+            return Err(SolverError::Backend("a multi-GPU run needs at least 2 GPUs".into()));
         }
         if scheme != Scheme::EsotericPull {
             return Err(SolverError::Backend(format!(
-                "--gpus {k} runs solver.scheme = \"esoteric_pull\" (the default); this scene sets \"{}\"",
+                "several GPUs run solver.scheme = \"esoteric_pull\" (the default); this scene sets \"{}\"",
                 scheme.name()
             )));
         }
@@ -283,7 +283,7 @@ impl MultiCudaSolver {
         let n = dom.n;
         if n[axis] < k * MIN_LAYERS {
             return Err(SolverError::Backend(format!(
-                "--gpus {k}: the grid has {} cells along {} and each GPU needs at least {MIN_LAYERS}; use --gpus {} or fewer, or a larger domain.size",
+                "the grid has {} cells along {} and each of {k} GPUs needs at least {MIN_LAYERS}: at most {} GPUs, or a larger domain.size",
                 n[axis],
                 ["x", "y", "z"][axis],
                 (n[axis] / MIN_LAYERS).max(1)
