@@ -466,7 +466,7 @@ __device__ u32 mesh_compact_into(u32* s, const u32* src, u32 n, u32* dst, F keep
 // level's interpolation reads none of their cells; schedule.rs Part::Core).
 __device__ __forceinline__ bool mesh_core(unsigned char m) { return (m & BM_LEAF) && !(m & BM_NEAR_FINER); }
 
-// The stepping's launch lists (cuda_amr.rs Lists) per level: all its blocks, those that feed no
+// The stepping's launch lists (cuda/amr/mod.rs Lists) per level: all its blocks, those that feed no
 // coarser leaf first (the core blocks first among them, their count at M_CORE + l) and those
 // that do (the restriction's targets) after them, so that the parts step by themselves
 // (schedule.rs) and the feeding blocks are the list's tail; then those

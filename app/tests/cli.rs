@@ -1,26 +1,15 @@
 //! The CLI contract other tools script against: `esoflow run/bench/info`, exports, errors,
 //! checkpoints and blow-ups, through the real binary.
 
+mod common;
+use common::{esoflow, stderr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn esoflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_esoflow"))
-        .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .output()
-        .expect("the esoflow binary runs")
-}
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("esoflow-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 #[test]

@@ -2,18 +2,12 @@
 //! first step, outputs that are whole or absent when the process is killed, clean stops on
 //! Ctrl+C and SIGTERM, resumes that continue stats.csv, and progress lines in a log.
 
+mod common;
+use common::{esoflow, root, stderr};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn esoflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_esoflow")).args(args).current_dir(root()).output().expect("the esoflow binary runs")
-}
 
 fn spawn(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_esoflow"))
@@ -23,10 +17,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the esoflow binary starts")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 fn signal(child: &Child, sig: i32) {

@@ -467,13 +467,6 @@ fn gpu_dispatches_are_bit_identical() {
     }
 }
 
-/// Cells of a disc (2D) or ball (3D) around `c`.
-fn ball(s: &dyn Solver, c: [f32; 3], r: f32) -> Vec<usize> {
-    let d = s.domain();
-    let dims = d.lattice.dims();
-    (0..d.cells()).filter(|&i| (0..dims).map(|a| (d.coords(i)[a] as f32 - c[a]).powi(2)).sum::<f32>() <= r * r).collect()
-}
-
 /// Cell edits on the GPU: the same cells change as on the CPU, the state right after an edit
 /// is bit for bit the CPU's (both start from one checkpoint), and after more steps (edits at
 /// odd and even steps, drawn obstacle, erased scene obstacle) the runs agree to FP32 rounding,

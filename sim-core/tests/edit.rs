@@ -46,18 +46,6 @@ center = [6, 5, 4]
 radius = 2.2
 "#;
 
-/// Cells of a disc (2D) or ball (3D) around `c`.
-fn ball(s: &dyn Solver, c: [f32; 3], r: f32) -> Vec<usize> {
-    let d = s.domain();
-    (0..d.cells())
-        .filter(|&i| {
-            let p = d.coords(i);
-            let dims = d.lattice.dims();
-            (0..dims).map(|a| (p[a] as f32 - c[a]).powi(2)).sum::<f32>() <= r * r
-        })
-        .collect()
-}
-
 /// The edits every scheme gets, at steps 101 (odd), 151 (odd) and 202 (even).
 fn run_with_edits(s: &mut dyn Solver, is_3d: bool) -> Vec<(usize, usize, f64)> {
     let mut reports = Vec::new();

@@ -2,11 +2,12 @@
 //! domain or filling it, and generated overrides of every scene key. Each gets one clear error
 //! (or loads); nothing panics.
 
+mod common;
+use common::parse;
 use proptest::prelude::*;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::Domain;
-use sim_core::scene::{self, LoadedScene, SceneError, KEYS};
-use std::path::PathBuf;
+use sim_core::scene::KEYS;
 
 const BASE: &str = r#"
 [domain]
@@ -35,14 +36,9 @@ min = [4, 4, 4]
 max = [6, 6, 6]
 "#;
 
-fn load(text: &str, sets: &[(&str, &str)]) -> Result<LoadedScene, SceneError> {
-    let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-    scene::from_str(text, "bad.toml", PathBuf::from("."), &ov)
-}
-
 /// The one-line error of a scene that must not load, or of its voxelisation.
 fn refused(text: &str, sets: &[(&str, &str)]) -> String {
-    let e = match load(text, sets) {
+    let e = match parse(text, sets) {
         Err(e) => e,
         Ok(ls) => match Domain::from_scene(&ls) {
             Err(e) => e,
@@ -88,7 +84,7 @@ fn nonsense_obstacles_are_refused_with_their_key() {
         assert!(e.contains(key) && e.contains(says), "{sets:?}: {e}");
     }
     // A shape reaching in from outside is fine (a wall-mounted body).
-    load(BASE, &[("obstacles.0.center", "[12, -2]"), ("obstacles.0.radius", "5")]).unwrap();
+    parse(BASE, &[("obstacles.0.center", "[12, -2]"), ("obstacles.0.radius", "5")]).unwrap();
 }
 
 #[test]
@@ -151,7 +147,7 @@ proptest! {
     #[test]
     fn generated_overrides_never_panic(sets in prop::collection::vec((any_key(), nasty_value()), 1..4), three_d in any::<bool>()) {
         let sets: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        match load(if three_d { BASE_3D } else { BASE }, &sets) {
+        match parse(if three_d { BASE_3D } else { BASE }, &sets) {
             Err(e) => prop_assert!(!e.to_string().contains('\n'), "{}", e),
             Ok(ls) => {
                 // Voxelise only grids of test size (a valid huge grid is the memory plan's job).
@@ -167,7 +163,7 @@ proptest! {
     #[test]
     fn damaged_checkpoints_are_refused_without_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..256), flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..8)) {
         let _ = Checkpoint::from_bytes(&bytes);
-        let ls = load(BASE, &[]).unwrap();
+        let ls = parse(BASE, &[]).unwrap();
         let s = sim_core::build::cpu(&ls).unwrap();
         let mut b = s.checkpoint().to_bytes();
         for (at, x) in flips {

@@ -2,8 +2,10 @@
 //! README documents every key and matches the files; `KEYS` matches the serde types; bad input
 //! gives one clear error line naming file, line, key and what is valid.
 
+mod common;
+use common::{ov, parse};
 use sim_core::domain::{self, Domain};
-use sim_core::scene::{self, LoadedScene, SceneError, KEYS};
+use sim_core::scene::{self, KEYS};
 use sim_core::schemes::Scheme;
 use std::path::{Path, PathBuf};
 
@@ -23,14 +25,6 @@ fn shipped_files() -> Vec<PathBuf> {
 
 fn readme() -> String {
     std::fs::read_to_string(scenes_dir().join("README.md")).expect("scenes/README.md exists")
-}
-
-fn ov(sets: &[(&str, &str)]) -> Vec<(String, String)> {
-    sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
-}
-
-fn parse(text: &str, sets: &[(&str, &str)]) -> Result<LoadedScene, SceneError> {
-    scene::from_str(text, "bad.toml", PathBuf::from("."), &ov(sets))
 }
 
 /// The Display string of the error a scene gives; panics if it loads.

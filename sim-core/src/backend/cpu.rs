@@ -345,7 +345,7 @@ pub struct CpuSolver<L: Lat, S: Store> {
     _l: PhantomData<L>,
 }
 
-/// A grid's place as one slab of a multi-GPU run ([`super::cuda_multi`]): coordinate offset
+/// A grid's place as one slab of a multi-GPU run ([`super::cuda::multi`]): coordinate offset
 /// (wrapping) and `1 + axis` of the two halo layers that are not updated (0: a whole grid).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Slab {

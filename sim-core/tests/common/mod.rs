@@ -1,11 +1,21 @@
 #![allow(dead_code)]
 pub mod gate;
-use sim_core::scene::{self, LoadedScene};
+use sim_core::scene::{self, LoadedScene, SceneError};
 use sim_core::Solver;
+use std::path::PathBuf;
+
+/// `--set` overrides as the scene loader takes them.
+pub fn ov(sets: &[(&str, &str)]) -> Vec<(String, String)> {
+    sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+}
+
+/// Scene text with `--set` overrides, named `bad.toml` in its errors.
+pub fn parse(text: &str, sets: &[(&str, &str)]) -> Result<LoadedScene, SceneError> {
+    scene::from_str(text, "bad.toml", PathBuf::from("."), &ov(sets))
+}
 
 pub fn scene(text: &str, overrides: &[(&str, &str)]) -> LoadedScene {
-    let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-    scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &ov).unwrap_or_else(|e| panic!("{e}"))
+    scene::from_str(text, "test.toml", PathBuf::from("."), &ov(overrides)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn solver(text: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
@@ -21,8 +31,7 @@ pub fn shipped(name: &str, overrides: &[(&str, &str)]) -> Box<dyn Solver> {
 #[allow(dead_code)]
 pub fn shipped_scene(name: &str, overrides: &[(&str, &str)]) -> LoadedScene {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenes").join(name);
-    let ov: Vec<(String, String)> = overrides.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
-    scene::load(&path, &ov).unwrap_or_else(|e| panic!("{e}"))
+    scene::load(&path, &ov(overrides)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Largest difference of density and velocity between two solvers' fields.
@@ -37,4 +46,16 @@ pub fn max_field_diff(a: &dyn Solver, b: &dyn Solver) -> (f64, f64) {
         }
     }
     (dr, du)
+}
+
+/// Cells of a disc (2D) or ball (3D) around `c`.
+pub fn ball(s: &dyn Solver, c: [f32; 3], r: f32) -> Vec<usize> {
+    let d = s.domain();
+    (0..d.cells())
+        .filter(|&i| {
+            let p = d.coords(i);
+            let dims = d.lattice.dims();
+            (0..dims).map(|a| (p[a] as f32 - c[a]).powi(2)).sum::<f32>() <= r * r
+        })
+        .collect()
 }
