@@ -26,4 +26,4 @@ pub mod solver;
 
 pub use bricks::{BrickClass, BrickMap};
 pub use edit::{CellEdit, EditReport, EditTo};
-pub use solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
+pub use solver::{Adaptive, Compressed, CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};

@@ -219,54 +219,23 @@ pub trait Solver: Send {
         let d = self.domain();
         BrickMap::classify(d, BrickMap::default_brick(d.lattice.dims()))
     }
-    /// Compression ratio and memory of a backend that keeps its state compressed; `None` (the
+    /// The compressed-subgrid side of a run that keeps its state compressed; `None` (the
     /// default) for the dense backends.
-    fn compression(&self) -> Option<CompressionInfo> {
+    fn compressed(&self) -> Option<&dyn Compressed> {
         None
     }
-    /// The forest of an adaptive run (leaves per level, their boxes, time in refinement);
-    /// `None` (the default) for the uniform-grid backends.
-    fn amr(&self) -> Option<crate::amr::AmrInfo> {
+    /// [`Self::compressed`], to change its thresholds or budget.
+    fn compressed_mut(&mut self) -> Option<&mut dyn Compressed> {
         None
     }
-    /// [`Self::amr`] without the leaves' boxes (`boxes` empty): the counts and times only.
-    /// Cheap where the forest lives on a device (no copy of the mesh), so a bench can read it
-    /// between every batch of steps.
-    fn amr_counts(&self) -> Option<crate::amr::AmrInfo> {
-        self.amr()
+    /// The adaptive-block side of a run on a forest of blocks; `None` (the default) for the
+    /// uniform-grid backends.
+    fn adaptive(&self) -> Option<&dyn Adaptive> {
+        None
     }
-    /// Change an adaptive run's criterion, finest level asked for, interval and frozen levels;
-    /// the forest adapts to them at once. The uniform-grid backends refuse.
-    ///
-    /// # Errors
-    /// A run without adaptive blocks, or settings outside what the run allows (the message
-    /// says what is valid).
-    fn set_amr(&mut self, settings: &crate::amr::AmrSettings) -> Result<(), SolverError> {
-        let _ = settings;
-        Err(SolverError::Param("this run has no adaptive blocks; set [amr] enabled = true in the scene (or --set amr.enabled=true)".into()))
-    }
-    /// Set the compression threshold tau of every subgrid (it takes effect at the next
-    /// compression). The dense backends refuse.
-    ///
-    /// # Errors
-    /// A backend that does not compress, or a tau that is not a finite number >= 0.
-    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
-        let _ = tau;
-        Err(SolverError::Param(
-            "this run is not compressed; set [compression] enabled = true in the scene (or --set compression.enabled=true)".into(),
-        ))
-    }
-    /// Limit the bytes a compressing backend's state may take (`None`: no limit); checked after
-    /// every step, the backend raising thresholds where the state outgrows it. The dense
-    /// backends refuse.
-    ///
-    /// # Errors
-    /// A backend that does not compress.
-    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
-        let _ = budget;
-        Err(SolverError::Param(
-            "this run is not compressed, so it has no memory budget; set [compression] enabled = true in the scene (or --set compression.enabled=true)".into(),
-        ))
+    /// [`Self::adaptive`], to change its criterion, levels or interval.
+    fn adaptive_mut(&mut self) -> Option<&mut dyn Adaptive> {
+        None
     }
     /// Wait until queued steps have finished (device backends queue work asynchronously).
     ///
@@ -302,6 +271,90 @@ pub trait Solver: Send {
     /// [`SolverError::Edit`] for a cell outside the domain, an inlet, outlet or moving-wall
     /// cell, a boundary wall made fluid, or a 16th obstacle; device errors.
     fn edit_cells(&mut self, edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError>;
+}
+
+/// A run that keeps its state compressed (compressed subgrids): what it reports and what a
+/// user may change while it runs.
+pub trait Compressed {
+    /// Compression ratio, memory, thresholds and budget.
+    fn compression(&self) -> CompressionInfo;
+    /// Set the compression threshold tau of every subgrid (it takes effect at the next
+    /// compression).
+    ///
+    /// # Errors
+    /// A tau that is not a finite number >= 0.
+    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError>;
+    /// Limit the bytes the state may take (`None`: no limit); checked after every step, the
+    /// thresholds rising where the state outgrows it.
+    ///
+    /// # Errors
+    /// A budget the backend cannot hold.
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError>;
+}
+
+/// A run on adaptive blocks: its forest and the settings a user may change while it runs.
+pub trait Adaptive {
+    /// The forest (leaves per level, their boxes, time in refinement).
+    fn amr(&self) -> crate::amr::AmrInfo;
+    /// [`Self::amr`] without the leaves' boxes (`boxes` empty): the counts and times only.
+    /// Cheap where the forest lives on a device (no copy of the mesh), so a bench can read it
+    /// between every batch of steps.
+    fn amr_counts(&self) -> crate::amr::AmrInfo {
+        self.amr()
+    }
+    /// Change the criterion, finest level asked for, interval and frozen levels; the forest
+    /// adapts to them at once.
+    ///
+    /// # Errors
+    /// Settings outside what the run allows (the message says what is valid).
+    fn set_amr(&mut self, settings: &crate::amr::AmrSettings) -> Result<(), SolverError>;
+}
+
+/// The extensions reached from any solver, with one refusal where a run lacks them.
+impl dyn Solver + '_ {
+    /// [`Compressed::compression`] of a compressed run.
+    #[must_use]
+    pub fn compression(&self) -> Option<CompressionInfo> {
+        self.compressed().map(Compressed::compression)
+    }
+    /// [`Adaptive::amr`] of an adaptive run.
+    #[must_use]
+    pub fn amr(&self) -> Option<crate::amr::AmrInfo> {
+        self.adaptive().map(Adaptive::amr)
+    }
+    /// [`Adaptive::amr_counts`] of an adaptive run.
+    #[must_use]
+    pub fn amr_counts(&self) -> Option<crate::amr::AmrInfo> {
+        self.adaptive().map(Adaptive::amr_counts)
+    }
+    /// [`Adaptive::set_amr`]; a run without adaptive blocks refuses.
+    ///
+    /// # Errors
+    /// No adaptive blocks, or settings the run does not allow.
+    pub fn set_amr(&mut self, settings: &crate::amr::AmrSettings) -> Result<(), SolverError> {
+        let not = || SolverError::Param("this run has no adaptive blocks; set [amr] enabled = true in the scene".into());
+        self.adaptive_mut().ok_or_else(not)?.set_amr(settings)
+    }
+    /// [`Compressed::set_compression_tau`]; a dense run refuses.
+    ///
+    /// # Errors
+    /// Not compressed, or a tau that is not a finite number >= 0.
+    pub fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        let not = || SolverError::Param("this run is not compressed; set [compression] enabled = true in the scene".into());
+        self.compressed_mut().ok_or_else(not)?.set_compression_tau(tau)
+    }
+    /// [`Compressed::set_compression_budget`]; a dense run refuses.
+    ///
+    /// # Errors
+    /// Not compressed.
+    pub fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        let not = || {
+            SolverError::Param(
+                "this run is not compressed, so it has no memory budget; set [compression] enabled = true in the scene".into(),
+            )
+        };
+        self.compressed_mut().ok_or_else(not)?.set_compression_budget(budget)
+    }
 }
 
 /// The collision kind of a parameter set, for display.

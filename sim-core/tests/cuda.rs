@@ -727,7 +727,7 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     s.step(30).unwrap();
     let st = s.stats();
     assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
-    let c = s.compression().unwrap();
+    let c = sim_core::Compressed::compression(&s);
     eprintln!("after 30 steps: ratio {:.2}, tau {:?}, host {} bytes", c.ratio, c.tau, s.host_bytes());
     // A checkpoint restores into the dense CUDA solver and back: exactly where tau is still 0,
     // within the raised tau's loss where the budget raised it (a restore compresses again).
@@ -755,11 +755,11 @@ fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
     s.step(10).unwrap();
     let before = s.ring_bytes();
     // A tight budget: the ring shrinks, the records that no longer fit spill and tau rises.
-    Solver::set_compression_budget(&mut s, Some(dense * 3 / 4)).unwrap();
+    sim_core::Compressed::set_compression_budget(&mut s, Some(dense * 3 / 4)).unwrap();
     let tight = s.ring_bytes();
     assert!(tight < before, "the ring shrank: {before} -> {tight}");
     s.step(10).unwrap();
-    let c = s.compression().unwrap();
+    let c = sim_core::Compressed::compression(&s);
     assert_eq!(c.budget, Some(dense * 3 / 4));
     assert_eq!(c.per_subgrid.len(), c.subgrids);
     let shells_and_records: u64 = c.per_subgrid.iter().map(|p| p.bytes).sum();
@@ -768,10 +768,10 @@ fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
     let st = s.stats();
     assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
     // Too small a budget is refused and changes nothing.
-    assert!(Solver::set_compression_budget(&mut s, Some(1000)).is_err());
+    assert!(sim_core::Compressed::set_compression_budget(&mut s, Some(1000)).is_err());
     assert_eq!(s.ring_bytes(), tight);
     // No budget again: the ring grows back and every record returns to the device.
-    Solver::set_compression_budget(&mut s, None).unwrap();
+    sim_core::Compressed::set_compression_budget(&mut s, None).unwrap();
     s.step(2).unwrap();
     assert!(s.ring_bytes() > tight);
     assert_eq!(s.host_bytes(), 0, "every record is back in the ring");

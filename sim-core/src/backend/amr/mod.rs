@@ -693,6 +693,12 @@ fn footprint_obstacles(dom: &Domain, max: u8, dims: usize, c: [f64; 3], l: u8) -
 const CKPT_MAGIC: &[u8; 8] = b"ESOAMR01";
 
 impl<L: Lat> Solver for AmrSolver<L> {
+    fn adaptive(&self) -> Option<&dyn crate::solver::Adaptive> {
+        Some(self)
+    }
+    fn adaptive_mut(&mut self) -> Option<&mut dyn crate::solver::Adaptive> {
+        Some(self)
+    }
     fn info(&self) -> SolverInfo {
         let (leaves, _, capacity) = self.counts();
         let precision = self.lbm.borrow().storage();
@@ -751,47 +757,6 @@ impl<L: Lat> Solver for AmrSolver<L> {
 
     fn fields(&self) -> Fields {
         self.fill_fields()
-    }
-
-    fn amr(&self) -> Option<AmrInfo> {
-        Some(self.refresh_info(true))
-    }
-
-    fn amr_counts(&self) -> Option<AmrInfo> {
-        Some(self.refresh_info(false))
-    }
-
-    fn set_amr(&mut self, s: &AmrSettings) -> Result<(), SolverError> {
-        let bad = |m: String| Err(SolverError::Param(m));
-        if !(s.threshold.is_finite() && s.threshold > 0.0) {
-            return bad(format!("amr threshold {}: must be a number above 0", s.threshold));
-        }
-        if !(s.coarsen > 0.0 && s.coarsen <= 1.0) {
-            return bad(format!("amr coarsen {}: must be above 0 and at most 1 (1: no hysteresis)", s.coarsen));
-        }
-        if s.max_level > self.max_level {
-            return bad(format!(
-                "amr max level {}: this run's grid is fixed at level {} (amr.max_level in the scene); choose 0 to {}",
-                s.max_level, self.max_level, self.max_level
-            ));
-        }
-        if let Some(&l) = s.frozen.iter().find(|&&l| l > self.max_level) {
-            return bad(format!("frozen level {l}: this run has levels 0 to {}", self.max_level));
-        }
-        for l in 0..=self.max_level {
-            self.lbm_mut().freeze_level(l, s.frozen.contains(&l)).map_err(|e| SolverError::Param(e.to_string()))?;
-        }
-        self.crit.field = s.field;
-        self.crit.threshold = s.threshold;
-        self.crit.coarsen = s.coarsen;
-        self.crit.max_level = s.max_level;
-        self.crit.every = s.interval;
-        if let Some(nw) = self.near_wall.as_mut() {
-            nw.level = self.near_wall_level.min(s.max_level);
-        }
-        // At once, so that a paused run shows what the settings do (one level per adaptation).
-        self.adapt();
-        Ok(())
     }
 
     fn write_frame(
@@ -1131,3 +1096,44 @@ fn ordered_blocks(f: &BlockForest) -> Vec<((u8, [i32; 3]), u32)> {
 
 #[cfg(test)]
 mod tests;
+
+impl<L: Lat> crate::solver::Adaptive for AmrSolver<L> {
+    fn amr(&self) -> AmrInfo {
+        self.refresh_info(true)
+    }
+    fn amr_counts(&self) -> AmrInfo {
+        self.refresh_info(false)
+    }
+    fn set_amr(&mut self, s: &AmrSettings) -> Result<(), SolverError> {
+        let bad = |m: String| Err(SolverError::Param(m));
+        if !(s.threshold.is_finite() && s.threshold > 0.0) {
+            return bad(format!("amr threshold {}: must be a number above 0", s.threshold));
+        }
+        if !(s.coarsen > 0.0 && s.coarsen <= 1.0) {
+            return bad(format!("amr coarsen {}: must be above 0 and at most 1 (1: no hysteresis)", s.coarsen));
+        }
+        if s.max_level > self.max_level {
+            return bad(format!(
+                "amr max level {}: this run's grid is fixed at level {} (amr.max_level in the scene); choose 0 to {}",
+                s.max_level, self.max_level, self.max_level
+            ));
+        }
+        if let Some(&l) = s.frozen.iter().find(|&&l| l > self.max_level) {
+            return bad(format!("frozen level {l}: this run has levels 0 to {}", self.max_level));
+        }
+        for l in 0..=self.max_level {
+            self.lbm_mut().freeze_level(l, s.frozen.contains(&l)).map_err(|e| SolverError::Param(e.to_string()))?;
+        }
+        self.crit.field = s.field;
+        self.crit.threshold = s.threshold;
+        self.crit.coarsen = s.coarsen;
+        self.crit.max_level = s.max_level;
+        self.crit.every = s.interval;
+        if let Some(nw) = self.near_wall.as_mut() {
+            nw.level = self.near_wall_level.min(s.max_level);
+        }
+        // At once, so that a paused run shows what the settings do (one level per adaptation).
+        self.adapt();
+        Ok(())
+    }
+}

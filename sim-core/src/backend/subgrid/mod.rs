@@ -566,6 +566,12 @@ impl<L: Lat> SubgridSolver<L> {
 }
 
 impl<L: Lat> Solver for SubgridSolver<L> {
+    fn compressed(&self) -> Option<&dyn crate::solver::Compressed> {
+        Some(self)
+    }
+    fn compressed_mut(&mut self) -> Option<&mut dyn crate::solver::Compressed> {
+        Some(self)
+    }
     fn info(&self) -> SolverInfo {
         let cells = self.dom.cells() as f64;
         let bytes = self.bytes();
@@ -610,25 +616,6 @@ impl<L: Lat> Solver for SubgridSolver<L> {
                 Stats::unreadable(self.t)
             }
         }
-    }
-    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
-        self.set_tau(tau)
-    }
-    fn compression(&self) -> Option<CompressionInfo> {
-        let (lo, hi) = self.subs.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
-        Some(CompressionInfo {
-            ratio: self.ratio(),
-            bytes: self.bytes() as u64,
-            dense_bytes: self.dense_bytes() as u64,
-            subgrids: self.subs.len(),
-            tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
-            budget: self.budget,
-            per_subgrid: self.subgrid_stats(),
-        })
-    }
-    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
-        self.set_budget(budget);
-        Ok(())
     }
     fn params(&self) -> Params {
         self.params.clone()
@@ -847,3 +834,25 @@ fn load_core(core: &Core, cs: [usize; 3]) -> Result<std::borrow::Cow<'_, [f32]>,
 
 #[cfg(test)]
 mod tests;
+
+impl<L: Lat> crate::solver::Compressed for SubgridSolver<L> {
+    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        self.set_tau(tau)
+    }
+    fn compression(&self) -> CompressionInfo {
+        let (lo, hi) = self.subs.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
+        CompressionInfo {
+            ratio: self.ratio(),
+            bytes: self.bytes() as u64,
+            dense_bytes: self.dense_bytes() as u64,
+            subgrids: self.subs.len(),
+            tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
+            budget: self.budget,
+            per_subgrid: self.subgrid_stats(),
+        }
+    }
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        self.set_budget(budget);
+        Ok(())
+    }
+}

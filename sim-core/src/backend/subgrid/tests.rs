@@ -185,9 +185,9 @@ fn the_solver_trait_matches_the_dense_solver_without_compression() {
     assert_eq!((info.lattice, info.scheme, info.precision), (Lattice::D3Q19, Scheme::EsotericPull, Precision::Fp32));
     assert_eq!(info.memory_bytes, s.bytes() as u64);
     assert!((info.bytes_per_cell - s.bytes() as f64 / d.domain().cells() as f64).abs() < 1e-9);
-    let c = s.compression().unwrap();
+    let c = s.compressed().map(|c| c.compression()).unwrap();
     assert_eq!((c.bytes, c.subgrids, c.tau), (s.bytes() as u64, s.subgrid_ratios().len(), (0.0, 0.0)));
-    assert!(d.compression().is_none());
+    assert!(d.compressed().is_none());
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn a_state_over_the_budget_raises_tau_for_the_largest_subgrids_and_runs_on() {
     assert!(s.subgrid_taus().iter().all(|&t| t == TAU_CAP), "{:?}", s.subgrid_taus());
     assert!(s.budget_warned);
     assert!(!s.stats().blown_up());
-    assert_eq!(s.compression().unwrap().tau, (TAU_CAP, TAU_CAP));
+    assert_eq!(s.compressed().map(|c| c.compression()).unwrap().tau, (TAU_CAP, TAU_CAP));
 }
 
 #[test]
@@ -363,7 +363,7 @@ fn per_subgrid_stats_sum_to_the_totals() {
     let mut s = SubgridSolver::from_dense(&d, [17, 14, 20], Some(Thresholds { tau: 1e-6 })).unwrap();
     s.set_budget(Some(s.bytes() as u64 * 9 / 10));
     Solver::step(&mut s, 2).unwrap();
-    let c = s.compression().unwrap();
+    let c = s.compressed().map(|c| c.compression()).unwrap();
     let per = &c.per_subgrid;
     assert_eq!(per.len(), c.subgrids);
     assert_eq!(per.len(), 4 * 3 * 2, "68 x 36 x 36 in subgrids of 17 x 14 x 20");
@@ -382,9 +382,9 @@ fn per_subgrid_stats_sum_to_the_totals() {
     assert_eq!(per.iter().map(|p| (p.origin, p.size, p.ratio)).collect::<Vec<_>>(), s.subgrid_ratios());
     assert_eq!(per.iter().map(|p| p.tau).collect::<Vec<_>>(), s.subgrid_taus());
     // The budget goes through the trait too.
-    Solver::set_compression_budget(&mut s, None).unwrap();
-    assert_eq!(s.compression().unwrap().budget, None);
-    assert!(Solver::set_compression_budget(&mut d, Some(1)).is_err(), "a dense solver has no budget");
+    crate::solver::Compressed::set_compression_budget(&mut s, None).unwrap();
+    assert_eq!(s.compressed().map(|c| c.compression()).unwrap().budget, None);
+    assert!((&mut d as &mut dyn Solver).set_compression_budget(Some(1)).is_err(), "a dense solver has no budget");
 }
 
 const SCENE: &str = r#"
@@ -413,7 +413,7 @@ fn scenes_build_the_subgrid_solver_and_budgets_are_checked_before_building() {
     let mut s = crate::build::cpu(&load(&[])).unwrap();
     assert_eq!(s.info().backend, "cpu-subgrid");
     s.step(3).unwrap();
-    let c = s.compression().unwrap();
+    let c = s.compressed().map(|c| c.compression()).unwrap();
     assert_eq!((c.subgrids, c.tau, c.budget), (8, (1e-5, 1e-5), None));
     assert!(c.ratio > 2.0, "ratio {}", c.ratio);
     // The estimate is close to what the built state takes.
@@ -432,5 +432,5 @@ fn scenes_build_the_subgrid_solver_and_budgets_are_checked_before_building() {
     assert!(m.contains("but the budget is 10.0 KB") && m.contains("raise compression.tau") && m.contains("domain.size"), "{m}");
     // Within budget: built, with the budget in force.
     let s = crate::build::cpu(&load(&[("compression.memory_budget", "1 GB")])).unwrap();
-    assert_eq!(s.compression().unwrap().budget, Some(1_000_000_000));
+    assert_eq!(s.compressed().map(|c| c.compression()).unwrap().budget, Some(1_000_000_000));
 }

@@ -610,6 +610,12 @@ impl CudaSubgridSolver {
 }
 
 impl Solver for CudaSubgridSolver {
+    fn compressed(&self) -> Option<&dyn crate::solver::Compressed> {
+        Some(self)
+    }
+    fn compressed_mut(&mut self) -> Option<&mut dyn crate::solver::Compressed> {
+        Some(self)
+    }
     fn info(&self) -> SolverInfo {
         let cells = self.dom.cells() as f64;
         let bytes = self.bytes();
@@ -667,25 +673,6 @@ impl Solver for CudaSubgridSolver {
     }
     fn synchronize(&self) -> Result<(), SolverError> {
         self.lock()?.stream.synchronize().map_err(derr("waiting for the GPU"))
-    }
-    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
-        self.set_tau(tau)
-    }
-    fn compression(&self) -> Option<CompressionInfo> {
-        let per_subgrid = self.subgrid_stats();
-        let (lo, hi) = per_subgrid.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
-        Some(CompressionInfo {
-            ratio: self.ratio(),
-            bytes: self.bytes(),
-            dense_bytes: self.dense_bytes(),
-            subgrids: per_subgrid.len(),
-            tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
-            budget: self.budget,
-            per_subgrid,
-        })
-    }
-    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
-        self.set_budget(budget)
     }
     fn params(&self) -> Params {
         self.params.clone()
@@ -789,3 +776,25 @@ pub fn from_scene(ls: &crate::scene::LoadedScene) -> Result<CudaSubgridSolver, S
 
 #[cfg(test)]
 mod tests;
+
+impl crate::solver::Compressed for CudaSubgridSolver {
+    fn set_compression_tau(&mut self, tau: f32) -> Result<(), SolverError> {
+        self.set_tau(tau)
+    }
+    fn compression(&self) -> CompressionInfo {
+        let per_subgrid = self.subgrid_stats();
+        let (lo, hi) = per_subgrid.iter().fold((f32::INFINITY, 0.0f32), |(lo, hi), s| (lo.min(s.tau), hi.max(s.tau)));
+        CompressionInfo {
+            ratio: self.ratio(),
+            bytes: self.bytes(),
+            dense_bytes: self.dense_bytes(),
+            subgrids: per_subgrid.len(),
+            tau: if self.compress { (lo, hi) } else { (0.0, 0.0) },
+            budget: self.budget,
+            per_subgrid,
+        }
+    }
+    fn set_compression_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
+        self.set_budget(budget)
+    }
+}
