@@ -1536,7 +1536,7 @@ fn ui_compression_tau_on_a_dense_run_says_how_to_turn_it_on() {
     assert!(h.state().snap.as_ref().is_some_and(|s| s.compression.is_none()));
     assert!(h.query_all_by_label("compression tau").next().is_none(), "no compression slider on a dense run");
     h.state_mut().set_compression_tau(1e-5);
-    run_until(&mut h, "a refusal", |a| a.messages().iter().any(|m| m.error && m.text.contains("compression.enabled=true")));
+    run_until(&mut h, "a refusal", |a| a.messages().iter().any(|m| m.error && m.text.contains("[compression] enabled = true")));
 }
 
 // ---- Compression panel: switch, subgrid outlines, plots, reference run -----------------------
