@@ -124,7 +124,7 @@ fn info() -> anyhow::Result<ExitCode> {
             println!("  largest D3Q19 Esoteric-Pull FP32 cube `esoflow run` fits (memory plan, with exports): {}^3 cells", n[0]);
         }
     }
-    match sim_core::backend::cuda::probe() {
+    match sim_core::build::gpu_available() {
         Ok(d) => {
             println!("backend cuda: available");
             println!("  device:  {} (compute capability {}.{})", d.name, d.cc.0, d.cc.1);

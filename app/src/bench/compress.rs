@@ -134,7 +134,7 @@ pub fn bench_compress(
     let mlups = (cells as f64 * steps as f64) / secs / 1e6;
     let step_ms = cells as f64 / (mlups * 1e6) * 1e3;
     let (planes, q, n) = ddf_planes(solver.as_ref())?;
-    let gpu = sim_core::backend::cuda::probe().ok();
+    let gpu = sim_core::build::gpu_available().ok();
     let device =
         gpu.as_ref().map_or_else(|| format!("{} (CPU reference codec)", crate::cpu_name()), |d| format!("{} (CUDA codec)", d.name));
     let rho = density(&planes, q, cells);

@@ -163,12 +163,12 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let cuda = match a.backend {
         BackendChoice::Cpu => false,
         BackendChoice::Cuda => {
-            if let Err(why) = sim_core::backend::cuda::probe() {
+            if let Err(why) = sim_core::build::gpu_available() {
                 bail!("--backend cuda: {why}");
             }
             true
         }
-        BackendChoice::Auto => sim_core::backend::cuda::probe().is_ok(),
+        BackendChoice::Auto => sim_core::build::gpu_available().is_ok(),
     };
     if a.gpus > 1 {
         if !cuda {
@@ -188,7 +188,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let (device, copy) = if cuda {
-        let d = sim_core::backend::cuda::probe().map_err(anyhow::Error::msg)?;
+        let d = sim_core::build::gpu_available().map_err(anyhow::Error::msg)?;
         eprintln!("measuring device-to-device copy bandwidth ...");
         (format!("{} (sm_{}{})", d.name, d.cc.0, d.cc.1), sim_core::backend::cuda::copy_bandwidth_gbs().map_err(anyhow::Error::msg)?)
     } else {
@@ -390,7 +390,7 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             box_fits(l, Scheme::EsotericPull, p, box_size(l, a.size), Place::Gpus(1))?;
         }
     }
-    let d = cuda::probe().map_err(anyhow::Error::msg)?;
+    let d = sim_core::build::gpu_available().map_err(anyhow::Error::msg)?;
     let device = format!("{} (sm_{}{})", d.name, d.cc.0, d.cc.1);
     eprintln!("measuring device-to-device copy bandwidth ...");
     let copy = cuda::copy_bandwidth_gbs().map_err(anyhow::Error::msg)?;

@@ -45,7 +45,7 @@ struct Row {
 /// # Errors
 /// Scene errors, no GPU, a budget that cannot hold the state.
 pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], raw: bool, csv: Option<&PathBuf>) -> anyhow::Result<()> {
-    let gpu = sim_core::backend::cuda::probe().map_err(|e| anyhow::anyhow!("--subgrids runs on the GPU: {e}"))?;
+    let gpu = sim_core::build::gpu_available().map_err(|e| anyhow::anyhow!("--subgrids runs on the GPU: {e}"))?;
     let mut sets = sets.to_vec();
     sets.push("compression.enabled=true".into());
     let ls = crate::solvers::load_scene(Some(scene), &sets)?;
