@@ -20,6 +20,8 @@
 #define KIND_MOVING 2u
 #define KIND_INLET 3u
 #define KIND_OUTLET 4u
+#define KIND_SPONGE 5u
+#define SPONGE_STRENGTH 0.2f
 #define FLAG_NEAR 8u
 
 typedef unsigned long long u64;
@@ -284,8 +286,8 @@ __device__ __forceinline__ void collide_with(float* f, const Params& p) {
 __device__ __forceinline__ void collide(float* f, const Params& p) { collide_with<DEF_FORCE != 0>(f, p); }
 
 // ---------------------------------------------------------------- boundaries
-struct Inlet { int axis, inward, profile; float ux, uy, uz; int lo[3], hi[3]; };
-struct Outlet { int axis, inward; float density; };
+struct Inlet { int axis, inward, profile; float ux, uy, uz; int lo[3], hi[3]; int sponge, layer; };
+struct Outlet { int axis, inward; float density; int sponge, layer, inflow; };
 
 __device__ __forceinline__ void inlet_velocity(const Inlet& b, u32 x, u32 y, u32 z, float* u) {
     float s = 1.0f;
@@ -326,6 +328,34 @@ __device__ __forceinline__ void boundary_moments(const float* f, unsigned char f
         u[axis] = (1.0f - known / rho) * (float)inward;
         rho_m1 = rho - 1.0f;
     }
+}
+
+// The absorbing layer in front of an inlet or outlet, after the collision of a KIND_SPONGE cell
+// whose incoming DDFs had density rho_m1 + 1 and velocity u (sim-core/src/backend/cell.rs,
+// `absorb`): f_i -= s (feq_i(rho, u) - feq_i(rho_t, u_t)), s falling off quadratically over
+// the layer; the target is the outlet's density with the opposite inlet's velocity (the cell's
+// own where there is none), or the inlet's velocity at the cell's density.
+__device__ __forceinline__ void absorb(float* f, unsigned char flag, u32 x, u32 y, u32 z, float rho_m1, float ux, float uy, float uz, const Inlet* inlets, const Outlet* outlets) {
+    const u32 id = flag >> 4;
+    const u32 p[3] = {x, y, z};
+    int axis, layer, width;
+    float rt = rho_m1, ut[3] = {ux, uy, uz};
+    if (id & 8u) {
+        const Inlet& b = inlets[id & 7u];
+        axis = b.axis; layer = b.layer; width = b.sponge;
+        inlet_velocity(b, x, y, z, ut);
+    } else {
+        const Outlet& o = outlets[id & 7u];
+        axis = o.axis; layer = o.layer; width = o.sponge;
+        rt = o.density - 1.0f;
+        if (o.inflow >= 0) inlet_velocity(inlets[o.inflow], x, y, z, ut);
+    }
+    const int d = abs((int)p[axis] - layer);
+    if (d < 1 || d > width) return;
+    const float r = (float)(width + 1 - d) / (float)width;
+    const float s = SPONGE_STRENGTH * r * r;
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) f[i] -= s * (equilibrium_one(i, rho_m1, ux, uy, uz) - equilibrium_one(i, rt, ut[0], ut[1], ut[2]));
 }
 
 // Ladd's moving wall: f_i += 6 w_i (c_i . u_w) for DDFs that came from a moving wall.
@@ -369,11 +399,76 @@ __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx
 #endif
 }
 
+// ---------------------------------------------------------------- interpolated walls
+// Interpolated bounce-back (Bouzidi, Firdaouss and Lallemand 2001) on the links from fluid cells
+// into obstacles with an exact shape; sim-core/src/walls.rs explains the rule and mirrors it.
+// `links` (never null): [C, mask, cells[C] ascending, first link[C + 1], q as float bits[L]];
+// `mask` has bit k set for obstacle id k with interpolated walls. `lsave[l]` holds f*_k(x) of
+// link l (the outgoing DDF away from the wall, as stored) from the step before.
+__device__ __forceinline__ bool curved_link(u32 mask, unsigned char f) { return (f & FLAG_KIND) == KIND_SOLID && ((mask >> (f >> 4)) & 1u); }
+
+// First link of cell n (binary search over the cells with links), or -1.
+__device__ __forceinline__ int link_first(const u32* __restrict__ links, idx_t n) {
+    const u32 c = links[0];
+    const u32* cells = links + 2;
+    u32 lo = 0u, hi = c;
+    while (lo < hi) {
+        const u32 mid = (lo + hi) >> 1;
+        if ((idx_t)cells[mid] < n) lo = mid + 1u; else hi = mid;
+    }
+    return (lo < c && (idx_t)cells[lo] == n) ? (int)links[2u + c + lo] : -1;
+}
+
+// One link: a = f*_d(x) (halfway value), up = f*_d(x - c_d), kept = f*_k(x); thin when x - c_d
+// is solid (no upstream value: halfway for q < 1/2).
+__device__ __forceinline__ float bouzidi(float q, float a, float up, float kept, bool thin) {
+    if (q < 0.5f) return thin ? a : 2.0f * q * a + (1.0f - 2.0f * q) * up;
+    const float s = 0.5f / q;
+    return s * a + (1.0f - s) * kept;
+}
+
+// Replace the values that came back from curved walls in the incoming DDFs f (halfway
+// bounce-back applied) of a cell whose first link is l0; with `acc`, add the momentum exchanged
+// over those links, c_d (f*_d(x) + f_k(x)) (Wen et al. 2014 for walls at rest).
+__device__ __forceinline__ void curved_walls(float* f, int l0, const idx_t* j, const unsigned char* __restrict__ flags, const u32* __restrict__ links, const float* __restrict__ lsave, double* acc) {
+    const u32 mask = links[1], c = links[0];
+    const float* q = (const float*)(links + 3u + 2u * c);
+    int l = l0;
+#pragma unroll
+    for (int d = 1; d < DEF_Q; d++) {
+        const unsigned char nf = flags[j[d]];
+        if (!curved_link(mask, nf)) continue;
+        const int k = (int)opposite((u32)d);
+        const float a = f[k];
+        const float back = bouzidi(q[l], a, f[d], lsave[l], is_solid(flags[j[k]]));
+        f[k] = back;
+        if (acc) {
+            const double v = (double)(a + lat_w(d)) + (double)(back + lat_w(k));
+            const u32 id = nf >> 4;
+            if (lat_cx(d)) atomicAdd(&acc[3 * id], (double)lat_cx(d) * v);
+            if (lat_cy(d)) atomicAdd(&acc[3 * id + 1], (double)lat_cy(d) * v);
+            if (lat_cz(d)) atomicAdd(&acc[3 * id + 2], (double)lat_cz(d) * v);
+        }
+        l++;
+    }
+}
+
+// After the collision: keep f*_k(x) of each link of the cell, rounded as the buffer stores it.
+__device__ __forceinline__ void keep_links(const float* f, int l0, const idx_t* j, const unsigned char* __restrict__ flags, const u32 mask, float* __restrict__ lsave) {
+    int l = l0;
+#pragma unroll
+    for (int d = 1; d < DEF_Q; d++) {
+        if (!curved_link(mask, flags[j[d]])) continue;
+        lsave[l++] = dec(enc(f[opposite((u32)d)]));
+    }
+}
+
 // Collide one non-solid cell that touches a boundary (its incoming DDFs in f, halfway
 // bounce-back already applied): moving walls, inlet/outlet equilibrium or the collision, then
-// the momentum exchange with obstacles summed into `acc` (shared, 3 doubles per obstacle id).
+// the momentum exchange with obstacles summed into `acc` (shared, 3 doubles per obstacle id),
+// except over the links of obstacles in `cmask` (curved_walls sums those).
 // With `mom`, the cell's fields go there first (store_moments; `n` is the cell's index).
-__device__ __forceinline__ void update_boundary_cell(float* f, unsigned char flag, u32 x, u32 y, u32 z, const idx_t* j, const unsigned char* __restrict__ flags, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* acc, float* __restrict__ mom = nullptr, idx_t n = 0) {
+__device__ __forceinline__ void update_boundary_cell(float* f, unsigned char flag, u32 x, u32 y, u32 z, const idx_t* j, const unsigned char* __restrict__ flags, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* acc, float* __restrict__ mom = nullptr, idx_t n = 0, u32 cmask = 0u) {
     moving_walls(f, flags, j, walls);
     const u32 k = flag & FLAG_KIND;
     if (k == KIND_INLET || k == KIND_OUTLET) {
@@ -381,6 +476,12 @@ __device__ __forceinline__ void update_boundary_cell(float* f, unsigned char fla
         boundary_moments(f, flag, x, y, z, inlets, outlets, rho_m1, u);
         if (mom) store_moments(mom, n, rho_m1, u[0], u[1], u[2]);
         equilibrium(rho_m1, u[0], u[1], u[2], f);
+    } else if (k == KIND_SPONGE) {
+        float rho_m1, ux, uy, uz;
+        moments(f, p.fx, p.fy, p.fz, rho_m1, ux, uy, uz);
+        if (mom) store_moments(mom, n, rho_m1, ux, uy, uz);
+        collide(f, p);
+        absorb(f, flag, x, y, z, rho_m1, ux, uy, uz, inlets, outlets);
     } else {
         if (mom) store_cell_moments(mom, n, f, p);
         collide(f, p);
@@ -388,7 +489,7 @@ __device__ __forceinline__ void update_boundary_cell(float* f, unsigned char fla
 #pragma unroll
     for (int i = 1; i < DEF_Q; i++) {
         const unsigned char df = flags[j[i]];
-        if ((df & FLAG_KIND) == KIND_SOLID && (df >> 4) > 0) {
+        if ((df & FLAG_KIND) == KIND_SOLID && (df >> 4) > 0 && !curved_link(cmask, df)) {
             const double v = 2.0 * (double)(f[i] + lat_w(i));
             const u32 id = df >> 4;
             if (lat_cx(i)) atomicAdd(&acc[3 * id], (double)lat_cx(i) * v);

@@ -43,10 +43,11 @@ __device__ __forceinline__ void lean_cell(fpxx* __restrict__ fi, fpxx* __restric
     for (int i = 0; i < DEF_Q; i++) stf(fo + store_slot(i, n, j, odd), enc(f[i]));
 }
 
-// A brick with boundaries: bounce-back, moving walls, inlets/outlets, obstacle forces (summed
-// per brick in shared memory `acc`, then once into `forces`). Every thread of the block calls it.
+// A brick with boundaries: bounce-back (interpolated on the `links`, see common.cuh), moving
+// walls, inlets/outlets, obstacle forces (summed per brick in shared memory `acc`, then once
+// into `forces`). Every thread of the block calls it.
 // With `mom`, every fluid cell's fields go there too (store_moments).
-__device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 brick, const unsigned char* __restrict__ flags, bool odd, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, double* acc, float* __restrict__ mom) {
+__device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __restrict__ fo, u32 brick, const unsigned char* __restrict__ flags, bool odd, const Params& p, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, const u32* __restrict__ links, float* __restrict__ lsave, double* acc, float* __restrict__ mom) {
     if (threadIdx.x < 48) acc[threadIdx.x] = 0.0;
     __syncthreads();
     u32 x, y, z;
@@ -59,12 +60,16 @@ __device__ __forceinline__ void boundary_brick(fpxx* __restrict__ fi, fpxx* __re
         const bool near = flag & FLAG_NEAR;
         float f[DEF_Q];
         load_incoming(fi, n, j, odd, near, flags, f);
+        const u32 cmask = links[1];
+        const int l0 = near && cmask ? link_first(links, n) : -1;
+        if (l0 >= 0) curved_walls(f, l0, j, flags, links, lsave, acc);
         if (near) {
-            update_boundary_cell(f, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc, mom, n);
+            update_boundary_cell(f, flag, x, y, z, j, flags, p, walls, inlets, outlets, acc, mom, n, cmask);
         } else {
             if (mom) store_cell_moments(mom, n, f, p);
             collide(f, p);
         }
+        if (l0 >= 0) keep_links(f, l0, j, flags, cmask, lsave);
 #pragma unroll
         for (int i = 0; i < DEF_Q; i++) stf(fo + store_slot(i, n, j, odd), enc(f[i]));
     }
@@ -84,20 +89,20 @@ extern "C" __global__ void __launch_bounds__(BRICK_THREADS, DEF_MIN_BLOCKS) stre
 }
 
 // Bricks with boundaries.
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, float* __restrict__ mom) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_boundary(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, const u32* __restrict__ links, float* __restrict__ lsave, float* __restrict__ mom) {
     __shared__ double acc[16 * 3];
     const Params p = {tau, cs, fx, fy, fz};
-    boundary_brick(fi, fo, bricks[blockIdx.x], flags, t & 1ull, p, walls, inlets, outlets, forces, acc, mom);
+    boundary_brick(fi, fo, bricks[blockIdx.x], flags, t & 1ull, p, walls, inlets, outlets, forces, links, lsave, acc, mom);
 }
 
 // Every brick in one launch, in memory order: each block takes the lean or the boundary path by
 // its brick's class (a block-uniform branch: no divergence, plain bricks read no flags).
-extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, float* __restrict__ mom) {
+extern "C" __global__ void __launch_bounds__(BRICK_THREADS) stream_collide_fused(fpxx* __restrict__ fi, fpxx* __restrict__ fo, const u32* __restrict__ bricks, const unsigned char* __restrict__ flags, const u64 t, const float tau, const float cs, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, double* __restrict__ forces, const u32* __restrict__ links, float* __restrict__ lsave, float* __restrict__ mom) {
     __shared__ double acc[16 * 3];
     const Params p = {tau, cs, fx, fy, fz};
     const u32 brick = bricks[blockIdx.x];
     if (brick & BRICK_BOUNDARY) {
-        boundary_brick(fi, fo, brick, flags, t & 1ull, p, walls, inlets, outlets, forces, acc, mom);
+        boundary_brick(fi, fo, brick, flags, t & 1ull, p, walls, inlets, outlets, forces, links, lsave, acc, mom);
     } else {
         u32 x, y, z;
         if (brick_cell(brick, x, y, z)) lean_cell(fi, fo, x, y, z, t & 1ull, p, mom);
@@ -413,7 +418,7 @@ __device__ __forceinline__ idx_t box_cell(const u64 t, const u32 x0, const u32 y
 
 // Density and velocity of cell n from its incoming DDFs (parity-aware) into the four planes
 // rho, ux, uy, uz of N floats each.
-__device__ __forceinline__ void cell_fields(const idx_t n, const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
+__device__ __forceinline__ void cell_fields(const idx_t n, const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, const u32* __restrict__ links, const float* __restrict__ lsave, float* __restrict__ out) {
     const unsigned char flag = flags[n];
     if (is_solid(flag)) {
         out[n] = 1.0f; out[DEF_N + n] = 0.0f; out[2 * DEF_N + n] = 0.0f; out[3 * DEF_N + n] = 0.0f;
@@ -425,6 +430,10 @@ __device__ __forceinline__ void cell_fields(const idx_t n, const fpxx* __restric
     float f[DEF_Q];
     const bool near = flag & FLAG_NEAR;
     load_incoming(fi, n, j, t & 1ull, near, flags, f);
+    if (near && links[1]) {
+        const int l0 = link_first(links, n);
+        if (l0 >= 0) curved_walls(f, l0, j, flags, links, lsave, nullptr);
+    }
     if (near) moving_walls(f, flags, j, walls);
     float rho_m1, u[3];
     const u32 k = flag & FLAG_KIND;
@@ -439,18 +448,45 @@ __device__ __forceinline__ void cell_fields(const idx_t n, const fpxx* __restric
     out[3 * DEF_N + n] = u[2];
 }
 
+// Read every interpolated-wall link's f*_k(x) from the state before step t (after a start, a
+// restore or an edit): the value x + c_k loads along c_k in that step (for LBM-Swap with a
+// solid x + c_k, where the skipped swap left it at x). One thread per cell with links.
+extern "C" __global__ void links_refresh(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u32* __restrict__ links, float* __restrict__ lsave, const u64 t) {
+    const u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 cells = links[0], mask = links[1];
+    if (c >= cells) return;
+    const idx_t n = links[2u + c];
+    idx_t j[DEF_Q];
+    neighbours((u32)(n % DEF_NX), (u32)((n / DEF_NX) % DEF_NY), (u32)(n / ((idx_t)DEF_NX * DEF_NY)), j);
+    u32 l = links[2u + cells + c];
+    for (int d = 1; d < DEF_Q; d++) {
+        if (!curved_link(mask, flags[j[d]])) continue;
+        const int k = (int)opposite((u32)d);
+        const idx_t m = j[k];
+        idx_t slot;
+#if DEF_SCHEME == SCHEME_SWAP
+        slot = is_solid(flags[m]) ? (idx_t)d * DEF_N + n : (idx_t)k * DEF_N + m;
+#else
+        idx_t jm[DEF_Q];
+        neighbours((u32)(m % DEF_NX), (u32)((m / DEF_NX) % DEF_NY), (u32)(m / ((idx_t)DEF_NX * DEF_NY)), jm);
+        slot = load_slot(k, m, jm, t & 1ull);
+#endif
+        lsave[l++] = dec(ldf(fi + slot));
+    }
+}
+
 // Density and velocity of every cell; only when a frame or the stats need them.
-extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out) {
+extern "C" __global__ void fields(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, const u32* __restrict__ links, const float* __restrict__ lsave, float* __restrict__ out) {
     const idx_t n = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < DEF_N) cell_fields(n, fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
+    if (n < DEF_N) cell_fields(n, fi, flags, t, fx, fy, fz, walls, inlets, outlets, links, lsave, out);
 }
 
 // The same for the cells of one box (box_cell): the slabs around the planes of a frame that
 // shows slices only.
-extern "C" __global__ void fields_box(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out,
+extern "C" __global__ void fields_box(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, const u32* __restrict__ links, const float* __restrict__ lsave, float* __restrict__ out,
                                       const u32 x0, const u32 y0, const u32 z0, const u32 ex, const u32 ey, const u32 ez) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (u64)ex * ey * ez) cell_fields(box_cell(i, x0, y0, z0, ex, ey), fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
+    if (i < (u64)ex * ey * ez) cell_fields(box_cell(i, x0, y0, z0, ex, ey), fi, flags, t, fx, fy, fz, walls, inlets, outlets, links, lsave, out);
 }
 
 // Cell i of the lattice of every s-th cell along each axis (m[0] x m[1] x m[2] points, x
@@ -462,7 +498,7 @@ __device__ __forceinline__ idx_t lattice_cell(const u64 i, const u32 s, const u3
 // Density and velocity at the lattice points and their six neighbours (the central differences
 // of vorticity and Q read them; wrapped around the grid as derived_value wraps): thread i takes
 // neighbour i / points (0 the point itself, then -x, +x, -y, +y, -z, +z) of point i % points.
-extern "C" __global__ void fields_lattice(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, float* __restrict__ out,
+extern "C" __global__ void fields_lattice(const fpxx* __restrict__ fi, const unsigned char* __restrict__ flags, const u64 t, const float fx, const float fy, const float fz, const float* __restrict__ walls, const Inlet* __restrict__ inlets, const Outlet* __restrict__ outlets, const u32* __restrict__ links, const float* __restrict__ lsave, float* __restrict__ out,
                                           const u32 s, const u32 mx, const u32 my, const u32 mz) {
     const u64 points = (u64)mx * my * mz;
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -475,7 +511,7 @@ extern "C" __global__ void fields_lattice(const fpxx* __restrict__ fi, const uns
         const u32 a = (k - 1u) / 2u;
         p[a] = (k & 1u) ? (p[a] + dims[a] - 1u) % dims[a] : (p[a] + 1u) % dims[a];
     }
-    cell_fields(idx3(p[0], p[1], p[2]), fi, flags, t, fx, fy, fz, walls, inlets, outlets, out);
+    cell_fields(idx3(p[0], p[1], p[2]), fi, flags, t, fx, fy, fz, walls, inlets, outlets, links, lsave, out);
 }
 
 // One derived field at fluid cell `n` from the velocity planes of `fl`: which = 0 vorticity

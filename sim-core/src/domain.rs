@@ -20,6 +20,25 @@ pub mod kind {
     pub const INLET: u8 = 3;
     /// Density outlet (equilibrium boundary).
     pub const OUTLET: u8 = 4;
+    /// Fluid in the absorbing layer in front of an inlet or outlet; the id says which: bit 3
+    /// set for inlet `id & 7`, clear for outlet `id & 7`.
+    pub const SPONGE: u8 = 5;
+}
+
+/// Strength of an absorbing layer next to its face: the relaxation towards the target state per
+/// step. It falls off quadratically over the layer, so that the layer itself reflects little.
+pub const SPONGE_STRENGTH: f32 = 0.2;
+
+/// Relaxation strength of an absorbing layer of `width` cells at `d` cells (1..=width) from its
+/// face.
+#[inline(always)]
+#[must_use]
+pub fn sponge_strength(d: usize, width: usize) -> f32 {
+    if d == 0 || d > width {
+        return 0.0;
+    }
+    let s = (width + 1 - d) as f32 / width as f32;
+    SPONGE_STRENGTH * s * s
 }
 
 /// Flag bit: the cell is not plain fluid or has a solid neighbour.
@@ -70,6 +89,10 @@ pub struct Inlet {
     pub profile: Profile,
     /// For each axis: first and last open cell of the face (for the parabolic profile).
     pub open: [(usize, usize); 3],
+    /// Cells of the absorbing layer in front of the face (0: none).
+    pub sponge: usize,
+    /// The face's layer on its axis (0 or n - 1).
+    pub layer: usize,
 }
 
 impl Inlet {
@@ -104,6 +127,13 @@ pub struct Outlet {
     pub inward: i32,
     /// Density.
     pub density: f32,
+    /// Cells of the absorbing layer in front of the face (0: none).
+    pub sponge: usize,
+    /// The face's layer on its axis (0 or n - 1).
+    pub layer: usize,
+    /// The inlet on the opposite face, whose velocity the absorbing layer relaxes towards
+    /// (none: the cell's own velocity).
+    pub inflow: Option<usize>,
 }
 
 /// The voxelised domain.
@@ -123,6 +153,12 @@ pub struct Domain {
     pub outlets: Vec<Outlet>,
     /// Obstacle names; obstacle id `k` is `obstacles[k - 1]`.
     pub obstacles: Vec<String>,
+    /// Exact shapes of the obstacles with interpolated walls (same order as `obstacles`; None:
+    /// a staircase of voxels). Empty where a solver keeps every wall half-way.
+    pub surfaces: Vec<Option<crate::walls::Surface>>,
+    /// Where this grid's cell (0, 0, 0) lies in the scene's coordinates (the surfaces'): zero,
+    /// except for one slab of a multi-GPU run.
+    pub surfaces_at: [f64; 3],
     /// Reference density: the scene's `initial.density` (1 for [`Domain::periodic`]), the
     /// centre of the band a sane state's density stays in ([`crate::Stats::sanity`]).
     pub rho0: f32,
@@ -175,6 +211,8 @@ impl Domain {
             inlets: Vec::new(),
             outlets: Vec::new(),
             obstacles: Vec::new(),
+            surfaces: Vec::new(),
+            surfaces_at: [0.0; 3],
             rho0: 1.0,
         };
         d.mark_near();
@@ -212,11 +250,13 @@ impl Domain {
                 let inward = if at_max { -1 } else { 1 };
                 let flag = match (pass, face.kind) {
                     (0, FaceKind::Inlet) => {
-                        d.inlets.push(Inlet { axis, inward, velocity: face.velocity.0, profile: face.profile, open });
+                        let (sponge, layer) = (face.sponge as usize, if at_max { n[axis] - 1 } else { 0 });
+                        d.inlets.push(Inlet { axis, inward, velocity: face.velocity.0, profile: face.profile, open, sponge, layer });
                         make_flag(kind::INLET, d.inlets.len() - 1)
                     }
                     (0, FaceKind::Outlet) => {
-                        d.outlets.push(Outlet { axis, inward, density: face.density });
+                        let (sponge, layer) = (face.sponge as usize, if at_max { n[axis] - 1 } else { 0 });
+                        d.outlets.push(Outlet { axis, inward, density: face.density, sponge, layer, inflow: None });
                         make_flag(kind::OUTLET, d.outlets.len() - 1)
                     }
                     (1, FaceKind::MovingWall) => {
@@ -263,7 +303,24 @@ impl Domain {
                 }
             });
             d.obstacles.push(o.display_name(k));
+            // Compressed subgrids, adaptive blocks and LBM-Ghost keep walls half-way.
+            let dense = !s.compression.enabled && !s.amr.enabled && s.solver.scheme != crate::schemes::Scheme::Ghost;
+            d.surfaces.push(match s.solver.walls {
+                crate::walls::WallMode::Interpolated if dense => {
+                    Some(crate::walls::Surface::of(o, dims, &ls.base_dir).map_err(|message| SceneError {
+                        file: ls.origin.clone(),
+                        line: None,
+                        key: format!("obstacles.{k}"),
+                        message,
+                    })?)
+                }
+                _ => None,
+            });
         }
+        for o in &mut d.outlets {
+            o.inflow = d.inlets.iter().position(|b| b.axis == o.axis && b.inward == -o.inward);
+        }
+        d.paint_sponges();
         if !d.flags.par_iter().any(|&f| !is_solid(f)) {
             return Err(SceneError {
                 file: ls.origin.clone(),
@@ -276,6 +333,40 @@ impl Domain {
         }
         d.mark_near();
         Ok(d)
+    }
+
+    /// Mark the fluid cells of the absorbing layers in front of inlets and outlets
+    /// ([`kind::SPONGE`]).
+    fn paint_sponges(&mut self) {
+        let layers: Vec<(usize, usize, usize, u8)> = self
+            .outlets
+            .iter()
+            .enumerate()
+            .map(|(k, o)| (o.axis, o.layer, o.sponge, make_flag(kind::SPONGE, k)))
+            .chain(self.inlets.iter().enumerate().map(|(k, b)| (b.axis, b.layer, b.sponge, make_flag(kind::SPONGE, 8 + k))))
+            .filter(|l| l.2 > 0)
+            .collect();
+        if layers.is_empty() {
+            return;
+        }
+        let n = self.n;
+        let plane = n[0] * n[1];
+        self.flags.par_chunks_mut(plane).enumerate().for_each(|(z, fl)| {
+            for y in 0..n[1] {
+                for x in 0..n[0] {
+                    let f = &mut fl[x + n[0] * y];
+                    if kind_of(*f) != kind::FLUID {
+                        continue;
+                    }
+                    let p = [x, y, z];
+                    for &(axis, layer, width, flag) in &layers {
+                        if (1..=width).contains(&p[axis].abs_diff(layer)) {
+                            *f = flag;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// Recompute the [`NEAR`] bits after flags changed.

@@ -23,6 +23,7 @@ pub mod precision;
 pub mod scene;
 pub mod schemes;
 pub mod solver;
+pub mod walls;
 
 pub use bricks::{BrickClass, BrickMap};
 pub use edit::{CellEdit, EditReport, EditTo};

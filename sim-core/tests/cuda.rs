@@ -668,7 +668,10 @@ fn gpu_subgrids_without_compression_equal_the_dense_cuda_solver() {
     // Inlet, outlet, walls, a moving wall, a sphere; uneven subgrids (the last slab of an axis
     // takes the remainder) and one subgrid spanning a periodic axis alone.
     for (text, g) in [(SCENE_3D, [13, 8, 7]), (SCENE_3D, [20, 30, 9]), (SCENE_ROWS_3D, [16, 9, 40])] {
-        let ls = scene(text, &[("domain.lattice", "D3Q19"), ("solver.scheme", "esoteric_pull"), ("solver.precision", "fp32")]);
+        let ls = scene(
+            text,
+            &[("domain.lattice", "D3Q19"), ("solver.scheme", "esoteric_pull"), ("solver.precision", "fp32"), ("solver.walls", "staircase")],
+        );
         let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
         let mut s = gpu_subgrids(&ls, g, None, None);
         for steps in [1u64, 1, 37] {
@@ -690,7 +693,7 @@ fn gpu_subgrids_without_compression_equal_the_dense_cuda_solver() {
 }
 
 fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
-    let ls = scene(SCENE_ROWS_3D, &[("domain.size", "[70, 40, 38]"), ("fluid.force", "[0.0, 0.0, 0.0]")]);
+    let ls = scene(SCENE_ROWS_3D, &[("domain.size", "[70, 40, 38]"), ("fluid.force", "[0.0, 0.0, 0.0]"), ("solver.walls", "staircase")]);
     let mut d = cuda::CudaSolver::from_scene(&ls).unwrap();
     let mut s = gpu_subgrids(&ls, [36, 20, 19], Some(1e-6), None);
     let m0 = s.stats().mass;
@@ -717,7 +720,7 @@ fn gpu_compressed_subgrids_conserve_mass_and_stay_close() {
 }
 
 fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip() {
-    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]"), ("solver.walls", "staircase")]);
     // A budget barely above the fixed part: the ring wraps around every step and records spill
     // to the host until the budget raises tau; the run goes on.
     let dense = (19 * 4 * 96 * 44 * 40) as u64;
@@ -749,7 +752,7 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
 }
 
 fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
-    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]")]);
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]"), ("solver.walls", "staircase")]);
     let dense = (19 * 4 * 96 * 44 * 40) as u64;
     let mut s = gpu_subgrids(&ls, [32, 22, 20], Some(1e-6), None);
     s.step(10).unwrap();

@@ -43,16 +43,17 @@ fn checkpoints_resume_bit_exactly_for_every_scheme_and_precision() {
 
 #[test]
 fn a_checkpoint_of_one_scheme_resumes_in_another() {
-    let mut a = solver(SCENE, &[("solver.scheme", "esoteric_pull")]);
-    a.step(123).unwrap();
-    let ck = a.checkpoint();
     for s in Scheme::ALL {
-        let mut b = solver(SCENE, &[("solver.scheme", s.name()), ("solver.ghost_block", "8")]);
+        // LBM-Ghost keeps obstacle walls half-way: its checkpoints are compared on staircase walls.
+        let walls = if s == Scheme::Ghost { "staircase" } else { "interpolated" };
+        let mut a = solver(SCENE, &[("solver.scheme", "esoteric_pull"), ("solver.walls", walls)]);
+        a.step(123).unwrap();
+        let ck = a.checkpoint();
+        let mut b = solver(SCENE, &[("solver.scheme", s.name()), ("solver.ghost_block", "8"), ("solver.walls", walls)]);
         b.restore(&ck).unwrap();
         assert_eq!(b.checkpoint(), ck, "{s}");
         b.step(77).unwrap();
-        a.step(0).unwrap();
-        let mut c = solver(SCENE, &[("solver.scheme", "esoteric_pull")]);
+        let mut c = solver(SCENE, &[("solver.scheme", "esoteric_pull"), ("solver.walls", walls)]);
         c.restore(&ck).unwrap();
         c.step(77).unwrap();
         let (dr, du) = max_field_diff(b.as_ref(), c.as_ref());

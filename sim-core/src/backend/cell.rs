@@ -3,8 +3,9 @@
 //! values a streaming scheme loaded for it.
 
 use crate::collision::{collide, equilibrium, moments, CollideParams};
-use crate::domain::{id_of, kind, kind_of, Inlet, Outlet, NEAR};
+use crate::domain::{id_of, kind, kind_of, sponge_strength, Inlet, Outlet, NEAR};
 use crate::lattice::{opposite, Lat, MAX_Q};
+use crate::walls::{Links, NO_LINKS};
 
 /// Per-obstacle force accumulators (index = obstacle id, 0 unused).
 pub(crate) type Forces = [[f64; 3]; 16];
@@ -31,6 +32,18 @@ pub(crate) struct Ctx<'a> {
     pub inlets: &'a [Inlet],
     pub outlets: &'a [Outlet],
     pub dims: usize,
+    /// Interpolated wall links ([`crate::walls`]); their obstacles' forces are summed when the
+    /// links are applied, not after the collision.
+    pub links: &'a Links,
+    /// f*_k(x) of every link, written by its cell after the collision.
+    pub save: Ptr<f32>,
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of a grid without interpolated walls.
+    pub(crate) fn halfway(p: CollideParams, walls: &'a [[f32; 3]], inlets: &'a [Inlet], outlets: &'a [Outlet], dims: usize) -> Self {
+        Ctx { p, walls, inlets, outlets, dims, links: &NO_LINKS, save: Ptr(std::ptr::null_mut()) }
+    }
 }
 
 /// Add the moving-wall momentum to DDFs that came from a moving wall (Ladd):
@@ -105,12 +118,16 @@ pub(crate) fn update_cell<L: Lat>(
     if k == kind::INLET || k == kind::OUTLET {
         let (rho_m1, u) = boundary_moments::<L>(f, flag, pos, ctx);
         equilibrium::<L>(rho_m1, u, f);
+    } else if k == kind::SPONGE {
+        let (rho_m1, u) = moments::<L>(f, ctx.p.force);
+        collide::<L>(f, &ctx.p);
+        absorb::<L>(f, flag, pos, rho_m1, u, ctx);
     } else {
         collide::<L>(f, &ctx.p);
     }
     for i in 1..L::Q {
         let df = nbr_flag(i);
-        if kind_of(df) == kind::SOLID && id_of(df) > 0 {
+        if kind_of(df) == kind::SOLID && id_of(df) > 0 && !Links::curved(ctx.links.mask, df) {
             let v = 2.0 * f64::from(f[i] + L::W[i]);
             let c = L::C[i];
             let acc = &mut force[id_of(df)];
@@ -118,6 +135,37 @@ pub(crate) fn update_cell<L: Lat>(
                 acc[a] += f64::from(c[a]) * v;
             }
         }
+    }
+}
+
+/// The absorbing layer in front of an inlet or outlet (after the collision of a
+/// [`kind::SPONGE`] cell whose incoming DDFs had density `rho_m1 + 1` and velocity `u`): relax the
+/// equilibrium part towards the layer's target, `f_i -= s (feq_i(rho, u) - feq_i(rho_t, u_t))`,
+/// with s from [`sponge_strength`]. In front of an outlet the target is the outlet's density and
+/// the velocity of the inlet on the opposite face at the cell's place (the cell's own velocity
+/// where there is none); in front of an inlet, the inlet's velocity at the cell's own density.
+/// Relaxing density and velocity together takes a sound wave out whole; relaxing one of them
+/// alone would turn part of it around.
+/// Pressure waves running into the face are damped instead of reflected (an absorbing layer as
+/// analysed by Xu and Sagaut 2013, "Analysis of the absorbing layers for the weakly-compressible
+/// lattice Boltzmann methods").
+#[inline(always)]
+pub(crate) fn absorb<L: Lat>(f: &mut [f32; MAX_Q], flag: u8, pos: [usize; 3], rho_m1: f32, u: [f32; 3], ctx: &Ctx) {
+    let id = id_of(flag);
+    let (axis, layer, width, rho_t, u_t) = if id & 8 == 0 {
+        let o = &ctx.outlets[id & 7];
+        let u_t = o.inflow.map_or(u, |i| ctx.inlets[i].velocity_at(pos, ctx.dims));
+        (o.axis, o.layer, o.sponge, o.density - 1.0, u_t)
+    } else {
+        let b = &ctx.inlets[id & 7];
+        (b.axis, b.layer, b.sponge, rho_m1, b.velocity_at(pos, ctx.dims))
+    };
+    let s = sponge_strength(pos[axis].abs_diff(layer), width);
+    let (mut a, mut b) = ([0.0f32; MAX_Q], [0.0f32; MAX_Q]);
+    equilibrium::<L>(rho_m1, u, &mut a);
+    equilibrium::<L>(rho_t, u_t, &mut b);
+    for i in 0..L::Q {
+        f[i] -= s * (a[i] - b[i]);
     }
 }
 

@@ -14,6 +14,7 @@ use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
 use crate::schemes::Scheme;
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use crate::walls::Links;
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
@@ -260,7 +261,15 @@ unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut F
                     }
                 }
                 let pos = [x.wrapping_add(off[0]), y.wrapping_add(off[1]), z.wrapping_add(off[2])];
-                update_cell::<L>(&mut f, flag, pos, |i| flags[nbr[i]], ctx, acc);
+                let nf = |i: usize| flags[nbr[i]];
+                let l0 = if flag & NEAR != 0 && ctx.links.mask != 0 { ctx.links.find(n) } else { None };
+                if let Some(l0) = l0 {
+                    ctx.links.apply::<L>(&mut f, l0, &|l| *ctx.save.at(l), &nf, Some(acc));
+                }
+                update_cell::<L>(&mut f, flag, pos, nf, ctx, acc);
+                if let Some(l0) = l0 {
+                    Links::each::<L>(ctx.links.mask, l0, &nf, |l, d| *ctx.save.at(l) = S::enc(f[opposite(d)]).dec());
+                }
                 for i in 0..L::Q {
                     *wr.at(store_slot::<P>(i, n, &nbr, odd, nn)) = S::enc(f[i]);
                 }
@@ -287,7 +296,7 @@ pub(crate) fn step_box<L: Lat>(
 ) -> Forces {
     let nn = bn[0] * bn[1] * bn[2];
     assert!(buf.len() >= L::Q * nn && flags.len() >= nn && bn.iter().all(|&b| b >= 3), "box buffer");
-    let ctx = Ctx { p: params.collide, walls: &params.walls, inlets: &dom.inlets, outlets: &dom.outlets, dims: L::D };
+    let ctx = Ctx::halfway(params.collide, &params.walls, &dom.inlets, &dom.outlets, L::D);
     let p = Ptr(buf.as_mut_ptr());
     let off = origin.map(|o| o.wrapping_sub(1));
     let rows: Vec<usize> = (1..bn[2] - 1).flat_map(|z| (1..bn[1] - 1).map(move |y| y + bn[1] * z)).collect();
@@ -342,6 +351,10 @@ pub struct CpuSolver<L: Lat, S: Store> {
     /// Where this grid lies in the scene's (a multi-GPU slab's halo layer 0 included; added,
     /// wrapping, to cell coordinates for inlet profiles) and its halo axis + 1 (0: none).
     place: Slab,
+    /// Interpolated wall links of the grid (none for LBM-Ghost and slabs).
+    links: Links,
+    /// f*_k(x) of every link (see [`crate::walls`]), as stored (rounded to the precision).
+    save: Vec<f32>,
     _l: PhantomData<L>,
 }
 
@@ -391,6 +404,8 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             params,
             last_forces: [[0.0; 3]; 16],
             place,
+            links: Links::default(),
+            save: Vec::new(),
             _l: PhantomData,
         };
         // Every cell's equilibrium, in parallel (a 512^3 grid has 134 million cells).
@@ -417,7 +432,56 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
                 unsafe { *out.at(this.slot(i, n, &nbr)) = S::enc(feq[i]) };
             }
         });
+        s.relink();
         s
+    }
+
+    /// Build the interpolated wall links from the domain's surfaces and read every link's
+    /// f*_k(x) from the state (after a start, a restore or an edit).
+    fn relink(&mut self) {
+        self.links = self.links_of_domain();
+        self.refresh_save();
+    }
+
+    /// The interpolated wall links of the grid's updated cells (a slab's halo layers are not);
+    /// none for LBM-Ghost, which keeps halfway walls.
+    fn links_of_domain(&self) -> Links {
+        if self.scheme == Scheme::Ghost {
+            return Links::default();
+        }
+        let (h, n) = (self.place.halo, self.dom.n);
+        Links::of_cells(&self.dom, &|p| h == 0 || (p[h - 1] != 0 && p[h - 1] + 1 != n[h - 1]))
+    }
+
+    /// Read every link's f*_k(x) from the state: the value x + c_k loads along c_k in the next
+    /// step (for LBM-Swap with a solid x + c_k, where the skipped swap left it at x).
+    fn refresh_save(&mut self) {
+        let mut save = vec![0.0f32; self.links.len()];
+        let flags = &self.dom.flags;
+        let nn = self.dom.cells();
+        let odd = self.t % 2 == 1;
+        for (ci, &cell) in self.links.cells.iter().enumerate() {
+            let x = cell as usize;
+            let nbr = self.nbr_of(x);
+            Links::each::<L>(self.links.mask, self.links.start[ci] as usize, &|i| flags[nbr[i]], |l, d| {
+                let k = opposite(d);
+                let m = nbr[k];
+                let slot = if self.scheme == Scheme::Swap && is_solid(flags[m]) {
+                    d * nn + x
+                } else {
+                    let nm = self.nbr_of(m);
+                    match self.scheme {
+                        Scheme::OneStepPull => load_slot::<OSP>(k, m, &nm, odd, nn),
+                        Scheme::Aa => load_slot::<AA>(k, m, &nm, odd, nn),
+                        Scheme::EsotericPull => load_slot::<EP>(k, m, &nm, odd, nn),
+                        Scheme::EsotericPush => load_slot::<EPUSH>(k, m, &nm, odd, nn),
+                        Scheme::Swap | Scheme::Ghost => load_slot::<SWAP>(k, m, &nm, odd, nn),
+                    }
+                };
+                save[l] = self.buf[self.cur][slot].dec();
+            });
+        }
+        self.save = save;
     }
 
     /// An Esoteric-Pull solver holding a given state (`F[i * cells + n]` at the parity of step
@@ -435,6 +499,8 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             params,
             last_forces,
             place: Slab::default(),
+            links: Links::default(),
+            save: Vec::new(),
             _l: PhantomData,
         }
     }
@@ -463,7 +529,16 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
     }
 
     fn ctx(&self) -> Ctx<'_> {
-        Ctx { p: self.params.collide, walls: &self.params.walls, inlets: &self.dom.inlets, outlets: &self.dom.outlets, dims: L::D }
+        Ctx {
+            p: self.params.collide,
+            walls: &self.params.walls,
+            inlets: &self.dom.inlets,
+            outlets: &self.dom.outlets,
+            dims: L::D,
+            links: &self.links,
+            // Written only by the step, where each link's cell writes its own entry.
+            save: Ptr(self.save.as_ptr().cast_mut()),
+        }
     }
 
     /// Neighbour indices of one cell (any cell, for gathers outside the step).
@@ -538,6 +613,9 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         }
         let nbr = self.nbr_of(n);
         let flags = &self.dom.flags;
+        if let Some(l0) = self.links.find(n) {
+            self.links.apply::<L>(&mut f, l0, &|l| self.save[l], &|i| flags[nbr[i]], None);
+        }
         moving_walls::<L>(&mut f, &|i| flags[nbr[i]], &self.params.walls);
         f
     }
@@ -632,13 +710,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
             }
             Scheme::Ghost => {
                 let g = self.ghost.take().expect("ghost layout");
-                let ctx = Ctx {
-                    p: self.params.collide,
-                    walls: &self.params.walls,
-                    inlets: &self.dom.inlets,
-                    outlets: &self.dom.outlets,
-                    dims: L::D,
-                };
+                let ctx = Ctx::halfway(self.params.collide, &self.params.walls, &self.dom.inlets, &self.dom.outlets, L::D);
                 let f = g.step::<L, S>(&mut self.buf[0], &ctx);
                 self.ghost = Some(g);
                 f
@@ -880,6 +952,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
             self.scatter_raw(n, &raw);
             k += 1;
         }
+        self.refresh_save();
         Ok(())
     }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
@@ -887,6 +960,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
         let mut buf = std::mem::take(&mut self.buf[cur]);
         let r = self.edit_via(edit, self.t, &mut HostIo(&mut buf));
         self.buf[cur] = buf;
+        self.relink();
         r
     }
 }
@@ -982,6 +1056,7 @@ impl<L: Lat, S: Store> Mirror for CpuSolver<L, S> {
             self.ghost = Some(g.rebuilt::<L>(&d));
         }
         self.dom = d;
+        self.links = self.links_of_domain();
     }
 }
 

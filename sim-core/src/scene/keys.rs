@@ -52,6 +52,13 @@ macro_rules! face {
                 "",
                 "inlet velocity profile across the open part of the face"
             ),
+            k!(
+                concat!($f, ".sponge"),
+                "integer >= 0, at most half the axis",
+                "0",
+                "cells",
+                "absorbing layer in front of an inlet or outlet: waves leave instead of bouncing back"
+            ),
         ]
     };
 }
@@ -71,7 +78,7 @@ const fn cat<const A: usize, const B: usize, const C: usize>(a: [KeyDoc; A], b: 
     out
 }
 
-const BASE: [KeyDoc; 31] = [
+const BASE: [KeyDoc; 32] = [
     k!("name", "string", "\"\"", "", "display name"),
     k!("description", "string", "\"\"", "", "what the scene shows"),
     k!("domain", "table", "", "", "grid"),
@@ -115,6 +122,13 @@ const BASE: [KeyDoc; 31] = [
     k!("solver.ghost_block", "integer 2 to 256", "16", "cells", "block edge of the LBM-Ghost scheme"),
     k!("solver.steps", "integer 0 to 10^12", "1000", "steps", "steps of `esoflow run` without --steps"),
     k!("solver.stats_every", "integer 1 to 10^12", "100", "steps", "interval of stats.csv rows"),
+    k!(
+        "solver.walls",
+        "\"interpolated\" | \"staircase\"",
+        "\"interpolated\"",
+        "",
+        "obstacle walls: interpolated bounce-back on the exact shape, or halfway on the voxels"
+    ),
     k!("obstacles", "array of tables", "[]", "", "solid shapes (at most 15); [[obstacles]] with shape = ..."),
     k!("obstacles.N.shape", "\"box\" | \"sphere\" | \"cylinder\" | \"stl\"", "(required)", "", "kind of shape"),
     k!("obstacles.N.name", "string", "shape and index", "", "name in force reports"),
@@ -214,13 +228,13 @@ const AMR: [KeyDoc; 12] = [
     ),
 ];
 
-const FACES: [KeyDoc; 30] = {
-    let a = cat::<5, 5, 10>(face!("boundaries.x_min"), face!("boundaries.x_max"));
-    let b = cat::<5, 5, 10>(face!("boundaries.y_min"), face!("boundaries.y_max"));
-    let c = cat::<5, 5, 10>(face!("boundaries.z_min"), face!("boundaries.z_max"));
-    cat::<20, 10, 30>(cat::<10, 10, 20>(a, b), c)
+const FACES: [KeyDoc; 36] = {
+    let a = cat::<6, 6, 12>(face!("boundaries.x_min"), face!("boundaries.x_max"));
+    let b = cat::<6, 6, 12>(face!("boundaries.y_min"), face!("boundaries.y_max"));
+    let c = cat::<6, 6, 12>(face!("boundaries.z_min"), face!("boundaries.z_max"));
+    cat::<24, 12, 36>(cat::<12, 12, 24>(a, b), c)
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 83] =
-    cat::<53, 30, 83>(cat::<41, 12, 53>(cat::<36, 5, 41>(cat::<31, 5, 36>(BASE, MORE), COMPRESSION), AMR), FACES);
+pub static KEYS: [KeyDoc; 90] =
+    cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES);

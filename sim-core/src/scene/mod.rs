@@ -127,6 +127,10 @@ pub struct Face {
     /// Inlet profile.
     #[serde(default)]
     pub profile: Profile,
+    /// Cells of the absorbing layer in front of an inlet or outlet (0: none): pressure waves
+    /// that reach the face are damped there instead of reflected.
+    #[serde(default)]
+    pub sponge: u32,
 }
 
 fn one() -> f32 {
@@ -136,7 +140,7 @@ fn one() -> f32 {
 impl Default for Face {
     /// A periodic face; the other fields take their documented defaults (density 1).
     fn default() -> Self {
-        Face { kind: FaceKind::default(), velocity: Vec3::default(), density: one(), profile: Profile::default() }
+        Face { kind: FaceKind::default(), velocity: Vec3::default(), density: one(), profile: Profile::default(), sponge: 0 }
     }
 }
 
@@ -260,6 +264,10 @@ pub struct SolverSpec {
     /// Interval of rows in stats.csv (steps).
     #[serde(default = "default_stats_every")]
     pub stats_every: u64,
+    /// How obstacles meet the fluid: interpolated bounce-back on their exact shape, or a
+    /// staircase of voxels.
+    #[serde(default)]
+    pub walls: crate::walls::WallMode,
 }
 
 fn default_precision() -> Precision {
@@ -291,6 +299,7 @@ impl Default for SolverSpec {
             ghost_block: default_ghost_block(),
             steps: default_steps(),
             stats_every: default_stats_every(),
+            walls: crate::walls::WallMode::default(),
         }
     }
 }

@@ -199,6 +199,29 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         if face.profile != Profile::Uniform && face.kind != FaceKind::Inlet {
             warnings.push(format!("boundaries.{name}.profile is ignored: only inlet faces use a profile (this face is {kind})"));
         }
+        if face.sponge > 0 {
+            let key = format!("boundaries.{name}.sponge");
+            if !matches!(face.kind, FaceKind::Inlet | FaceKind::Outlet) {
+                return e(&key, format!("absorbing layers lie in front of inlet and outlet faces, but this face is {kind}: remove sponge or make the face an inlet or outlet"));
+            }
+            if axis < size.len() && 2 * face.sponge as usize + 2 > size[axis] {
+                return e(
+                    &key,
+                    format!(
+                        "{} cells is more than half the domain along this face's axis ({} cells): give at most {}",
+                        face.sponge,
+                        size[axis],
+                        size[axis].saturating_sub(2) / 2
+                    ),
+                );
+            }
+            if s.amr.enabled || s.compression.enabled {
+                return e(
+                    &key,
+                    "absorbing layers run on dense grids: set sponge = 0, or amr.enabled and compression.enabled to false".into(),
+                );
+            }
+        }
     }
     if s.initial.kind == InitialKind::TaylorGreen3d && size.len() != 3 {
         return e("initial.kind", "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into());

@@ -93,9 +93,12 @@ pub fn stl_cells(path: &Path, n: [usize; 3], dims: usize, center: [f32; 3], size
     Ok(cells)
 }
 
-/// Voxelise a closed triangle mesh by ray parity along x, after scaling its bounding box so its
-/// longest edge is `size` cells and centring it on `center`.
-fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3], dims: usize, m: &mut [bool]) -> Result<(), String> {
+/// The triangles of a mesh in cell coordinates: its bounding box scaled so that the longest edge
+/// is `size` cells and centred on `center` (the rule of `shape = "stl"`).
+///
+/// # Errors
+/// A mesh of zero extent.
+pub fn place_mesh(tris: &[[[f32; 3]; 3]], center: [f32; 3], size: f32) -> Result<Vec<[[f64; 3]; 3]>, String> {
     let mut lo = [f32::MAX; 3];
     let mut hi = [f32::MIN; 3];
     for t in tris {
@@ -112,18 +115,18 @@ fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3],
     }
     let s = size / ext;
     let mid = [(lo[0] + hi[0]) * 0.5, (lo[1] + hi[1]) * 0.5, (lo[2] + hi[2]) * 0.5];
-    let map = |v: [f32; 3]| -> [f64; 3] {
-        let mut o = [0.0f64; 3];
-        for a in 0..3 {
-            o[a] = f64::from((v[a] - mid[a]) * s + center.0[a]);
-        }
-        o
-    };
+    let map = |v: [f32; 3]| -> [f64; 3] { std::array::from_fn(|a| f64::from((v[a] - mid[a]) * s + center[a])) };
+    Ok(tris.iter().map(|t| [map(t[0]), map(t[1]), map(t[2])]).collect())
+}
+
+/// Voxelise a closed triangle mesh by ray parity along x, after scaling its bounding box so its
+/// longest edge is `size` cells and centring it on `center`.
+fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3], dims: usize, m: &mut [bool]) -> Result<(), String> {
+    let placed = place_mesh(tris, center.0, size)?;
     // In 2D the mesh is sliced at z = center.z: use the 3D parity test on the plane z = centre.
     let zs: Vec<usize> = if dims == 2 { vec![0] } else { (0..n[2]).collect() };
     let mut hits: Vec<Vec<f64>> = vec![Vec::new(); n[1] * zs.len()];
-    for t in tris {
-        let p = [map(t[0]), map(t[1]), map(t[2])];
+    for p in &placed {
         let (ymin, ymax) = (p.iter().map(|v| v[1]).fold(f64::MAX, f64::min), p.iter().map(|v| v[1]).fold(f64::MIN, f64::max));
         let (zmin, zmax) = (p.iter().map(|v| v[2]).fold(f64::MAX, f64::min), p.iter().map(|v| v[2]).fold(f64::MIN, f64::max));
         let y0 = ymin.ceil().max(0.0) as usize;
@@ -137,7 +140,7 @@ fn voxelise_mesh(tris: &[[[f32; 3]; 3]], center: Vec3, size: f32, n: [usize; 3],
                 if zc < zmin || zc > zmax {
                     continue;
                 }
-                if let Some(x) = ray_x(&p, y as f64, zc) {
+                if let Some(x) = ray_x(p, y as f64, zc) {
                     hits[y + n[1] * zi].push(x);
                 }
             }

@@ -15,6 +15,7 @@ use crate::precision::Precision;
 use crate::scene::{LoadedScene, Profile};
 use crate::schemes::Scheme;
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
+use crate::walls::Links;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -39,6 +40,8 @@ pub(crate) struct GpuInlet {
     u: [f32; 3],
     lo: [i32; 3],
     hi: [i32; 3],
+    sponge: i32,
+    layer: i32,
 }
 
 #[repr(C)]
@@ -47,6 +50,9 @@ pub(crate) struct GpuOutlet {
     axis: i32,
     inward: i32,
     density: f32,
+    sponge: i32,
+    layer: i32,
+    inflow: i32,
 }
 
 struct Kernels {
@@ -68,6 +74,7 @@ struct Kernels {
     stats: CudaFunction,
     gather: CudaFunction,
     scatter: CudaFunction,
+    links_refresh: CudaFunction,
 }
 
 /// Registers per thread of the stream-collide kernels (lean, boundary, fused).
@@ -123,6 +130,11 @@ pub struct CudaSolver {
     ghost_src: CudaSlice<u64>,
     n_ghost: u32,
     bytes: u64,
+    /// Interpolated wall links (host copy, [`crate::walls::Links`]), packed on the device, and
+    /// each link's f*_k(x).
+    links: Links,
+    lk: CudaSlice<u32>,
+    lsave: CudaSlice<f32>,
 }
 
 impl CudaSolver {
@@ -260,6 +272,8 @@ impl CudaSolver {
         let walls = stream.alloc_zeros::<f32>(3 * 16).map_err(derr("allocating tables"))?;
         let inlets = stream.alloc_zeros::<u8>(16 * std::mem::size_of::<GpuInlet>()).map_err(derr("allocating tables"))?;
         let outlets = stream.alloc_zeros::<u8>(16 * std::mem::size_of::<GpuOutlet>()).map_err(derr("allocating tables"))?;
+        let lk = stream.clone_htod(&Links::default().packed()).map_err(derr("uploading wall links"))?;
+        let lsave = stream.alloc_zeros::<f32>(1).map_err(derr("allocating wall links"))?;
         let mut s = CudaSolver {
             mirror,
             dev,
@@ -290,10 +304,38 @@ impl CudaSolver {
             ghost_src,
             n_ghost: n_ghost as u32,
             bytes: (ddf_bytes * copies + cells + 16 * n_ghost) as u64,
+            links: Links::default(),
+            lk,
+            lsave,
         };
         s.upload_tables()?;
+        s.relink()?;
         stage.done("flags, lists and tables upload");
         Ok(s)
+    }
+
+    /// Build the interpolated wall links of the grid's updated cells (a slab's halo layers are
+    /// not), upload them and read every link's f*_k(x) from the state (after a start, a restore
+    /// or an edit). LBM-Ghost keeps halfway walls.
+    fn relink(&mut self) -> Result<(), SolverError> {
+        let d = self.mirror.domain();
+        let halo = self.cfg.halo;
+        let n = d.n;
+        self.links = if self.cfg.scheme == Scheme::Ghost {
+            Links::default()
+        } else {
+            Links::of_cells(d, &|p| halo == 0 || (p[halo - 1] != 0 && p[halo - 1] + 1 != n[halo - 1]))
+        };
+        self.lk = self.stream.clone_htod(&self.links.packed()).map_err(derr("uploading wall links"))?;
+        self.lsave = self.stream.alloc_zeros::<f32>(self.links.len().max(1)).map_err(derr("allocating wall links"))?;
+        let cells = self.links.cells.len();
+        if cells > 0 {
+            let mut b = self.stream.launch_builder(&self.k.links_refresh);
+            b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.lk).arg(&mut self.lsave).arg(&self.t);
+            // SAFETY: arguments match links_refresh; one thread per cell with links.
+            unsafe { b.launch(threads(cells)) }.map_err(derr("launching links_refresh"))?;
+        }
+        Ok(())
     }
 
     fn upload_tables(&mut self) -> Result<(), SolverError> {
@@ -303,7 +345,7 @@ impl CudaSolver {
             walls[3 * i..3 * i + 3].copy_from_slice(w);
         }
         let inl = gpu_inlets(d, self.shift);
-        let out = gpu_outlets(d);
+        let out = gpu_outlets(d, self.shift);
         self.stream.memcpy_htod(&walls, &mut self.walls).map_err(derr("uploading walls"))?;
         upload_pod(&self.stream, &inl, &mut self.inlets)?;
         upload_pod(&self.stream, &out, &mut self.outlets)
@@ -322,13 +364,25 @@ pub(crate) fn gpu_inlets(d: &Domain, shift: [i32; 3]) -> Vec<GpuInlet> {
             u: b.velocity,
             lo: [0, 1, 2].map(|a| b.open[a].0 as i32 + shift[a]),
             hi: [0, 1, 2].map(|a| b.open[a].1 as i32 + shift[a]),
+            sponge: b.sponge as i32,
+            layer: b.layer as i32 + shift[b.axis],
         })
         .collect()
 }
 
 /// The outlets of a domain as the kernels read them.
-pub(crate) fn gpu_outlets(d: &Domain) -> Vec<GpuOutlet> {
-    d.outlets.iter().map(|b| GpuOutlet { axis: b.axis as i32, inward: b.inward, density: b.density }).collect()
+pub(crate) fn gpu_outlets(d: &Domain, shift: [i32; 3]) -> Vec<GpuOutlet> {
+    d.outlets
+        .iter()
+        .map(|b| GpuOutlet {
+            axis: b.axis as i32,
+            inward: b.inward,
+            density: b.density,
+            sponge: b.sponge as i32,
+            layer: b.layer as i32 + shift[b.axis],
+            inflow: b.inflow.map_or(-1, |i| i as i32),
+        })
+        .collect()
 }
 
 impl CudaSolver {
@@ -442,7 +496,7 @@ impl CudaSolver {
         if n_bricks > 0 {
             let mut b = self.stream.launch_builder(heavy);
             b.arg(&self.f[src]).arg(&self.f[dst]).arg(bricks).arg(&self.flags).arg(&t).arg(&p.tau).arg(&p.cs).arg(&fx).arg(&fy).arg(&fz);
-            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.forces).arg(&mom);
+            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.forces).arg(&self.lk).arg(&mut self.lsave).arg(&mom);
             // SAFETY: as above (`mom` is null or the field planes, 4 x cells floats).
             unsafe { b.launch(grid(n_bricks)) }.map_err(derr("launching stream_collide"))?;
         }
@@ -532,7 +586,7 @@ impl CudaSolver {
         let p = self.params.collide;
         let mut b = self.stream.launch_builder(&self.k.fields_lattice);
         b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.t).arg(&p.force[0]).arg(&p.force[1]).arg(&p.force[2]);
-        b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(out);
+        b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.lk).arg(&self.lsave).arg(out);
         b.arg(&s).arg(&m[0]).arg(&m[1]).arg(&m[2]);
         // SAFETY: arguments match fields_lattice; its cells lie in the grid (wrapped), the
         // planes hold PLANES x cells floats.
@@ -557,7 +611,7 @@ impl CudaSolver {
             let (origin, ext) = slab_box(n, a, i, 1);
             let mut b = self.stream.launch_builder(&self.k.fields_box);
             b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.t).arg(&p.force[0]).arg(&p.force[1]).arg(&p.force[2]);
-            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(out);
+            b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.lk).arg(&self.lsave).arg(out);
             b.arg(&origin[0]).arg(&origin[1]).arg(&origin[2]).arg(&ext[0]).arg(&ext[1]).arg(&ext[2]);
             // SAFETY: arguments match fields_box; the box lies in the grid (wrapped), the planes
             // hold PLANES x cells floats.
@@ -579,7 +633,7 @@ impl CudaSolver {
         let cfg = threads(cells);
         let mut b = self.stream.launch_builder(&self.k.fields);
         b.arg(&self.f[self.cur]).arg(&self.flags).arg(&self.t).arg(&p.force[0]).arg(&p.force[1]).arg(&p.force[2]);
-        b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(planes);
+        b.arg(&self.walls).arg(&self.inlets).arg(&self.outlets).arg(&self.lk).arg(&self.lsave).arg(planes);
         // SAFETY: arguments match the kernel; planes hold PLANES x cells floats.
         unsafe { b.launch(cfg) }.map_err(derr("launching fields"))?;
         drop(b);
@@ -734,6 +788,7 @@ fn kernels_of(ctx: &Arc<CudaContext>, ptx: cudarc::nvrtc::Ptx, cfg: &KernelConfi
         stats: get("stats")?,
         gather: get("gather_slots")?,
         scatter: get("scatter_slots")?,
+        links_refresh: get("links_refresh")?,
         _module: module.keep(),
     })
 }
@@ -902,7 +957,8 @@ impl Solver for CudaSolver {
         self.t = *t;
         self.mirror.release();
         self.params = c.params.clone();
-        self.set_params(c.params.clone())
+        self.set_params(c.params.clone())?;
+        self.relink()
     }
 }
 
@@ -964,6 +1020,7 @@ impl CudaSolver {
         let report = self.mirror.edit_via_io(edit, self.t, &mut io)?;
         if !report.changed.is_empty() {
             self.reclassify()?;
+            self.relink()?;
         }
         Ok(report)
     }
@@ -1033,7 +1090,8 @@ impl CudaSolver {
     /// Replace the domain (same size, new flags or obstacles) and classify rows and bricks again.
     pub(crate) fn set_domain(&mut self, d: Domain) -> Result<(), SolverError> {
         self.mirror.set_domain(d);
-        self.reclassify()
+        self.reclassify()?;
+        self.relink()
     }
 }
 

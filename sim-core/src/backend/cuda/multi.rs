@@ -154,6 +154,8 @@ fn slab_domain(dom: &Domain, axis: usize, lo: usize, len: usize) -> Domain {
         inlets: dom.inlets.clone(),
         outlets: dom.outlets.clone(),
         obstacles: dom.obstacles.clone(),
+        surfaces: dom.surfaces.clone(),
+        surfaces_at: std::array::from_fn(|a| if a == axis { lo as f64 - 1.0 } else { 0.0 }),
         rho0: dom.rho0,
     }
 }

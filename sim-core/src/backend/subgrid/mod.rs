@@ -176,6 +176,12 @@ impl<L: Lat> SubgridSolver<L> {
         if dense.scheme() != Scheme::EsotericPull {
             return Err(SolverError::Backend(format!("compressed subgrids run Esoteric Pull, not {}", dense.scheme().name())));
         }
+        if dense.domain().surfaces.iter().any(Option::is_some) {
+            return Err(SolverError::Backend(
+                "compressed subgrids keep obstacle walls half-way (staircase): build the dense solver with solver.walls = \"staircase\""
+                    .into(),
+            ));
+        }
         let dom = dense.domain().clone();
         let n = dom.n;
         if (0..3).any(|a| g[a] < 3 || n[a] < 3) {

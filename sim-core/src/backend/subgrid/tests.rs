@@ -43,6 +43,8 @@ x_min = { type = "inlet", velocity = [0.05, 0.0, 0.0] }
 x_max = { type = "outlet" }
 y_min = "wall"
 y_max = { type = "moving_wall", velocity = [0.04, 0.0, 0.01] }
+[solver]
+walls = "staircase"
 [fluid]
 tau = 0.6
 [[obstacles]]
@@ -133,6 +135,8 @@ fn compressed_subgrids_drift_like_the_gpu_test_scene() {
     let text = r#"
 [domain]
 size = [70, 40, 38]
+[solver]
+walls = "staircase"
 [fluid]
 tau = 0.6
 force = [0.0, 0.0, 0.0]

@@ -153,6 +153,11 @@ impl CudaSubgridSolver {
         if dom.lattice.dims() != 3 {
             return Err(SolverError::Backend("compressed subgrids need a 3D lattice (D3Q19 or D3Q27)".into()));
         }
+        if dom.surfaces.iter().any(Option::is_some) {
+            return Err(SolverError::Backend(
+                "compressed subgrids keep obstacle walls half-way (staircase): build the domain with solver.walls = \"staircase\"".into(),
+            ));
+        }
         let n = dom.n;
         if n.iter().any(|&x| !(3..=0xffff).contains(&x)) {
             return Err(SolverError::Backend(format!("compressed subgrids need 3 to 65535 cells per axis, got {n:?}")));
@@ -251,7 +256,7 @@ impl CudaSubgridSolver {
             walls[3 * i..3 * i + 3].copy_from_slice(w);
         }
         let mut outlets = stream.alloc_zeros::<u8>(16 * 64).map_err(a)?;
-        upload_pod(&stream, &gpu_outlets(&dom), &mut outlets)?;
+        upload_pod(&stream, &gpu_outlets(&dom, [0; 3]), &mut outlets)?;
         let d = Dev {
             q,
             n: n.map(|x| x as u32),
@@ -275,6 +280,8 @@ impl CudaSubgridSolver {
             walls: stream.clone_htod(&walls).map_err(a)?,
             outlets,
             forces: stream.alloc_zeros::<f64>(48).map_err(a)?,
+            no_links: stream.clone_htod(&crate::walls::Links::default().packed()).map_err(a)?,
+            no_links_save: stream.alloc_zeros::<f32>(1).map_err(a)?,
             planes: None,
             spilled_warned: false,
             events: Vec::new(),
@@ -605,7 +612,7 @@ impl CudaSubgridSolver {
         for s in &mut d.subs {
             upload_pod(&d.stream, &gpu_inlets(&dom, s.origin.map(|o| 1 - o as i32)), &mut s.inlets)?;
         }
-        upload_pod(&d.stream, &gpu_outlets(&dom), &mut d.outlets)
+        upload_pod(&d.stream, &gpu_outlets(&dom, [0; 3]), &mut d.outlets)
     }
 }
 

@@ -108,6 +108,9 @@ pub(super) struct Dev {
     pub(super) walls: CudaSlice<f32>,
     pub(super) outlets: CudaSlice<u8>,
     pub(super) forces: CudaSlice<f64>,
+    /// Subgrids keep halfway walls: an empty link table for the box kernels.
+    pub(super) no_links: CudaSlice<u32>,
+    pub(super) no_links_save: CudaSlice<f32>,
     /// Field planes of one box (statistics), made when first needed.
     pub(super) planes: Option<CudaSlice<f32>>,
     pub(super) spilled_warned: bool,
@@ -379,7 +382,7 @@ impl Dev {
         let mut b = self.stream.launch_builder(&k.fused);
         b.arg(&self.boxbuf).arg(&self.boxbuf).arg(&s.bricks).arg(&self.bflags).arg(&t).arg(&c.tau).arg(&c.cs).arg(&fx).arg(&fy).arg(&fz);
         let no_fields = 0u64;
-        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.forces).arg(&no_fields);
+        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.forces).arg(&self.no_links).arg(&self.no_links_save).arg(&no_fields);
         // SAFETY: arguments match stream_collide_fused (no field planes: a null `mom`); the box buffer holds the box the kernel
         // was compiled for, the brick list covers it.
         unsafe { b.launch(cfg) }.map_err(derr("launching the box's stream_collide_fused"))?;
@@ -467,7 +470,7 @@ impl Dev {
             let c = p.collide;
             let mut b = self.stream.launch_builder(&k.fields);
             b.arg(&self.boxbuf).arg(&self.bflags).arg(&t).arg(&c.force[0]).arg(&c.force[1]).arg(&c.force[2]);
-            b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&mut *planes);
+            b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.no_links).arg(&self.no_links_save).arg(&mut *planes);
             // SAFETY: arguments match the box's fields kernel; planes hold 4 box volumes.
             unsafe { b.launch(threads(vol(bn))) }.map_err(derr("launching fields"))?;
             let cfg = LaunchConfig { grid_dim: (vol(bn).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
@@ -555,6 +558,8 @@ pub(super) fn box_domain(dom: &Domain, origin: [usize; 3], bn: [usize; 3]) -> Do
         inlets: Vec::new(),
         outlets: Vec::new(),
         obstacles: dom.obstacles.clone(),
+        surfaces: Vec::new(),
+        surfaces_at: [0.0; 3],
         rho0: dom.rho0,
     }
 }

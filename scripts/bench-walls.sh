@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Forces at curved walls and open boundaries, measured with `esoflow run`:
+#   1. Schaefer and Turek 2D-1 (Re 20) at D = 10, 20, 40: C_D and C_L against 5.58 and 0.0106,
+#      interpolated walls against the staircase;
+#   2. a sphere at Re 100 (D = 24, periodic 8 D x 8 D cross-section): mean C_D over the second
+#      half of the run and its swing (max - min), started from rest with absorbing layers against
+#      started from the mean flow with equilibrium faces;
+#   3. the cost of curved walls: MLUPS of the sphere scene with interpolated and staircase walls.
+# Usage: bash scripts/bench-walls.sh [esoflow binary] [backend]   (defaults: target/release/esoflow cuda)
+# Writes OUT (default bench-walls-out)/*.log and stats folders, and prints the tables last.
+set -uo pipefail
+BIN=${1:-target/release/esoflow}
+BACKEND=${2:-cuda}
+OUT=${OUT:-bench-walls-out}
+mkdir -p "$OUT"
+ST=scenes/schaefer_turek_2d.toml
+SPHERE=scenes/sphere_re100_3d.toml
+
+force_of() { grep "force on" "$1" | tail -n 1 | sed 's/.*(\(.*\)).*/\1/' | tr -d ' '; }
+
+st_run() { # D walls collision umean
+  local d=$1 walls=$2 coll=$3 u=$4
+  local nx=$((22 * d + 1)) ny=$((41 * d / 10 + 2))
+  local umax; umax=$(awk "BEGIN{print 1.5*$u}")
+  local steps; steps=$(awk "BEGIN{printf \"%d\", 40000*($d/20)*(0.05/$u)}")
+  local log="$OUT/st-$d-$walls-$coll-$u.log"
+  "$BIN" run "$ST" --backend "$BACKEND" --steps "$steps" \
+    --set "domain.size=[$nx,$ny]" --set "obstacles.0.center=[$((2 * d)),$(awk "BEGIN{print 0.5+2*$d}")]" \
+    --set "obstacles.0.radius=$(awk "BEGIN{print $d/2}")" --set "fluid.length=$d" --set "fluid.velocity=$u" \
+    --set "boundaries.x_min.velocity=[$umax,0]" --set "initial.velocity=[$u,0]" \
+    --set "solver.walls=$walls" --set "solver.collision=$coll" --set "solver.stats_every=100000000" >"$log" 2>&1
+  local f; f=$(force_of "$log")
+  awk -v f="$f" -v d="$d" -v u="$u" -v w="$walls" -v c="$coll" -v s="$steps" 'BEGIN{
+    split(f, a, ","); q = 0.5 * u * u * d;
+    printf "%-4d %-13s %-5s %-6s %-7d %.4f %+6.2f%%   %.5f %+6.1f%%\n", d, w, c, u, s, a[1]/q, 100*(a[1]/q/5.58-1), a[2]/q, 100*(a[2]/q/0.0106-1) }'
+}
+
+sphere_run() { # label sets...
+  local label=$1; shift
+  local dir="${TMPDIR:-/tmp}/bench-walls-sphere-$label"
+  # Statistics only where the binary has the option; else the fields are written too (into TMPDIR).
+  if "$BIN" run --help 2>&1 | grep -q -- --export-fields; then
+    "$BIN" run "$SPHERE" --backend "$BACKEND" --export "$dir" --export-fields none "$@" >"$OUT/sphere-$label.log" 2>&1
+  else
+    "$BIN" run "$SPHERE" --backend "$BACKEND" --export "$dir" "$@" >"$OUT/sphere-$label.log" 2>&1
+  fi
+  cp "$dir/stats.csv" "$OUT/sphere-$label.csv"
+  # C_D = 2 F_x / (rho U^2 pi R^2) with U = 0.05, R = 12; second half of the rows.
+  python3 - "$OUT/sphere-$label.csv" "$label" <<'PY'
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+key = next(k for k in rows[0] if k.strip().lower() in ("force_x", "fx", "force x") or k.startswith("force_x"))
+cd = [2 * float(r[key]) / (0.05 ** 2 * math.pi * 12 ** 2) for r in rows]
+half = cd[len(cd) // 2:]
+print(f"{sys.argv[2]:<28} steps {rows[-1]['step']:>6}  C_D mean {sum(half)/len(half):.4f} ({100*(sum(half)/len(half)/1.087-1):+.2f}% vs 1.087)  swing {max(half)-min(half):.4f}")
+PY
+}
+
+{
+  echo "# Schaefer-Turek 2D-1 on $BACKEND ($("$BIN" info 2>/dev/null | head -n 1))"
+  echo "D    walls         coll  U      steps   C_D    err      C_L     err"
+  for d in 10 20 40; do st_run $d interpolated trt 0.025; done
+  for d in 10 20 40; do st_run $d staircase bgk 0.05; done
+  st_run 20 interpolated bgk 0.05
+  st_run 20 interpolated trt 0.05
+} | tee "$OUT/schaefer-turek.txt"
+
+{
+  echo "# Sphere Re 100, D = 24, on $BACKEND"
+  sphere_run "from-rest-sponges" 
+  sphere_run "mean-flow-reflecting-faces" --set boundaries.x_min.sponge=0 --set boundaries.x_max.sponge=0 --set 'initial.velocity=[0.05,0,0]'
+  sphere_run "staircase-from-rest" --set solver.walls=staircase
+} | tee "$OUT/sphere.txt"
+
+{
+  echo "# Cost of curved walls: sphere scene, 3000 steps, MLUPS from run's last line"
+  for w in interpolated staircase; do
+    "$BIN" run "$SPHERE" --backend "$BACKEND" --steps 3000 --set solver.walls=$w --set solver.stats_every=100000000 >"$OUT/mlups-$w.log" 2>&1
+    echo "$w: $(grep -o '[0-9.]* MLUPS' "$OUT/mlups-$w.log" | head -n 1)"
+  done
+} | tee "$OUT/cost.txt"
