@@ -4,11 +4,12 @@ use crate::pacer::CheckpointPacer;
 use crate::solvers::load_scene;
 use crate::BackendChoice;
 use anyhow::{anyhow, bail, Context};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use sim_core::build::Keeps;
 use sim_core::checkpoint::Checkpoint;
-use sim_core::export::{write_fields_csv, write_fields_vti, StatsWriter};
+use sim_core::export::{write_fields_csv, write_fields_vti, StatsColumns, StatsWriter};
+use sim_core::forces::{ForceHistory, Keep, NoShedding};
 use sim_core::scene::human_bytes;
 use sim_core::Solver;
 use std::io::IsTerminal;
@@ -37,9 +38,13 @@ pub struct RunArgs {
     /// Override a scene key, e.g. --set solver.scheme=aa --set fluid.reynolds=200.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Write fields.csv, fields.vti and stats.csv into this directory.
+    /// Write fields.csv, fields.vti (see --export-fields) and stats.csv into this directory.
     #[arg(long, value_name = "DIR")]
     pub export: Option<PathBuf>,
+    /// Which field files --export writes (at the end, with --every and after a blow-up):
+    /// all (fields.csv and fields.vti), csv, vti, or none (stats.csv only).
+    #[arg(long, value_enum, value_name = "WHICH", default_value = "all", requires = "export")]
+    pub export_fields: ExportFields,
     /// Also export the fields every K steps (fields_STEP.csv / .vti), K >= 1.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
     pub every: Option<u64>,
@@ -66,6 +71,28 @@ pub struct RunArgs {
     pub progress_every: f64,
 }
 
+/// The field files `--export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFields {
+    /// fields.csv and fields.vti.
+    All,
+    /// fields.csv only.
+    Csv,
+    /// fields.vti only.
+    Vti,
+    /// No field files: stats.csv only.
+    None,
+}
+
+impl ExportFields {
+    fn csv(self) -> bool {
+        matches!(self, ExportFields::All | ExportFields::Csv)
+    }
+    fn vti(self) -> bool {
+        matches!(self, ExportFields::All | ExportFields::Vti)
+    }
+}
+
 /// Largest `--steps` and `--every` (as the scene's `solver.steps`).
 pub const MAX_STEPS: u64 = sim_core::scene::MAX_STEPS;
 
@@ -73,13 +100,23 @@ fn progress_secs(s: &str) -> Result<f64, String> {
     crate::parse_f64_in(s, 0.1, 86_400.0)
 }
 
-fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
+fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str, which: ExportFields) -> anyhow::Result<Vec<PathBuf>> {
+    if which == ExportFields::None {
+        return Ok(Vec::new());
+    }
     let f = solver.fields();
-    let csv = dir.join(format!("fields{suffix}.csv"));
-    let vti = dir.join(format!("fields{suffix}.vti"));
-    write_fields_csv(&csv, &f).with_context(|| format!("writing {}", csv.display()))?;
-    write_fields_vti(&vti, &f).map_err(anyhow::Error::msg)?;
-    Ok(vec![csv, vti])
+    let mut written = Vec::new();
+    if which.csv() {
+        let csv = dir.join(format!("fields{suffix}.csv"));
+        write_fields_csv(&csv, &f).with_context(|| format!("writing {}", csv.display()))?;
+        written.push(csv);
+    }
+    if which.vti() {
+        let vti = dir.join(format!("fields{suffix}.vti"));
+        write_fields_vti(&vti, &f).map_err(anyhow::Error::msg)?;
+        written.push(vti);
+    }
+    Ok(written)
 }
 
 /// Check every destination a run writes to before the first step, so that a bad path fails
@@ -199,7 +236,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     // The last good state and a checkpoint being written are held at once.
-    let keeps = Keeps { saved_states: 2, export: a.export.is_some() };
+    let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
     let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(a.backend, a.gpus, keeps))?;
     if let (Some(r), Some(c)) = (&a.resume, &resume) {
         solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
@@ -227,17 +264,20 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         info.backend,
         info.device
     );
+    let reference = ls.scene.force_reference();
+    let columns = StatsColumns::new(&solver.domain().obstacles, reference);
     let mut stats_w = match &a.export {
         Some(d) => {
             let p = d.join("stats.csv");
             let w = if a.resume.is_some() {
-                let (w, kept) = StatsWriter::resume(&p, start_step).with_context(|| format!("continuing {}", p.display()))?;
+                let (w, kept) =
+                    StatsWriter::resume(&p, start_step, &columns).with_context(|| format!("--resume: continuing {}", p.display()))?;
                 if kept > 0 {
                     eprintln!("continuing {} after its {kept} rows before step {start_step}", p.display());
                 }
                 w
             } else {
-                StatsWriter::create(&p).with_context(|| format!("writing {}", p.display()))?
+                StatsWriter::create(&p, &columns).with_context(|| format!("writing {}", p.display()))?
             };
             Some(w)
         }
@@ -245,6 +285,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     };
     let stats_every = ls.scene.solver.stats_every;
     let every = a.every;
+    let which = a.export_fields;
+    // The forces of every stats row (kept whether or not stats.csv is written), for the means,
+    // coefficients and Strouhal numbers of the summary.
+    let mut history = ForceHistory::new(Keep::WholeRun, FORCE_SAMPLES);
     catch_stops();
     let mut progress = Progress::new(start_step, end_step, a.progress_every);
     let mut pacer = CheckpointPacer::new();
@@ -254,9 +298,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     // Cell updates and seconds since the last stats row: the row's MLUPS.
     let (mut row_updates, mut row_secs, mut mlups) = (0.0f64, 0.0f64, 0.0f64);
     let mut secs_per_step = 0.0f64;
+    let st = solver.stats();
     if let Some(w) = stats_w.as_mut() {
-        w.row(&solver.stats(), 0.0)?;
+        w.row(&st, 0.0)?;
     }
+    history.push(st.step, &st.forces);
     let mut row_at = start_step;
     let mut stopped = false;
     while solver.time_step() < end_step {
@@ -306,8 +352,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(d) = &a.export {
                 let p = d.join("last_good.ckpt");
                 last_good.save(&p).with_context(|| format!("writing {}", p.display()))?;
-                export_fields(d, solver.as_ref(), "")?;
-                eprintln!("wrote the last good state to {} and {}", p.display(), d.join("fields.vti").display());
+                let fields = export_fields(d, solver.as_ref(), "", which)?;
+                let mut wrote: Vec<String> = vec![p.display().to_string()];
+                wrote.extend(fields.iter().map(|f| f.display().to_string()));
+                eprintln!("wrote the last good state to {}", wrote.join(" and "));
             }
             return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
         }
@@ -315,6 +363,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(w) = stats_w.as_mut() {
                 w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;
             }
+            history.push(st.step, &st.forces);
             (row_updates, row_secs, row_at) = (0.0, 0.0, next);
             if pacer.due() {
                 last_good = pacer.take(|| solver.checkpoint());
@@ -322,7 +371,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         if export_due {
             if let Some(d) = &a.export {
-                written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"))?);
+                written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"), which)?);
             }
             if let Some(c) = &a.checkpoint {
                 solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
@@ -342,6 +391,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(w) = stats_w.as_mut() {
                 w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;
             }
+            history.push(st.step, &st.forces);
         }
     }
     let st = solver.stats();
@@ -358,9 +408,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         st.mass,
         st.max_u
     );
-    report_solver(solver.as_ref(), &st);
+    report_solver(solver.as_ref());
+    report_forces(&columns, &st, &history, &reference, stats_every);
     if let Some(d) = &a.export {
-        written.extend(export_fields(d, solver.as_ref(), "")?);
+        written.extend(export_fields(d, solver.as_ref(), "", which)?);
         written.push(d.join("stats.csv"));
     }
     if let Some(c) = &a.checkpoint {
@@ -381,8 +432,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the compressed and adaptive solvers and the obstacles report at the end of a run.
-fn report_solver(solver: &dyn Solver, st: &sim_core::Stats) {
+/// What the compressed and adaptive solvers report at the end of a run.
+fn report_solver(solver: &dyn Solver) {
     if let Some(c) = solver.compression() {
         let tau = if c.tau.0 == c.tau.1 { format!("tau {:e}", c.tau.0) } else { format!("tau {:e} to {:e}", c.tau.0, c.tau.1) };
         let budget = c.budget.map(|b| format!(", budget {}", human_bytes(b))).unwrap_or_default();
@@ -409,14 +460,66 @@ fn report_solver(solver: &dyn Solver, st: &sim_core::Stats) {
             i.last
         );
     }
-    for (name, f) in solver.domain().obstacles.iter().zip(&st.forces) {
-        eprintln!("force on {name}: ({:.4e}, {:.4e}, {:.4e})", f[0], f[1], f[2]);
+}
+
+/// Most force samples a run keeps in memory; beyond, every other one goes (a run of a
+/// billion steps with a stats row every step keeps 65,536 rows evenly spread).
+const FORCE_SAMPLES: usize = 1 << 16;
+
+/// The force on each obstacle at the end of a run, and over the second half of its stats rows
+/// the mean force, drag and lift coefficients and the Strouhal number of the lift.
+fn report_forces(
+    columns: &StatsColumns,
+    st: &sim_core::Stats,
+    history: &ForceHistory,
+    reference: &sim_core::scene::ForceReference,
+    stats_every: u64,
+) {
+    let e = |v: f64| format!("{v:.4e}");
+    for (k, (name, f)) in columns.names().iter().zip(&st.forces).enumerate() {
+        let [cd, cl] = reference.coefficients(*f).map(|[d, l]| [format!(", C_D {d:.4}"), format!(", C_L {l:.4}")]).unwrap_or_default();
+        eprintln!("force on {name} at step {}: ({}, {}, {}){cd}{cl}", st.step, e(f[0]), e(f[1]), e(f[2]));
+        let Some(s) = history.summary(k, reference).filter(|s| s.samples >= 2) else { continue };
+        let mut line = format!(
+            "  steps {} to {} ({} rows): mean force ({}, {}, {})",
+            s.from,
+            s.to,
+            s.samples,
+            e(s.mean[0]),
+            e(s.mean[1]),
+            e(s.mean[2])
+        );
+        if let (Some([cd, cl]), Some(amp)) = (s.coefficients, s.lift_amplitude_coefficient(reference)) {
+            line.push_str(&format!(", C_D {cd:.4}, C_L {cl:.4} (swing +-{amp:.4})"));
+        }
+        match &s.shedding {
+            Ok(sh) => {
+                let period =
+                    format!("lift period {:.1} steps over {} periods, {:.0} to {:.0}", sh.period, sh.periods, sh.range.0, sh.range.1);
+                match sh.strouhal {
+                    Some(v) => line.push_str(&format!(", St {v:.4} ({period})")),
+                    None => line.push_str(&format!(", {period}")),
+                }
+            }
+            Err(why) => {
+                line.push_str(&format!(", {why}"));
+                if matches!(why, NoShedding::Undersampled { .. }) {
+                    line.push_str(&format!(": lower solver.stats_every (now {stats_every})"));
+                }
+            }
+        }
+        if reference.values.is_none() {
+            line.push_str("; C_D, C_L and St need a reference length and velocity (fluid.length and fluid.velocity, or [forces])");
+        }
+        eprintln!("{line}");
     }
 }
 
 fn list_written(written: &[PathBuf]) {
     if written.is_empty() {
-        eprintln!("no output written (add --export DIR to write fields.csv, fields.vti and stats.csv)");
+        eprintln!(
+            "no output written (add --export DIR to write fields.csv, fields.vti and stats.csv, --export-fields none for stats.csv only)"
+        );
         return;
     }
     eprintln!("output:");

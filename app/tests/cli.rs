@@ -253,3 +253,107 @@ fn adaptive_blocks_run_from_a_scene_on_the_cpu_or_one_gpu() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("adaptive blocks are 4 cells wide"), "{}", stderr(&o));
 }
+
+/// The default scene at half size (D = 10, 200 x 50 cells): it sheds within 4,000 steps.
+const SMALL_CYLINDER: [&str; 8] =
+    ["--set", "domain.size=[200,50]", "--set", "obstacles.0.center=[40,26]", "--set", "obstacles.0.radius=5", "--set", "fluid.length=10"];
+
+/// stats.csv: the columns of every obstacle (forces, C_D, C_L) with finite numbers; the
+/// summary: the means over the second half, C_D, C_L and St; `--export-fields none` writes
+/// stats.csv alone, even with --every.
+#[test]
+fn stats_csv_has_per_obstacle_forces_and_coefficients_and_the_summary_gives_st() {
+    let d = tmp("forces");
+    let mut a = vec!["run", "scenes/cylinder_2d.toml", "--backend", "cpu", "--steps", "8000", "--set", "solver.stats_every=20"];
+    a.extend_from_slice(&SMALL_CYLINDER);
+    a.extend_from_slice(&["--export", d.to_str().unwrap(), "--export-fields", "none", "--every", "4000"]);
+    let o = esoflow(&a);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    let stats = std::fs::read_to_string(d.join("stats.csv")).unwrap();
+    let mut lines = stats.lines();
+    assert_eq!(lines.next(), Some("step,mass,max_u,fx,fy,fz,mlups,cylinder.fx,cylinder.fy,cylinder.fz,cylinder.cd,cylinder.cl"), "{stats}");
+    let rows: Vec<Vec<f64>> = lines.map(|l| l.split(',').map(|v| v.parse().unwrap()).collect()).collect();
+    assert_eq!(rows.len(), 401);
+    for r in &rows {
+        assert!(r.len() == 12 && r.iter().all(|v| v.is_finite()), "{r:?}");
+        // One obstacle: its force is the total, and C_D = 2 F_x / (U^2 L) with U = 0.066667, L = 10.
+        assert_eq!((r[7], r[8]), (r[3], r[4]));
+        assert!((r[10] - 2.0 * r[7] / (0.066667f64.powi(2) * 10.0)).abs() < 1e-4 * r[10].abs().max(1.0), "{r:?}");
+    }
+    let files: Vec<String> = std::fs::read_dir(&d).unwrap().map(|f| f.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files, ["stats.csv"], "--export-fields none writes stats.csv alone");
+    // The summary: the force at the end, then the means over steps 4,000 to 8,000.
+    assert!(e.contains("force on cylinder at step 8000: (") && e.contains("steps 4000 to 8000 (201 rows): mean force ("), "{e}");
+    let num = |after: &str| -> f64 {
+        let i = e.rfind(after).unwrap_or_else(|| panic!("no {after:?} in {e}")) + after.len();
+        e[i..].split([' ', ',']).next().unwrap().parse().unwrap()
+    };
+    let (cd, st) = (num("C_D "), num("St "));
+    assert!((2.5..4.5).contains(&cd) && (0.2..0.35).contains(&st), "C_D {cd}, St {st}: {e}");
+    assert!(e.contains("lift period ") && e.contains(" periods, "), "{e}");
+    // Field files are asked for with --export only.
+    let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--steps", "1", "--export-fields", "none"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--export"), "{}", stderr(&o));
+    let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--steps", "1", "--export", d.to_str().unwrap(), "--export-fields", "some"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("all, csv, vti, none"), "{}", stderr(&o));
+}
+
+/// A resume continues a stats.csv of the same columns, and refuses one of other columns (other
+/// obstacles, or one that has no coefficients) with one line that says which, leaving it be.
+#[test]
+fn a_resume_continues_the_per_obstacle_columns_and_refuses_others() {
+    let d = tmp("forces-resume");
+    let dir = d.to_str().unwrap();
+    let ckpt = d.join("a.ckpt");
+    let run = |extra: &[&str]| {
+        let mut a = vec!["run", "scenes/cylinder_2d.toml", "--backend", "cpu", "--set", "solver.stats_every=50"];
+        a.extend_from_slice(&SMALL_CYLINDER);
+        a.extend_from_slice(extra);
+        esoflow(&a)
+    };
+    let o = run(&["--steps", "200", "--export", dir, "--export-fields", "none", "--checkpoint", ckpt.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["--steps", "100", "--export", dir, "--export-fields", "none", "--resume", ckpt.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stats = std::fs::read_to_string(d.join("stats.csv")).unwrap();
+    let header = "step,mass,max_u,fx,fy,fz,mlups,cylinder.fx,cylinder.fy,cylinder.fz,cylinder.cd,cylinder.cl";
+    assert!(stats.starts_with(&format!("{header}\n")), "{stats}");
+    let steps: Vec<&str> = stats.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(steps, ["0", "50", "100", "150", "200", "250", "300"]);
+    // Another obstacle name, and a scene without a reference velocity: other columns.
+    let o = run(&["--steps", "100", "--export", dir, "--resume", ckpt.to_str().unwrap(), "--set", "obstacles.0.name=disc"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("error: --resume: continuing ") && e.contains("its columns differ from this run's"), "{e}");
+    assert!(
+        e.contains("it has the columns cylinder.fx,") && e.contains("where this run writes disc.fx,") && e.contains("move it away"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(d.join("stats.csv")).unwrap(), stats, "a refused resume leaves stats.csv as it was");
+}
+
+/// A bad reference value is one error line naming the file, line and key, or `--set`.
+#[test]
+fn bad_force_reference_keys_give_one_clear_error() {
+    let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--steps", "1", "--set", "forces.velocity=-0.1"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("--set: forces.velocity: must be a finite number > 0 (the reference velocity of the force coefficients), got -0.1"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let d = tmp("forces-bad");
+    let f = d.join("bad.toml");
+    let text = std::fs::read_to_string(common::root().join("scenes/cylinder_2d.toml")).unwrap() + "\n[forces]\narea = 30.0\n";
+    std::fs::write(&f, &text).unwrap();
+    let o = esoflow(&["run", f.to_str().unwrap(), "--steps", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    let line = text.lines().position(|l| l.starts_with("area")).unwrap() + 1;
+    assert!(e.contains(&format!("bad.toml:{line}: forces.area: a 2D scene's coefficients are per unit depth")), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}

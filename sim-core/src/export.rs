@@ -2,13 +2,15 @@
 //! for ParaView) and `stats.csv`.
 
 use crate::fields;
+use crate::scene::ForceReference;
 use crate::solver::{Fields, Stats};
 use std::io::Write;
 use std::path::Path;
 
 /// Header of fields.csv (a contract other tools script against).
 pub const FIELDS_CSV_HEADER: &str = "x,y,z,rho,ux,uy,uz";
-/// Header of stats.csv (a contract other tools script against).
+/// The columns stats.csv starts with (a contract other tools script against); per-obstacle
+/// columns follow (see [`StatsColumns`]).
 pub const STATS_CSV_HEADER: &str = "step,mass,max_u,fx,fy,fz,mlups";
 
 /// Write one row per fluid cell: cell indices and lattice units (atomically: see
@@ -89,9 +91,81 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
     crate::atomic_file::write_atomic(path, |w| vtk.write_xml(w).map_err(|e| std::io::Error::other(e.to_string()))).map_err(io)
 }
 
+/// The columns of stats.csv: [`STATS_CSV_HEADER`] (the force there is the total on all
+/// obstacles), then for each obstacle `NAME.fx,NAME.fy,NAME.fz` and, where the scene gives
+/// reference values, its drag and lift coefficients `NAME.cd,NAME.cl`. NAME is the obstacle's
+/// name as a column name (see [`column_name`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatsColumns {
+    names: Vec<String>,
+    reference: ForceReference,
+}
+
+impl StatsColumns {
+    /// The columns of a run with these obstacles (display names, in id order) and force
+    /// reference.
+    #[must_use]
+    pub fn new(obstacles: &[String], reference: ForceReference) -> StatsColumns {
+        let mut names: Vec<String> = Vec::with_capacity(obstacles.len());
+        for (k, o) in obstacles.iter().enumerate() {
+            let mut n = column_name(o);
+            if n.is_empty() {
+                n = format!("obstacle{k}");
+            }
+            // Two obstacles of one name get columns of their own: NAME, NAME_2, NAME_3, ...
+            let base = n.clone();
+            let mut i = 2;
+            while names.contains(&n) {
+                n = format!("{base}_{i}");
+                i += 1;
+            }
+            names.push(n);
+        }
+        StatsColumns { names, reference }
+    }
+    /// The obstacles' names as they appear in the columns.
+    #[must_use]
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+    /// The header line.
+    #[must_use]
+    pub fn header(&self) -> String {
+        let mut h = String::from(STATS_CSV_HEADER);
+        let coefficients = self.reference.values.is_some();
+        for n in &self.names {
+            h.push_str(&format!(",{n}.fx,{n}.fy,{n}.fz"));
+            if coefficients {
+                h.push_str(&format!(",{n}.cd,{n}.cl"));
+            }
+        }
+        h
+    }
+    fn row(&self, s: &Stats, mlups: f64) -> String {
+        let f = s.total_force();
+        let mut r = format!("{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}", s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups);
+        for k in 0..self.names.len() {
+            let f = s.forces.get(k).copied().unwrap_or([f64::NAN; 3]);
+            r.push_str(&format!(",{:.6e},{:.6e},{:.6e}", f[0], f[1], f[2]));
+            if let Some([cd, cl]) = self.reference.coefficients(f) {
+                r.push_str(&format!(",{cd:.6e},{cl:.6e}"));
+            }
+        }
+        r
+    }
+}
+
+/// An obstacle name as a CSV column name: letters, digits, `_` and `-` stay, anything else
+/// (spaces, commas, quotes, dots) becomes `_`, so that `NAME.fx` splits at its one dot.
+#[must_use]
+pub fn column_name(name: &str) -> String {
+    name.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+}
+
 /// Appends rows to stats.csv, one whole row per write (see [`crate::atomic_file::AppendLog`]).
 pub struct StatsWriter {
     log: crate::atomic_file::AppendLog,
+    columns: StatsColumns,
 }
 
 impl StatsWriter {
@@ -99,26 +173,104 @@ impl StatsWriter {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn create(path: &Path) -> std::io::Result<StatsWriter> {
-        Ok(StatsWriter { log: crate::atomic_file::AppendLog::create(path, STATS_CSV_HEADER)? })
+    pub fn create(path: &Path, columns: &StatsColumns) -> std::io::Result<StatsWriter> {
+        Ok(StatsWriter { log: crate::atomic_file::AppendLog::create(path, &columns.header())?, columns: columns.clone() })
     }
     /// Continue the file of a run resumed at `step`: its rows of earlier steps stay, later ones
     /// (and a partial last line) go, and new rows are appended. A missing file is created.
     /// Returns the writer and the number of rows kept.
     ///
     /// # Errors
-    /// I/O errors, or a file that is not an Esoflow stats.csv.
-    pub fn resume(path: &Path, step: u64) -> std::io::Result<(StatsWriter, usize)> {
+    /// I/O errors, or a file whose columns are not these (another program's file, or a run
+    /// with other obstacles or reference values), named in the message.
+    pub fn resume(path: &Path, step: u64, columns: &StatsColumns) -> std::io::Result<(StatsWriter, usize)> {
+        let header = columns.header();
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let old = text.lines().next().unwrap_or("").trim_end();
+            if old != header {
+                let (ours, theirs): (Vec<&str>, Vec<&str>) = (header.split(',').collect(), old.split(',').collect());
+                let missing: Vec<&str> = ours.iter().filter(|c| !theirs.contains(c)).copied().collect();
+                let extra: Vec<&str> = theirs.iter().filter(|c| !ours.contains(c)).copied().collect();
+                let differ = match (missing.is_empty(), extra.is_empty()) {
+                    (true, true) => "its columns are in another order".to_string(),
+                    (false, true) => format!("it lacks the columns {}", missing.join(",")),
+                    (true, false) => format!("it has the columns {} that this run does not write", extra.join(",")),
+                    (false, false) => format!("it has the columns {} where this run writes {}", extra.join(","), missing.join(",")),
+                };
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "its columns differ from this run's: {differ} (another scene's obstacles or [forces], or another program, \
+                         wrote it); move it away or export into another folder"
+                    ),
+                ));
+            }
+        }
         let before = |row: &str| row.split(',').next().and_then(|s| s.parse::<u64>().ok()).is_some_and(|s| s < step);
-        let (log, kept) = crate::atomic_file::AppendLog::resume(path, STATS_CSV_HEADER, before)?;
-        Ok((StatsWriter { log }, kept))
+        let (log, kept) = crate::atomic_file::AppendLog::resume(path, &header, before)?;
+        Ok((StatsWriter { log, columns: columns.clone() }, kept))
     }
     /// One row.
     ///
     /// # Errors
     /// I/O errors.
     pub fn row(&mut self, s: &Stats, mlups: f64) -> std::io::Result<()> {
-        let f = s.total_force();
-        self.log.line(&format!("{},{:.9e},{:.6e},{:.6e},{:.6e},{:.6e},{:.3}", s.step, s.mass, s.max_u, f[0], f[1], f[2], mlups))
+        self.log.line(&self.columns.row(s, mlups))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scene::{ReferenceValues, SignedAxis};
+
+    fn columns(names: &[&str], values: bool) -> StatsColumns {
+        let values = values.then_some(ReferenceValues { length: 20.0, velocity: 0.05, area: None, density: 1.0 });
+        let names: Vec<String> = names.iter().map(|s| (*s).to_string()).collect();
+        StatsColumns::new(&names, ForceReference { drag: SignedAxis::X, lift: SignedAxis::Y, values })
+    }
+
+    fn stats(step: u64, forces: Vec<[f64; 3]>) -> Stats {
+        Stats { step, mass: 1.0, max_u: 0.1, rho_range: [1.0; 2], forces, first_bad_cell: None }
+    }
+
+    #[test]
+    fn per_obstacle_columns_have_csv_names_and_coefficients() {
+        let c = columns(&["cylinder", "my box, big", "cylinder", "a.b"], true);
+        assert_eq!(c.names(), ["cylinder", "my_box__big", "cylinder_2", "a_b"]);
+        let c = columns(&["cylinder"], true);
+        assert_eq!(c.header(), "step,mass,max_u,fx,fy,fz,mlups,cylinder.fx,cylinder.fy,cylinder.fz,cylinder.cd,cylinder.cl");
+        // C = 2 F / (rho U^2 L) = F / 0.025.
+        let row = c.row(&stats(7, vec![[0.05, -0.0025, 0.0]]), 1.5);
+        let v: Vec<f64> = row.split(',').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(v.len(), 12);
+        assert!((v[10] - 2.0).abs() < 1e-9 && (v[11] + 0.1).abs() < 1e-9, "{row}");
+        assert_eq!(columns(&["cylinder"], false).header(), "step,mass,max_u,fx,fy,fz,mlups,cylinder.fx,cylinder.fy,cylinder.fz");
+        assert_eq!(columns(&[], true).header(), STATS_CSV_HEADER);
+    }
+
+    #[test]
+    fn a_resume_keeps_its_header_and_refuses_other_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stats.csv");
+        let c = columns(&["cylinder"], true);
+        let mut w = StatsWriter::create(&p, &c).unwrap();
+        for s in [0, 10, 20] {
+            w.row(&stats(s, vec![[0.05, 0.0, 0.0]]), 0.0).unwrap();
+        }
+        drop(w);
+        let (mut w, kept) = StatsWriter::resume(&p, 15, &c).unwrap();
+        assert_eq!(kept, 2);
+        w.row(&stats(15, vec![[0.05, 0.0, 0.0]]), 0.0).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.starts_with(&format!("{}\n0,", c.header())), "{text}");
+        // Without reference values the coefficient columns are missing: refused, and the file
+        // is left as it was.
+        let e = StatsWriter::resume(&p, 15, &columns(&["cylinder"], false)).err().unwrap().to_string();
+        assert!(e.contains("columns differ") && e.contains("cylinder.cd,cylinder.cl") && e.contains("move it away"), "{e}");
+        let e = StatsWriter::resume(&p, 15, &columns(&["sphere"], true)).err().unwrap().to_string();
+        assert!(e.contains("cylinder.fx") && e.contains("sphere.fx"), "{e}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
     }
 }

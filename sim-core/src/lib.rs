@@ -15,6 +15,7 @@ pub mod edit;
 pub mod error;
 pub mod export;
 pub mod fields;
+pub mod forces;
 pub mod frame;
 pub mod lattice;
 pub mod memory;

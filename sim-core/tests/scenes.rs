@@ -217,6 +217,7 @@ fn keys_match_the_scene_types() {
         ("solver", "[solver]\nbogus = 1\n"),
         ("compression", "[compression]\nbogus = 1\n"),
         ("amr", "[amr]\nbogus = 1\n"),
+        ("forces", "[forces]\nbogus = 1\n"),
         ("boundaries", "[boundaries]\nbogus = 1\n"),
         ("boundaries.x_min", "[boundaries]\nx_min = { bogus = 1 }\n"),
     ];
@@ -349,6 +350,11 @@ size = 3.5
             "amr.freeze" => Some((key.into(), "[1]")),
             "amr.capacity" => Some((key.into(), "1000")),
             "amr.in_place" => Some((key.into(), "true")),
+            "forces.length" | "forces.velocity" => None, // set with every forces key below
+            "forces.area" => Some((key.into(), "12.5")),
+            "forces.density" => Some((key.into(), "1.02")),
+            "forces.drag_axis" => Some((key.into(), "-y")),
+            "forces.lift_axis" => Some((key.into(), "z")),
             "obstacles.N.min" => obstacle(0, "[2, 2, 2]"),
             "obstacles.N.max" => obstacle(0, "[4, 4, 4]"),
             "obstacles.N.shape" => obstacle(1, "sphere"),
@@ -373,6 +379,10 @@ size = 3.5
         if key == "fluid.reynolds" {
             sets.push(("fluid.length".into(), "10".into()));
             sets.push(("fluid.velocity".into(), "0.05".into()));
+        }
+        if key.starts_with("forces.") {
+            sets.push(("forces.length".into(), "4".into()));
+            sets.push(("forces.velocity".into(), "0.05".into()));
         }
         let ls = scene::from_str(text, "keys.toml", dir.clone(), &sets).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
         Domain::from_scene(&ls).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
@@ -668,4 +678,71 @@ fn compression_errors_name_the_key_and_what_is_valid() {
     assert!(e.contains("compression.enabled: compressed subgrids store \"fp32\", but solver.precision is \"fp16s\""), "{e}");
     // Off, the same settings are fine.
     parse("[domain]\nsize = [16, 12]\n[compression]\nenabled = false\n", &[]).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// [forces]
+
+#[test]
+fn force_reference_defaults_come_from_the_fluid_and_the_inflow() {
+    use scene::SignedAxis;
+    // BASE gives tau, so no reference length or velocity: axes only.
+    let r = parse(BASE, &[]).unwrap().scene.force_reference();
+    assert_eq!((r.drag, r.lift, r.values), (SignedAxis::X, SignedAxis::Y, None));
+    // fluid.length and fluid.velocity (with reynolds) are the defaults; 2D has no area.
+    let text = BASE.replace("tau = 0.6", "reynolds = 100\nlength = 6\nvelocity = 0.05");
+    let v = parse(&text, &[]).unwrap().scene.force_reference().values.unwrap();
+    assert_eq!((v.length, v.velocity, v.area, v.density), (6.0, f64::from(0.05f32), None, 1.0));
+    // [forces] wins; an inflow along -y makes drag -y and lift x.
+    let text = BASE.replace("velocity = [0.05, 0.0], profile = \"parabolic\"", "velocity = [0.0, -0.05]")
+        + "[forces]\nlength = 6\nvelocity = 0.04\ndensity = 1.1\n";
+    let r = parse(&text, &[]).unwrap().scene.force_reference();
+    assert_eq!((r.drag, r.lift), (SignedAxis::NegY, SignedAxis::X));
+    let v = r.values.unwrap();
+    assert_eq!((v.length, v.velocity, v.density), (6.0, 0.04, 1.1));
+    // 3D: area pi/4 L^2 unless given; drag x, lift y.
+    let text = "[domain]\nsize = [16, 12, 10]\n[forces]\nlength = 4\nvelocity = 0.1\n";
+    let r = parse(text, &[]).unwrap().scene.force_reference();
+    assert_eq!((r.drag, r.lift), (SignedAxis::X, SignedAxis::Y));
+    assert!((r.values.unwrap().area.unwrap() - std::f64::consts::PI * 4.0).abs() < 1e-12);
+    let r = parse(text, &[("forces.area", "20"), ("forces.drag_axis", "z")]).unwrap().scene.force_reference();
+    assert_eq!((r.drag, r.lift, r.values.unwrap().area), (SignedAxis::Z, SignedAxis::X, Some(20.0)));
+}
+
+#[test]
+fn bad_force_reference_keys_give_one_clear_error() {
+    let with = |extra: &str| format!("{BASE}[forces]\n{extra}\n");
+    let text = with("length = 6\nvelocity = -0.05");
+    let e = error(&text, &[]);
+    assert_eq!(
+        e,
+        format!(
+            "bad.toml:{}: forces.velocity: must be a finite number > 0 (the reference velocity of the force coefficients), got -0.05",
+            line_of(&text, "velocity = -")
+        )
+    );
+    let e = error(&with("length = 6\nvelocity = 0.05"), &[("forces.length", "nan")]);
+    assert!(e.starts_with("--set: forces.length: must be a finite number > 0") && e.contains("got NaN"), "{e}");
+    let e = error(&with("length = 6"), &[]);
+    assert!(e.contains("forces.velocity: missing: the force coefficients need a reference velocity"), "{e}");
+    let e = error(&with("length = 6\nvelocity = 0.05\narea = 3"), &[]);
+    assert!(e.contains("forces.area: a 2D scene's coefficients are per unit depth"), "{e}");
+    let e = error(&with("drag_axis = \"z\""), &[]);
+    assert!(e.contains("forces.drag_axis: \"z\" is not an axis of a 2D scene"), "{e}");
+    let e = error(&with("drag_axis = \"y\"\nlift_axis = \"-y\""), &[]);
+    assert!(e.contains("forces.lift_axis: drag (\"y\") and lift (\"-y\") need different axes"), "{e}");
+    let e = error(&with("drag_axis = \"w\""), &[]);
+    assert!(e.contains("forces.drag_axis: ") && e.contains("\"-x\""), "{e}");
+    let e = error(&with("lenght = 6"), &[]);
+    assert!(e.contains("forces.lenght") && e.contains("length"), "{e}");
+    // fluid.length given without reynolds is still checked, as the coefficients' default.
+    let text = BASE.replace("tau = 0.6", "tau = 0.6\nlength = 0\nvelocity = 0.05");
+    let e = error(&text, &[]);
+    assert_eq!(
+        e,
+        format!(
+            "bad.toml:{}: fluid.length: must be a finite number > 0 (the reference length of the force coefficients), got 0",
+            line_of(&text, "length = 0")
+        )
+    );
 }

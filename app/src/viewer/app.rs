@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 const MESSAGE_SECS: f32 = 8.0;
 /// Points kept in the stats plots.
 const HISTORY: usize = 2000;
+/// Snapshots of obstacle forces kept for the coefficients and Strouhal numbers (at 20 steps a
+/// frame, 80,000 steps: tens of shedding periods).
+const FORCE_SAMPLES: usize = 4096;
 
 /// What the user sees and chose in the Visualization panel.
 #[derive(Clone, Debug, PartialEq)]
@@ -220,6 +223,8 @@ pub struct ViewerApp {
     pub(super) history: VecDeque<[f64; 4]>,
     /// Step, compression ratio, MiB stored and MiB of the DDFs uncompressed, per snapshot.
     pub(super) comp_history: VecDeque<[f64; 4]>,
+    /// Forces on each obstacle per snapshot, for the coefficients and Strouhal numbers in Stats.
+    pub(super) forces: sim_core::forces::ForceHistory,
     pub(super) budget_text: String,
     pub(super) budget_focused: bool,
     /// Most bytes an uncompressed reference run may take (`None`: 80 % of the memory available
@@ -302,6 +307,7 @@ impl ViewerApp {
             blowup: None,
             history: VecDeque::new(),
             comp_history: VecDeque::new(),
+            forces: sim_core::forces::ForceHistory::new(sim_core::forces::Keep::Latest, FORCE_SAMPLES),
             budget_text: String::new(),
             budget_focused: false,
             reference_limit: None,
@@ -397,6 +403,7 @@ impl ViewerApp {
     pub fn reset(&mut self) {
         self.blowup = None;
         self.history.clear();
+        self.forces.clear();
         self.worker.send(Command::Reset);
     }
 
@@ -519,6 +526,7 @@ impl ViewerApp {
         }
         if let Some(s) = self.worker.take() {
             if !s.stats.blown_up() {
+                self.forces.push(s.stats.step, &s.stats.forces);
                 let f = s.stats.total_force();
                 let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
                 if self.history.back().is_none_or(|h| h[0] < s.step as f64) {

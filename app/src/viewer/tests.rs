@@ -1269,6 +1269,26 @@ fn ui_stats_show_gpu_times_or_why_not() {
 }
 
 #[test]
+fn ui_stats_show_drag_and_lift_coefficients_and_the_strouhal_number() {
+    // Without a reference length and velocity, the panel says what the scene lacks.
+    let mut h = harness_sized(small_app(false), 1200.0, 1600.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.step();
+    assert!(h.query_by_label_contains("need a reference length and velocity").is_some());
+    // With them: C_D and C_L now, their means, St (a steady flow at Re 3: no shedding) and the plot.
+    let sets = [("forces.length".to_string(), "6".to_string()), ("forces.velocity".to_string(), "0.05".to_string())];
+    let ls = sim_core::scene::from_str(SMALL_SCENE, "test", PathBuf::from("."), &sets).expect("scene");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
+    let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, true), 1200.0, 1600.0);
+    run_until(&mut h, "20 snapshots' forces", |a| a.forces.len() >= 20);
+    h.step();
+    // The rows "C_D, C_L" and "mean C_D, C_L", the mean's swing, and St.
+    assert!(h.query_all_by_label_contains("C_D, C_L").count() >= 2 && h.query_by_label_contains("(swing +-").is_some());
+    assert!(h.query_by_label_contains("no shedding").is_some());
+    assert!(h.query_by_label("drag and lift coefficients (C_D along x, C_L along y)").is_some());
+}
+
+#[test]
 fn ui_isosurface_key_in_2d_says_it_needs_3d() {
     let mut h = harness(small_app(false));
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());

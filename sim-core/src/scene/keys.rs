@@ -89,8 +89,20 @@ const BASE: [KeyDoc; 32] = [
     k!("fluid.tau", "number > 0.5", "0.6 if nothing else is given", "steps", "relaxation time"),
     k!("fluid.viscosity", "number > 0", "", "cells^2/step", "kinematic viscosity; tau = 3 viscosity + 0.5"),
     k!("fluid.reynolds", "number > 0", "", "", "Reynolds number; viscosity = velocity * length / reynolds"),
-    k!("fluid.length", "number > 0", "(required with reynolds)", "cells", "reference length for reynolds"),
-    k!("fluid.velocity", "number > 0", "(required with reynolds)", "cells/step", "reference velocity for reynolds"),
+    k!(
+        "fluid.length",
+        "number > 0",
+        "(required with reynolds)",
+        "cells",
+        "reference length for reynolds and the force coefficients ([forces])"
+    ),
+    k!(
+        "fluid.velocity",
+        "number > 0",
+        "(required with reynolds)",
+        "cells/step",
+        "reference velocity for reynolds and the force coefficients ([forces])"
+    ),
     k!("fluid.force", "[x, y(, z)]", "[0, 0, 0]", "lattice force density", "uniform body force (Guo forcing)"),
     k!("initial", "table", "", "", "initial state"),
     k!(
@@ -228,6 +240,28 @@ const AMR: [KeyDoc; 12] = [
     ),
 ];
 
+const FORCES: [KeyDoc; 7] = [
+    k!("forces", "table", "", "", "reference values of the drag and lift coefficients and the Strouhal number"),
+    k!("forces.length", "number > 0", "fluid.length", "cells", "reference length L: C = 2 F / (rho U^2 L) in 2D, St = f L / U"),
+    k!("forces.velocity", "number > 0", "fluid.velocity", "cells/step", "reference velocity U"),
+    k!("forces.area", "number > 0 (3D only)", "pi/4 length^2", "cells^2", "reference area A of 3D scenes: C = 2 F / (rho U^2 A)"),
+    k!("forces.density", "number > 0", "initial.density", "lattice density", "reference density rho"),
+    k!(
+        "forces.drag_axis",
+        "\"x\" | \"-x\" | \"y\" | \"-y\" | \"z\" | \"-z\"",
+        "the inflow's direction",
+        "",
+        "direction of drag (the largest component of the inlet velocities, else of initial.velocity, else of fluid.force, else x)"
+    ),
+    k!(
+        "forces.lift_axis",
+        "\"x\" | \"-x\" | \"y\" | \"-y\" | \"z\" | \"-z\"",
+        "y for drag along x",
+        "",
+        "direction of lift (2D: the other in-plane axis; 3D: the axis after the drag's, x -> y -> z -> x)"
+    ),
+];
+
 const FACES: [KeyDoc; 36] = {
     let a = cat::<6, 6, 12>(face!("boundaries.x_min"), face!("boundaries.x_max"));
     let b = cat::<6, 6, 12>(face!("boundaries.y_min"), face!("boundaries.y_max"));
@@ -236,5 +270,5 @@ const FACES: [KeyDoc; 36] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 90] =
-    cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES);
+pub static KEYS: [KeyDoc; 97] =
+    cat::<90, 7, 97>(cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES);

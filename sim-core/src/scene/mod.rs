@@ -1,11 +1,13 @@
 //! Scene files: a documented TOML format (see `scenes/README.md`), parsed into a typed [`Scene`],
 //! with `--set KEY=VALUE` overrides and errors that name file, line, key and what is valid.
 
+mod forces;
 mod keys;
 mod overrides;
 mod validate;
 pub mod voxel;
 
+pub use forces::{ForceReference, ForcesSpec, ReferenceValues, SignedAxis};
 pub use keys::{KeyDoc, KEYS};
 pub use overrides::apply_override;
 pub use validate::{validate, MAX_CELLS, MAX_STEPS};
@@ -70,6 +72,9 @@ pub struct Scene {
     /// Adaptive octree blocks (off by default).
     #[serde(default)]
     pub amr: Amr,
+    /// Reference values of the force coefficients (defaults from `fluid` and the inflow).
+    #[serde(default)]
+    pub forces: ForcesSpec,
 }
 
 /// `[domain]`.

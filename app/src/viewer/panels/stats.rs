@@ -1,8 +1,10 @@
-//! The Stats panel: speed, frame times, memory, mass drift and forces, with their plots.
+//! The Stats panel: speed, frame times, memory, mass drift, forces, drag and lift coefficients
+//! and Strouhal numbers, with their plots.
 
 use crate::viewer::app::ViewerApp;
 use crate::viewer::gpu_timer::{self, GpuTiming};
 use egui::Ui;
+use sim_core::forces::ForceHistory;
 
 impl ViewerApp {
     pub(crate) fn stats_ui(&mut self, ui: &mut Ui) {
@@ -11,6 +13,7 @@ impl ViewerApp {
             return;
         };
         let t = self.times;
+        let reference = self.scene.scene.force_reference();
         egui::Grid::new("stats").num_columns(2).striped(true).show(ui, |ui| {
             let mut row = |k: &str, v: String| {
                 ui.label(k);
@@ -60,8 +63,11 @@ impl ViewerApp {
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
             let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
             row("mass drift", format!("{drift:+.3e}"));
-            for (name, f) in s.obstacles.iter().zip(&s.stats.forces) {
+            for (k, (name, f)) in s.obstacles.iter().zip(&s.stats.forces).enumerate() {
                 row(&format!("force on {name}"), format!("({:.3e}, {:.3e}, {:.3e})", f[0], f[1], f[2]));
+                for (key, value) in force_rows(&self.forces, k, *f, &reference) {
+                    row(key, value);
+                }
             }
             if !self.gpu_note.is_empty() {
                 row("view GPU", self.gpu_note.clone());
@@ -75,7 +81,25 @@ impl ViewerApp {
         egui_plot::Plot::new("mass").height(90.0).show_x(false).allow_scroll(false).show(ui, |p| {
             p.line(egui_plot::Line::new("mass drift", pts(1)));
         });
-        if !s.obstacles.is_empty() {
+        if reference.values.is_some() && !self.forces.is_empty() {
+            ui.label(format!("drag and lift coefficients (C_D along {}, C_L along {})", reference.drag.name(), reference.lift.name()));
+            egui_plot::Plot::new("coefficients").height(110.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
+                for (k, name) in s.obstacles.iter().enumerate() {
+                    let series = |i: usize| -> Vec<[f64; 2]> {
+                        let f = self.forces.forces(k);
+                        let steps = self.forces.steps();
+                        let from = steps.len().saturating_sub(HISTORY_POINTS);
+                        steps[from..]
+                            .iter()
+                            .zip(&f[from..])
+                            .filter_map(|(&t, &v)| reference.coefficients(v).map(|c| [t as f64, c[i]]))
+                            .collect()
+                    };
+                    p.line(egui_plot::Line::new(format!("{name} C_D"), series(0)));
+                    p.line(egui_plot::Line::new(format!("{name} C_L"), series(1)));
+                }
+            });
+        } else if !s.obstacles.is_empty() {
             ui.label("force on obstacles (fx, fy)");
             egui_plot::Plot::new("force").height(90.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
                 p.line(egui_plot::Line::new("fx", pts(2)));
@@ -83,4 +107,33 @@ impl ViewerApp {
             });
         }
     }
+}
+
+/// Points of each line in the coefficient plot (the latest snapshots).
+const HISTORY_POINTS: usize = 2000;
+
+/// The Stats rows of obstacle `k` under its force: C_D and C_L now and their means with the
+/// Strouhal number over the second half of the snapshots kept, or what the scene lacks for them.
+fn force_rows(history: &ForceHistory, k: usize, f: [f64; 3], reference: &sim_core::scene::ForceReference) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    let Some(now) = reference.coefficients(f) else {
+        rows.push(("  C_D, C_L, St", "need a reference length and velocity: fluid.length and fluid.velocity, or [forces]".into()));
+        return rows;
+    };
+    rows.push(("  C_D, C_L", format!("{:.4}, {:.4}", now[0], now[1])));
+    let Some(s) = history.summary(k, reference).filter(|s| s.samples >= 2) else {
+        return rows;
+    };
+    if let (Some([cd, cl]), Some(amp)) = (s.coefficients, s.lift_amplitude_coefficient(reference)) {
+        rows.push(("  mean C_D, C_L", format!("{cd:.4}, {cl:.4} (swing +-{amp:.4}), steps {} to {}", s.from, s.to)));
+    }
+    let st = match &s.shedding {
+        Ok(sh) => match sh.strouhal {
+            Some(v) => format!("{v:.4} (lift period {:.0} steps over {} periods)", sh.period, sh.periods),
+            None => format!("lift period {:.0} steps", sh.period),
+        },
+        Err(why) => why.to_string(),
+    };
+    rows.push(("  St", st));
+    rows
 }
