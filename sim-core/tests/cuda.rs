@@ -110,7 +110,9 @@ fn compare_schemes(text: &str, lattice: &str, schemes: &[Scheme], extra: &[(&str
             g.step(1000).unwrap();
             let (dr, du) = rel_diff(&g, c.as_ref());
             let (sc, sg) = (c.stats(), g.stats());
-            let tol = if p == "fp32" { 1e-5 } else { 2e-3 };
+            // FP16 storage rounds differently where GPU and CPU FP32 values differ in the last bit (the
+            // GPU contracts multiply-adds); interpolated walls feed such values back every step.
+            let tol = if p == "fp32" { 1e-5 } else { 5e-3 };
             eprintln!("{lattice} {s} {p}: rel diff rho {dr:.2e} u {du:.2e}; mass cpu {:.9e} gpu {:.9e}", sc.mass, sg.mass);
             assert!(dr <= tol && du <= tol, "{lattice} {s} {p}: GPU differs from CPU by rho {dr:e}, u {du:e} (tolerance {tol:e})");
             // FP16 storage rounds differently where GPU and CPU FP32 values differ in the last bit.
