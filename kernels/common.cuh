@@ -6,7 +6,7 @@
 //   DEF_CX DEF_CY DEF_CZ DEF_W   velocity components and weights as brace lists
 //   DEF_SCHEME                   SCHEME_ONE_STEP_PULL, _AA, _ESOTERIC_PULL, _ESOTERIC_PUSH, _SWAP, _GHOST
 //   DEF_STORE                    STORE_FP32, STORE_FP16S, STORE_FP16C
-//   DEF_COLLISION                COLLISION_BGK, _TRT, _SMAGORINSKY (codes from the tables in nvrtc.rs)
+//   DEF_COLLISION                COLLISION_BGK, _TRT, _SMAGORINSKY, _REGULARIZED (codes from the tables in nvrtc.rs)
 //   DEF_FORCE                    1 if a body force is applied (Guo)
 //   DEF_SLOTS                    DDF slots of the state buffer (q x cells, more with ghost layers)
 //   DEF_GB0..2 DEF_GNB0..2 DEF_GPD0..2 DEF_GPV
@@ -228,6 +228,13 @@ __device__ __forceinline__ float guo_source(int i, float ux, float uy, float uz,
     return lat_w(i) * ((3.0f * (cx - ux) + 9.0f * cu * cx) * fx + (3.0f * (cy - uy) + 9.0f * cu * cy) * fy + (3.0f * (cz - uz) + 9.0f * cu * cz) * fz);
 }
 
+// acc += m a where the multiplier is not zero. In the unrolled direction loop m is a constant,
+// so the test is resolved at compile time and the terms of vanishing Hermite polynomials vanish
+// (a multiplication by 0.0f cannot be dropped by the compiler on its own).
+__device__ __forceinline__ void reg_term(float& acc, const float m, const float a) {
+    if (m != 0.0f) acc += m * a;
+}
+
 // One cell's collision. FORCE: whether the Guo source is added (the dense kernels fix it at
 // compile time with DEF_FORCE; the block kernels pick it per level at run time, as the CPU
 // reference skips the source where a level's force is zero).
@@ -257,6 +264,114 @@ __device__ __forceinline__ void collide_with(float* f, const Params& p) {
             const float gp = 0.5f * (si + sj), gm = 0.5f * (si - sj);
             f[i] += (1.0f - 0.5f * wp) * gp + (1.0f - 0.5f * wm) * gm;
             f[i + 1] += (1.0f - 0.5f * wp) * gp - (1.0f - 0.5f * wm) * gm;
+        }
+    }
+#elif DEF_COLLISION == COLLISION_REGULARIZED
+    // Recursive regularized BGK, as regularized_w in collision.rs (the comment there has the
+    // formulae): the non-equilibrium part is rebuilt from its stress, the equilibrium gets the
+    // same higher-order Hermite terms, then f_i = feq_i + w_i sum_n H_i^(n) : b^(n) / (n! cs^2n)
+    // with b = a_eq + (1 - omega) a_neq.
+    float pxx = 0.0f, pyy = 0.0f, pxy = 0.0f;
+#if DEF_D == 3
+    float pzz = 0.0f, pxz = 0.0f, pyz = 0.0f;
+#endif
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const float d = f[i] - feq[i], cx = (float)lat_cx(i), cy = (float)lat_cy(i);
+        pxx += cx * cx * d; pyy += cy * cy * d; pxy += cx * cy * d;
+#if DEF_D == 3
+        const float cz = (float)lat_cz(i);
+        pzz += cz * cz * d; pxz += cx * cz * d; pyz += cy * cz * d;
+#endif
+    }
+    const float omega = 1.0f / p.tau, k = 1.0f - omega, r = rho_m1 + 1.0f;
+    // b = (1 - omega) a_neq + a_eq: the non-equilibrium coefficients come from the stress (sums
+    // over index pairs, as in collision.rs), the equilibrium ones are rho u...u. Every group
+    // exists only on the lattices that carry its polynomials.
+    const float x = ux, y = uy;
+    const float bxx = pxx * k, byy = pyy * k, bxy = pxy * k;
+    const float a_xxyy = y * y * pxx + x * x * pyy + 4.0f * x * y * pxy;
+    const float b_xxy = (y * pxx + 2.0f * x * pxy) * k + r * x * x * y;
+    const float b_xyy = (x * pyy + 2.0f * y * pxy) * k + r * x * y * y;
+    const float b_xxyy = a_xxyy * k + r * x * x * y * y;
+#if DEF_D == 3
+    const float z = uz;
+    const float bzz = pzz * k, bxz = pxz * k, byz = pyz * k;
+    const float a_xxzz = z * z * pxx + x * x * pzz + 4.0f * x * z * pxz;
+    const float a_yyzz = z * z * pyy + y * y * pzz + 4.0f * y * z * pyz;
+    const float b_xxz = (z * pxx + 2.0f * x * pxz) * k + r * x * x * z;
+    const float b_yyz = (z * pyy + 2.0f * y * pyz) * k + r * y * y * z;
+    const float b_xzz = (x * pzz + 2.0f * z * pxz) * k + r * x * z * z;
+    const float b_yzz = (y * pzz + 2.0f * z * pyz) * k + r * y * z * z;
+    const float b_xxzz = a_xxzz * k + r * x * x * z * z;
+    const float b_yyzz = a_yyzz * k + r * y * y * z * z;
+#endif
+#if DEF_Q == 27
+    const float b_xyz = (x * pyz + y * pxz + z * pxy) * k + r * x * y * z;
+    const float b_xxyz = (y * z * pxx + 2.0f * x * z * pxy + 2.0f * x * y * pxz + x * x * pyz) * k + r * x * x * y * z;
+    const float b_xyyz = (x * z * pyy + 2.0f * y * z * pxy + 2.0f * x * y * pyz + y * y * pxz) * k + r * x * y * y * z;
+    const float b_xyzz = (x * y * pzz + 2.0f * y * z * pxz + 2.0f * x * z * pyz + z * z * pxy) * k + r * x * y * z * z;
+    const float b_xxyyz = (z * a_xxyy + 2.0f * x * y * (y * pxz + x * pyz)) * k + r * x * x * y * y * z;
+    const float b_xxyzz = (y * a_xxzz + 2.0f * x * z * (z * pxy + x * pyz)) * k + r * x * x * y * z * z;
+    const float b_xyyzz = (x * a_yyzz + 2.0f * y * z * (z * pxy + y * pxz)) * k + r * x * y * y * z * z;
+    const float b_6 = (z * z * a_xxyy + x * x * y * y * pzz + 4.0f * x * y * z * (y * pxz + x * pyz)) * k + r * x * x * y * y * z * z;
+#endif
+#pragma unroll
+    for (int i = 0; i < DEF_Q; i++) {
+        const float cx = (float)lat_cx(i), cy = (float)lat_cy(i), cs2 = 1.0f / 3.0f;
+        const float hx = cx * cx - cs2, hy = cy * cy - cs2;
+        // sum_n H^(n) : b^(n) / (n! cs^2n), each distinct index set once with its number of
+        // permutations (4.5 = 1/(2 cs^4), 13.5 = 1/(2 cs^6), ... as in collision.rs).
+        float acc = 0.0f;
+        reg_term(acc, 4.5f * hx, bxx);
+        reg_term(acc, 4.5f * hy, byy);
+        reg_term(acc, 9.0f * cx * cy, bxy);
+#if DEF_D == 3
+        const float cz = (float)lat_cz(i), hz = cz * cz - cs2;
+        reg_term(acc, 4.5f * hz, bzz);
+        reg_term(acc, 9.0f * cx * cz, bxz);
+        reg_term(acc, 9.0f * cy * cz, byz);
+#endif
+        reg_term(acc, 13.5f * hx * cy, b_xxy);
+        reg_term(acc, 13.5f * hy * cx, b_xyy);
+#if DEF_D == 3
+        reg_term(acc, 13.5f * hx * cz, b_xxz);
+        reg_term(acc, 13.5f * hy * cz, b_yyz);
+        reg_term(acc, 13.5f * hz * cx, b_xzz);
+        reg_term(acc, 13.5f * hz * cy, b_yzz);
+#endif
+#if DEF_Q == 27
+        reg_term(acc, 27.0f * cx * cy * cz, b_xyz);
+#endif
+#if DEF_Q == 19
+        // D3Q19: the fourth-order polynomials made orthogonal to the second-order ones.
+        reg_term(acc, 20.25f * (hx * hy + hz / 6.0f), b_xxyy);
+        reg_term(acc, 20.25f * (hx * hz + hy / 6.0f), b_xxzz);
+        reg_term(acc, 20.25f * (hy * hz + hx / 6.0f), b_yyzz);
+#else
+        reg_term(acc, 20.25f * (hx * hy), b_xxyy);
+#endif
+#if DEF_Q == 27
+        reg_term(acc, 20.25f * (hx * hz), b_xxzz);
+        reg_term(acc, 20.25f * (hy * hz), b_yyzz);
+        reg_term(acc, 40.5f * hx * cy * cz, b_xxyz);
+        reg_term(acc, 40.5f * hy * cx * cz, b_xyyz);
+        reg_term(acc, 40.5f * hz * cx * cy, b_xyzz);
+        reg_term(acc, 60.75f * hx * hy * cz, b_xxyyz);
+        reg_term(acc, 60.75f * hx * hz * cy, b_xxyzz);
+        reg_term(acc, 60.75f * hy * hz * cx, b_xyyzz);
+        reg_term(acc, 91.125f * hx * hy * hz, b_6);
+#endif
+        if constexpr (FORCE) {
+            // The rebuilt part keeps the first moment -F/2 of f - feq; then the Guo source.
+#if DEF_D == 3
+            const float first = -1.5f * (cx * p.fx + cy * p.fy + cz * p.fz);
+#else
+            const float first = -1.5f * (cx * p.fx + cy * p.fy);
+#endif
+            f[i] = feq[i] + lat_w(i) * (acc + k * first) + (1.0f - 0.5f * omega) * guo_source(i, ux, uy, uz, p.fx, p.fy, p.fz);
+        } else {
+            f[i] = feq[i] + lat_w(i) * acc;
         }
     }
 #else

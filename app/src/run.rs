@@ -347,7 +347,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "error: the simulation blew up between step {good} and step {next} (at step {next} {why}); \
                  the last good state is step {good}. Lower the velocities or the Reynolds number, raise the resolution, \
-                 or try --set solver.collision=trt / smagorinsky."
+                 or try --set solver.collision=regularized / trt / smagorinsky."
             );
             if let Some(d) = &a.export {
                 let p = d.join("last_good.ckpt");

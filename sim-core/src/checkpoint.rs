@@ -158,12 +158,8 @@ impl Checkpoint {
         if size.len() != 3 {
             return Err("bad size".into());
         }
-        let kind = match get("collision")? {
-            "bgk" => Collision::Bgk,
-            "trt" => Collision::Trt,
-            "smagorinsky" => Collision::Smagorinsky,
-            o => return Err(format!("unknown collision {o}")),
-        };
+        let name = get("collision")?;
+        let kind = Collision::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| format!("unknown collision {name}"))?;
         let num = |k: &str| -> Result<f32, String> { get(k)?.parse().map_err(|e| format!("bad {k}: {e}")) };
         let force = parse_vecs(get("force")?)?.first().copied().unwrap_or([0.0; 3]);
         let outlets = {

@@ -165,7 +165,7 @@ fn gpu_whole_row_kernel_matches_cpu() {
 
 fn gpu_collisions_and_force_match_cpu() {
     let text = "[domain]\nsize = [40, 24, 18]\n[boundaries]\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\ntau = 0.56\nforce = [2e-6, 0, 0]\n[initial]\nkind = \"taylor_green\"\nvelocity = [0.05, 0, 0]\n";
-    for coll in ["bgk", "trt", "smagorinsky"] {
+    for coll in ["bgk", "trt", "smagorinsky", "regularized"] {
         let ls = scene(text, &[("solver.collision", coll)]);
         let mut c = sim_core::build::cpu(&ls).unwrap();
         let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();

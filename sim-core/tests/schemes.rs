@@ -103,7 +103,7 @@ tau = 0.56
 force = [1e-6, 2e-7, 0.0]
 "#;
     for lattice in ["D3Q19", "D3Q27"] {
-        for collision in ["bgk", "trt", "smagorinsky"] {
+        for collision in ["bgk", "trt", "smagorinsky", "regularized"] {
             for precision in ["fp32", "fp16s", "fp16c"] {
                 let set = |scheme: &'static str| {
                     let mut s = solver(

@@ -129,7 +129,7 @@ const BASE: [KeyDoc; 32] = [
         "streaming scheme"
     ),
     k!("solver.precision", "\"fp32\" | \"fp16s\" | \"fp16c\"", "\"fp32\"", "", "DDF storage precision (arithmetic is always FP32)"),
-    k!("solver.collision", "\"bgk\" | \"trt\" | \"smagorinsky\"", "\"bgk\"", "", "collision operator"),
+    k!("solver.collision", "\"bgk\" | \"trt\" | \"smagorinsky\" | \"regularized\"", "\"bgk\"", "", "collision operator"),
     k!("solver.smagorinsky_cs", "number 0 to 1", "0.1", "", "Smagorinsky constant"),
     k!("solver.ghost_block", "integer 2 to 256", "16", "cells", "block edge of the LBM-Ghost scheme"),
     k!("solver.steps", "integer 0 to 10^12", "1000", "steps", "steps of `esoflow run` without --steps"),

@@ -292,7 +292,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         ));
     }
     if tau < 0.51 && s.solver.collision == Collision::Bgk {
-        warnings.push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"trt\" or \"smagorinsky\""));
+        warnings
+            .push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"regularized\", \"trt\" or \"smagorinsky\""));
     }
     if !(2..=256).contains(&s.solver.ghost_block) {
         return e("solver.ghost_block", format!("must be 2 to 256 cells, got {}", s.solver.ghost_block));

@@ -174,7 +174,7 @@ impl ViewerApp {
             ctx,
             |ui| {
                 ui.label(format!("At step {} {}. The run is paused.", b.step, b.why));
-                ui.label("Raise tau (viscosity), lower the velocities, or switch to TRT / Smagorinsky in the scene.");
+                ui.label("Raise tau (viscosity), lower the velocities, or switch to regularized, TRT or Smagorinsky in the scene.");
                 ui.horizontal(|ui| {
                     if ui.button(format!("Roll back to step {}", b.last_good)).clicked() {
                         self.worker.send(Command::Rollback);
@@ -239,7 +239,9 @@ pub fn numbers(ls: &LoadedScene, p: &sim_core::Params, tau: f32, max_u: f64) -> 
     let mach_flow = max_u as f32 / cs;
     let mut warnings = Vec::new();
     if tau < 0.51 {
-        warnings.push(format!("tau = {tau:.4} is close to 0.5: the BGK collision becomes unstable (raise tau, or use TRT / Smagorinsky)"));
+        warnings.push(format!(
+            "tau = {tau:.4} is close to 0.5: the BGK collision becomes unstable (raise tau, or use regularized, TRT or Smagorinsky)"
+        ));
     }
     if mach_boundary > 0.3 || mach_flow > 0.3 {
         warnings.push(format!("Mach {:.2} > 0.3: compressibility errors grow and the run may blow up", mach_boundary.max(mach_flow)));

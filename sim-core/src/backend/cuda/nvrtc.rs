@@ -144,8 +144,12 @@ const SCHEMES: [(Scheme, &str); 6] = [
 const STORES: [(Precision, &str); 3] =
     [(Precision::Fp32, "STORE_FP32"), (Precision::Fp16s, "STORE_FP16S"), (Precision::Fp16c, "STORE_FP16C")];
 /// Collision operators (see [`SCHEMES`]).
-const COLLISIONS: [(Collision, &str); 3] =
-    [(Collision::Bgk, "COLLISION_BGK"), (Collision::Trt, "COLLISION_TRT"), (Collision::Smagorinsky, "COLLISION_SMAGORINSKY")];
+const COLLISIONS: [(Collision, &str); 4] = [
+    (Collision::Bgk, "COLLISION_BGK"),
+    (Collision::Trt, "COLLISION_TRT"),
+    (Collision::Smagorinsky, "COLLISION_SMAGORINSKY"),
+    (Collision::Regularized, "COLLISION_REGULARIZED"),
+];
 
 /// The code of `v` in `table`.
 fn code_of<T: PartialEq + Copy>(table: &[(T, &str)], v: T) -> usize {
