@@ -254,7 +254,7 @@ impl Surface {
                 }
             }
             Surface::Box { lo, hi } => {
-                (0..3).fold(Some((f64::NEG_INFINITY, f64::INFINITY)), |r, a| meet(r, slab(p[a], c[a], lo[a], hi[a])))
+                (0..3).try_fold((f64::NEG_INFINITY, f64::INFINITY), |r, a| meet(Some(r), slab(p[a], c[a], lo[a], hi[a])))
             }
             Surface::Mesh(m) => return m.first_hit(p, c).map(|t| t.clamp(Q_MIN, 1.0)),
         };
