@@ -312,10 +312,12 @@ impl Links {
         kind_of(flag) == kind::SOLID && (mask >> id_of(flag)) & 1 != 0
     }
 
-    /// The links of a whole domain, from its surfaces.
+    /// The links of a grid's updated cells: every cell, or for a multi-GPU slab with `halo` =
+    /// 1 + its cut axis, all but the two halo layers on that axis.
     #[must_use]
-    pub fn of_domain(dom: &Domain) -> Links {
-        Links::of_cells(dom, &|_| true)
+    pub fn of_grid(dom: &Domain, halo: usize) -> Links {
+        let n = dom.n;
+        Links::of_cells(dom, &|p| halo == 0 || (p[halo - 1] != 0 && p[halo - 1] + 1 != n[halo - 1]))
     }
 
     /// The links of the cells of a domain where `updated(position)` holds (a multi-GPU slab

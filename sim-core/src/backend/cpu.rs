@@ -449,8 +449,7 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         if self.scheme == Scheme::Ghost {
             return Links::default();
         }
-        let (h, n) = (self.place.halo, self.dom.n);
-        Links::of_cells(&self.dom, &|p| h == 0 || (p[h - 1] != 0 && p[h - 1] + 1 != n[h - 1]))
+        Links::of_grid(&self.dom, self.place.halo)
     }
 
     /// Read every link's f*_k(x) from the state: the value x + c_k loads along c_k in the next

@@ -318,14 +318,7 @@ impl CudaSolver {
     /// not), upload them and read every link's f*_k(x) from the state (after a start, a restore
     /// or an edit). LBM-Ghost keeps halfway walls.
     fn relink(&mut self) -> Result<(), SolverError> {
-        let d = self.mirror.domain();
-        let halo = self.cfg.halo;
-        let n = d.n;
-        self.links = if self.cfg.scheme == Scheme::Ghost {
-            Links::default()
-        } else {
-            Links::of_cells(d, &|p| halo == 0 || (p[halo - 1] != 0 && p[halo - 1] + 1 != n[halo - 1]))
-        };
+        self.links = if self.cfg.scheme == Scheme::Ghost { Links::default() } else { Links::of_grid(self.mirror.domain(), self.cfg.halo) };
         self.lk = self.stream.clone_htod(&self.links.packed()).map_err(derr("uploading wall links"))?;
         self.lsave = self.stream.alloc_zeros::<f32>(self.links.len().max(1)).map_err(derr("allocating wall links"))?;
         let cells = self.links.cells.len();
