@@ -8,6 +8,7 @@
 //   DEF_STORE                    STORE_FP32, STORE_FP16S, STORE_FP16C
 //   DEF_COLLISION                COLLISION_BGK, _TRT, _SMAGORINSKY, _REGULARIZED (codes from the tables in nvrtc.rs)
 //   DEF_FORCE                    1 if a body force is applied (Guo)
+//   DEF_SLIP                     1 if the grid has free-slip walls (kind SLIP)
 //   DEF_SLOTS                    DDF slots of the state buffer (q x cells, more with ghost layers)
 //   DEF_GB0..2 DEF_GNB0..2 DEF_GPD0..2 DEF_GPV
 //                                LBM-Ghost: block edge, blocks and padded block edge per axis,
@@ -21,6 +22,7 @@
 #define KIND_INLET 3u
 #define KIND_OUTLET 4u
 #define KIND_SPONGE 5u
+#define KIND_SLIP 6u
 #define SPONGE_STRENGTH 0.2f
 #define FLAG_NEAR 8u
 
@@ -42,7 +44,11 @@ typedef unsigned long long idx_t;
 #endif
 
 __device__ __forceinline__ u32 opposite(u32 i) { return i == 0u ? 0u : ((i & 1u) ? i + 1u : i - 1u); }
+#if DEF_SLIP
+__device__ __forceinline__ bool is_solid(unsigned char f) { u32 k = f & FLAG_KIND; return k == KIND_SOLID || k == KIND_MOVING || k == KIND_SLIP; }
+#else
 __device__ __forceinline__ bool is_solid(unsigned char f) { u32 k = f & FLAG_KIND; return k == KIND_SOLID || k == KIND_MOVING; }
+#endif
 
 // ---------------------------------------------------------------- storage formats
 #if DEF_STORE == STORE_FP32
@@ -500,7 +506,52 @@ __device__ __forceinline__ void store_cell_moments(float* __restrict__ mom, idx_
     store_moments(mom, n, rho_m1, ux, uy, uz);
 }
 
-// Load the incoming DDFs of cell n (decoded; halfway bounce-back where `near`).
+// ---------------------------------------------------------------- free-slip walls
+// Index of the lattice velocity (cx, cy, cz), -1 where the set has none (a constant where the
+// arguments are).
+__device__ __forceinline__ constexpr int lat_dir(int cx, int cy, int cz) {
+    for (int k = 0; k < DEF_Q; k++) {
+        if (lat_cx(k) == cx && lat_cy(k) == cy && lat_cz(k) == cz) return k;
+    }
+    return -1;
+}
+// A free-slip wall (kind SLIP, id = the axis A of its normal) reflects specularly, half-way
+// (domain.rs, slip_source): the DDF entering cell n along c_i from it left x_s = n - c_i^t one
+// step earlier along the mirror image c_m of c_i, towards the wall cell b = n - c_i^A e_A. Sets
+// `slot` to where x_s stored it (bb_slot of x_s, whose neighbour along c_m is b) and returns
+// true, or returns false where the DDF bounces back (struck head-on, x_s solid, b another wall).
+template <int A>
+__device__ __forceinline__ bool slip_slot_axis(int i, const idx_t* j, bool odd, const unsigned char* flags, unsigned char wall, idx_t& slot) {
+    const int c[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+    if (c[A] == 0 || (A == 0 ? (c[1] | c[2]) : A == 1 ? (c[0] | c[2]) : (c[0] | c[1])) == 0) return false;
+    const int kb = lat_dir(A == 0 ? -c[0] : 0, A == 1 ? -c[1] : 0, A == 2 ? -c[2] : 0);
+    const int ks = lat_dir(A == 0 ? 0 : -c[0], A == 1 ? 0 : -c[1], A == 2 ? 0 : -c[2]);
+    const int m = lat_dir(A == 0 ? -c[0] : c[0], A == 1 ? -c[1] : c[1], A == 2 ? -c[2] : c[2]);
+    if (kb < 0 || ks < 0 || m < 0) return false;
+    const idx_t b = j[kb], xs = j[ks];
+    if ((flags[b] & ~FLAG_NEAR) != (wall & ~FLAG_NEAR) || is_solid(flags[xs])) return false;
+    idx_t jb[DEF_Q];
+#pragma unroll
+    for (int k = 0; k < DEF_Q; k++) jb[k] = b;
+    slot = bb_slot((int)opposite((u32)m), xs, jb, odd);
+    return true;
+}
+// Slot of incoming DDF i of cell n whose source is the wall cell with flag `wall`.
+__device__ __forceinline__ idx_t wall_slot(int i, idx_t n, const idx_t* j, bool odd, const unsigned char* flags, unsigned char wall) {
+    idx_t slot = bb_slot(i, n, j, odd);
+#if DEF_SLIP && DEF_SCHEME != SCHEME_GHOST
+    if ((wall & FLAG_KIND) == KIND_SLIP) {
+        const u32 a = wall >> 4;
+        if (a == 0u) slip_slot_axis<0>(i, j, odd, flags, wall, slot);
+        else if (a == 1u) slip_slot_axis<1>(i, j, odd, flags, wall, slot);
+        else if (a == 2u) slip_slot_axis<2>(i, j, odd, flags, wall, slot);
+    }
+#endif
+    return slot;
+}
+
+// Load the incoming DDFs of cell n (decoded; halfway bounce-back or free-slip reflection where
+// `near`).
 __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx_t* j, bool odd, bool near, const unsigned char* flags, float* f) {
 #pragma unroll
     for (int i = 0; i < DEF_Q; i++) f[i] = dec(ldf(fi + load_slot(i, n, j, odd)));
@@ -508,7 +559,8 @@ __device__ __forceinline__ void load_incoming(const fpxx* fi, idx_t n, const idx
     if (near) {
 #pragma unroll
         for (int i = 1; i < DEF_Q; i++) {
-            if (is_solid(flags[j[opposite(i)]])) f[i] = dec(ldf(fi + bb_slot(i, n, j, odd)));
+            const unsigned char sf = flags[j[opposite(i)]];
+            if (is_solid(sf)) f[i] = dec(ldf(fi + wall_slot(i, n, j, odd, flags, sf)));
         }
     }
 #endif

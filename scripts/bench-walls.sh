@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
 # Forces at curved walls and open boundaries, measured with `esoflow run`:
-#   1. Schaefer and Turek 2D-1 (Re 20) at D = 10, 20, 40: C_D and C_L against 5.58 and 0.0106,
-#      interpolated walls against the staircase;
-#   2. a sphere at Re 100 (D = 24, periodic 8 D x 8 D cross-section): mean C_D over the second
-#      half of the run and its swing (max - min), started from rest with absorbing layers against
-#      started from the mean flow with equilibrium faces;
-#   3. the cost of curved walls: MLUPS of the sphere scene with interpolated and staircase walls.
-# Usage: bash scripts/bench-walls.sh [esoflow binary] [backend]   (defaults: target/release/esoflow cuda)
+#   st          Schaefer and Turek 2D-1 (Re 20) at D = 10, 20, 40: C_D and C_L against 5.58 and
+#               0.0106, interpolated walls against the staircase;
+#   convergence the same with interpolated walls and TRT in diffusive scaling (tau 0.575 at
+#               every D, U_mean = 0.5 / D, so the Mach number falls with the grid spacing):
+#               the observed order of C_D and C_L against the reference values 5.5795 and
+#               0.010618 (John 2004);
+#   sphere      a sphere at Re 100 (D = 24, periodic 8 D x 8 D cross-section): mean C_D over the
+#               second half of the run and its swing (max - min), started from rest with absorbing
+#               layers against started from the mean flow with equilibrium faces;
+#   confinement the sphere in periodic cross-sections of 12 D and 16 D: how much of the drag
+#               above 1.087 the confinement adds;
+#   cost        the cost of curved walls: MLUPS of the sphere scene with interpolated and
+#               staircase walls.
+# Usage: bash scripts/bench-walls.sh [esoflow binary] [backend] [sections...]
+#   (defaults: target/release/esoflow cuda st sphere cost)
 # Writes OUT (default bench-walls-out)/*.log and stats folders, and prints the tables last.
 set -uo pipefail
 BIN=${1:-target/release/esoflow}
 BACKEND=${2:-cuda}
+shift $(( $# < 2 ? $# : 2 ))
+SECTIONS=${*:-st sphere cost}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 OUT=${OUT:-bench-walls-out}
 mkdir -p "$OUT"
 ST=scenes/schaefer_turek_2d.toml
@@ -56,7 +67,7 @@ print(f"{sys.argv[2]:<28} steps {rows[-1]['step']:>6}  C_D mean {sum(half)/len(h
 PY
 }
 
-{
+want st && {
   echo "# Schaefer-Turek 2D-1 on $BACKEND ($("$BIN" info 2>/dev/null | head -n 1))"
   echo "D    walls         coll  U      steps   C_D    err      C_L     err"
   for d in 10 20 40; do st_run $d interpolated trt 0.025; done
@@ -65,14 +76,35 @@ PY
   st_run 20 interpolated trt 0.05
 } | tee "$OUT/schaefer-turek.txt"
 
-{
+want convergence && {
+  echo "# Schaefer-Turek 2D-1, diffusive scaling (tau 0.575), on $BACKEND"
+  echo "D    walls         coll  U      steps   C_D    err      C_L     err"
+  for d in 10 20 40; do st_run $d interpolated trt "$(awk "BEGIN{print 0.5/$d}")"; done
+} | tee "$OUT/convergence.txt"
+want convergence && python3 - "$OUT/convergence.txt" <<'PY'
+import math, sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
+for name, col, ref in (("C_D", 5, 5.5795), ("C_L", 7, 0.010618)):
+    d = [int(r[0]) for r in rows]
+    e = [abs(float(r[col]) - ref) for r in rows]
+    orders = ", ".join(f"{math.log(e[k] / e[k + 1], d[k + 1] / d[k]):.2f}" for k in range(len(e) - 1) if e[k + 1] > 0)
+    print(f"{name}: errors against {ref}: " + ", ".join(f"{x:.5f}" for x in e) + f"; observed order {orders}")
+PY
+
+want sphere && {
   echo "# Sphere Re 100, D = 24, on $BACKEND"
   sphere_run "from-rest-sponges" 
   sphere_run "mean-flow-reflecting-faces" --set boundaries.x_min.sponge=0 --set boundaries.x_max.sponge=0 --set 'initial.velocity=[0.05,0,0]'
   sphere_run "staircase-from-rest" --set solver.walls=staircase
 } | tee "$OUT/sphere.txt"
 
-{
+want confinement && {
+  echo "# Sphere Re 100, D = 24, periodic cross-sections, on $BACKEND"
+  sphere_run "cross-section-12D" --set 'domain.size=[480,288,288]' --set 'obstacles.0.center=[96,143.5,143.5]'
+  sphere_run "cross-section-16D" --set 'domain.size=[480,384,384]' --set 'obstacles.0.center=[96,191.5,191.5]'
+} | tee "$OUT/confinement.txt"
+
+want cost && {
   echo "# Cost of curved walls: sphere scene, 3000 steps, MLUPS from run's last line"
   for w in interpolated staircase; do
     "$BIN" run "$SPHERE" --backend "$BACKEND" --steps 3000 --set solver.walls=$w --set solver.stats_every=100000000 >"$OUT/mlups-$w.log" 2>&1

@@ -4,7 +4,7 @@
 //! Flag byte: bits 0-2 kind ([`kind`]), bit 3 [`NEAR`] (the cell needs the boundary path),
 //! bits 4-7 an id into the table of its kind (obstacle ids start at 1; 0 = domain wall).
 
-use crate::lattice::Lattice;
+use crate::lattice::{Lat, Lattice};
 use crate::scene::{self, Boundaries, FaceKind, InitialKind, LoadedScene, Profile, SceneError};
 use rayon::prelude::*;
 
@@ -23,6 +23,8 @@ pub mod kind {
     /// Fluid in the absorbing layer in front of an inlet or outlet; the id says which: bit 3
     /// set for inlet `id & 7`, clear for outlet `id & 7`.
     pub const SPONGE: u8 = 5;
+    /// Free-slip wall (solid); the id is the axis of its normal. See [`super::slip_source`].
+    pub const SLIP: u8 = 6;
 }
 
 /// Strength of an absorbing layer next to its face: the relaxation towards the target state per
@@ -63,12 +65,61 @@ pub fn kind_of(flag: u8) -> u8 {
 pub fn id_of(flag: u8) -> usize {
     usize::from(flag >> 4)
 }
-/// Whether the cell is skipped by the solver (solid or moving solid).
+/// Whether the cell is skipped by the solver (resting, moving or free-slip wall).
 #[inline(always)]
 #[must_use]
 pub fn is_solid(flag: u8) -> bool {
     let k = flag & 7;
-    k == kind::SOLID || k == kind::MOVING
+    k == kind::SOLID || k == kind::MOVING || k == kind::SLIP
+}
+
+/// A free-slip wall reflects specularly, half-way between the wall cell and the fluid: the DDF
+/// that enters cell `n` along `c_i` from the wall cell `n - c_i` (flag `wall`, normal axis
+/// `a`) left the cell `x_s = n - c_i^t` (`c_i` without its `a` component) one step earlier
+/// along the mirror image `c_m` of `c_i` (its `a` component negated), towards the wall cell
+/// `b = x_s + c_m = n - c_i^a e_a` next to `n`. Returns `(x_s, m, b)`, or None where the rule
+/// does not apply and the DDF bounces back instead: the wall is no free-slip wall, is struck
+/// head-on (`c_i^t = 0`, where reflection and bounce-back agree), `x_s` is solid (a corner: two
+/// reflections make a bounce-back) or `b` is not the same wall. `nbr[k]` is the neighbour of
+/// `n` along `c_k`.
+///
+/// Where it applies, the value sits in the slot `x_s` stored its outgoing DDF `m` to, which
+/// belongs to the wall cell `b` in the step that reads it, so no fluid cell writes it
+/// meanwhile, and the link of `x_s` that would bounce it back reflects too (from `n`): every
+/// slot still has one reader, as in-place streaming needs.
+#[inline(always)]
+#[must_use]
+pub fn slip_source<L: Lat>(i: usize, wall: u8, nbr: &[usize; crate::lattice::MAX_Q], flags: &[u8]) -> Option<(usize, usize, usize)> {
+    let a = id_of(wall);
+    let c = L::C[i];
+    if kind_of(wall) != kind::SLIP || a > 2 || c[a] == 0 {
+        return None;
+    }
+    let mut cb = [0i32; 3];
+    cb[a] = -c[a];
+    let b = nbr[direction::<L>(cb)?];
+    if flags[b] & !NEAR != wall & !NEAR {
+        return None;
+    }
+    let mut ct = [-c[0], -c[1], -c[2]];
+    ct[a] = 0;
+    if ct == [0; 3] {
+        return None;
+    }
+    let xs = nbr[direction::<L>(ct)?];
+    if is_solid(flags[xs]) {
+        return None;
+    }
+    let mut cm = c;
+    cm[a] = -c[a];
+    Some((xs, direction::<L>(cm)?, b))
+}
+
+/// Index of the lattice velocity `c` in `L`, if the set has it.
+#[inline(always)]
+#[must_use]
+pub fn direction<L: Lat>(c: [i32; 3]) -> Option<usize> {
+    L::C.iter().position(|&k| k == c)
 }
 /// Make a flag.
 #[must_use]
@@ -235,12 +286,14 @@ impl Domain {
         // Open (non-wall) extent of each axis, for parabolic profiles.
         let mut open = [(0usize, 0usize); 3];
         for a in 0..3 {
-            let lo = usize::from(matches!(faces[2 * a].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims);
-            let hi_wall = matches!(faces[2 * a + 1].kind, FaceKind::Wall | FaceKind::MovingWall) && a < dims;
+            let wall = |f: &scene::Face| matches!(f.kind, FaceKind::Wall | FaceKind::MovingWall | FaceKind::SlipWall);
+            let lo = usize::from(wall(faces[2 * a]) && a < dims);
+            let hi_wall = wall(faces[2 * a + 1]) && a < dims;
             open[a] = (lo, n[a] - 1 - usize::from(hi_wall));
         }
-        // Paint order: inlets/outlets, then moving walls, then resting walls (they win at edges).
-        for pass in 0..3 {
+        // Paint order: inlets/outlets, moving walls, free-slip walls, then resting walls (they
+        // win at edges).
+        for pass in 0..4 {
             for (fi, face) in faces.iter().enumerate() {
                 let axis = fi / 2;
                 if axis >= dims {
@@ -263,7 +316,8 @@ impl Domain {
                         d.walls.push(face.velocity.0);
                         make_flag(kind::MOVING, d.walls.len() - 1)
                     }
-                    (2, FaceKind::Wall) => make_flag(kind::SOLID, 0),
+                    (2, FaceKind::SlipWall) => make_flag(kind::SLIP, axis),
+                    (3, FaceKind::Wall) => make_flag(kind::SOLID, 0),
                     _ => continue,
                 };
                 if d.walls.len() > MAX_IDS + 1 || d.inlets.len() > MAX_IDS || d.outlets.len() > MAX_IDS {

@@ -78,6 +78,7 @@ pub fn refusal(flag: u8, to: &EditTo) -> Option<&'static str> {
         kind::INLET => Some("inlet cells cannot be edited"),
         kind::OUTLET => Some("outlet cells cannot be edited"),
         kind::MOVING => Some("moving-wall cells cannot be edited"),
+        kind::SLIP => Some("free-slip wall cells cannot be edited"),
         kind::SOLID if id_of(flag) == 0 && *to == EditTo::Fluid => Some("the domain's boundary walls cannot be erased"),
         _ => None,
     }

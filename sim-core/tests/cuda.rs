@@ -139,6 +139,16 @@ fn gpu_matches_cpu_d3q27() {
     compare(SCENE_3D, "D3Q27");
 }
 
+/// Free-slip walls on every scheme that has them, lattice and precision: the same reflected
+/// slots on the GPU as on the CPU.
+fn gpu_free_slip_walls_match_cpu() {
+    let slip = [Scheme::EsotericPull, Scheme::EsotericPush, Scheme::Aa, Scheme::OneStepPull];
+    compare_schemes(SCENE_2D, "D2Q9", &slip, &[("boundaries.y_min.type", "slip_wall")]);
+    let ov = [("boundaries.y_min.type", "slip_wall"), ("boundaries.z_min.type", "slip_wall"), ("boundaries.z_max.type", "slip_wall")];
+    compare_schemes(SCENE_3D, "D3Q19", &[Scheme::EsotericPull, Scheme::Aa], &ov);
+    compare_schemes(SCENE_3D, "D3Q27", &[Scheme::EsotericPull], &ov);
+}
+
 /// LBM-Ghost with block edges that do not divide the grid (partial edge blocks) and the largest
 /// block the GPU runs.
 fn gpu_ghost_blocks_match_cpu() {
@@ -883,6 +893,20 @@ fn gpu_multi_slabs_match_one_gpu() {
     }
 }
 
+/// Free-slip walls along the cut (y) and on the faces the cuts run through (z), D3Q19 and D2Q9.
+fn gpu_multi_slabs_with_free_slip_walls_match_one_gpu() {
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    let devices: Vec<usize> = if count >= 2 { vec![0, 1] } else { vec![0, 0] };
+    let slip3 = [
+        ("domain.lattice", "D3Q19"),
+        ("boundaries.y_min.type", "slip_wall"),
+        ("boundaries.z_min.type", "slip_wall"),
+        ("boundaries.z_max.type", "slip_wall"),
+    ];
+    multi_matches_single(SCENE_3D, &slip3, &devices);
+    multi_matches_single(SCENE_2D, &[("domain.lattice", "D2Q9"), ("boundaries.y_min.type", "slip_wall")], &devices);
+}
+
 /// Diagnostic (ignored): the first cells and directions where slabs on one GPU and the one-GPU
 /// run part, step by step. `cargo test --test cuda gpu_multi_first_difference -- --ignored --nocapture`.
 fn gpu_multi_first_difference() {
@@ -1417,6 +1441,7 @@ fn main() {
         test(gpu_matches_cpu_d3q19),
         test(gpu_matches_cpu_d3q27),
         test(gpu_ghost_blocks_match_cpu),
+        test(gpu_free_slip_walls_match_cpu),
         test(gpu_whole_row_kernel_matches_cpu),
         test(gpu_collisions_and_force_match_cpu),
         test(gpu_checkpoints_are_the_cpu_format),
@@ -1434,6 +1459,7 @@ fn main() {
         test(gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip),
         test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
         test(gpu_multi_slabs_match_one_gpu),
+        test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
         diagnostic(gpu_multi_first_difference),
         test(gpu_adaptive_frames_match_the_host),
         test(gpu_adaptive_blocks_match_cpu),

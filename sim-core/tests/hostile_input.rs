@@ -105,6 +105,25 @@ fn non_finite_velocities_and_densities_are_refused() {
     }
 }
 
+/// Free-slip walls where they cannot run are refused with the face's key and what would run.
+#[test]
+fn free_slip_walls_are_refused_where_they_cannot_run() {
+    for (sets, says) in [
+        (vec![("solver.scheme", "swap")], "esoteric_pull"),
+        (vec![("solver.scheme", "ghost")], "esoteric_pull"),
+        (vec![("compression.enabled", "true")], "dense grids"),
+        (vec![("amr.enabled", "true")], "dense grids"),
+    ] {
+        let mut sets = sets.clone();
+        sets.push(("boundaries.y_max", "\"slip_wall\""));
+        let e = refused(BASE, &sets);
+        assert!(e.contains("boundaries.y_max") && e.contains(says), "{sets:?}: {e}");
+    }
+    // The symmetry plane's other name loads.
+    let ls = parse(BASE, &[("boundaries.y_max", "\"symmetry\"")]).unwrap();
+    assert!(Domain::from_scene(&ls).is_ok());
+}
+
 /// Values that break naive code: huge, negative, non-finite, empty, wrongly shaped.
 fn nasty_value() -> impl Strategy<Value = String> {
     prop_oneof![

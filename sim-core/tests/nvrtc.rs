@@ -31,8 +31,26 @@ fn configs() -> Vec<KernelConfig> {
                     ghost_block: 16,
                     boxed: false,
                     halo: 0,
+                    slip: false,
                 });
             }
+        }
+        // Free-slip walls compiled in, on the schemes that have them.
+        for scheme in [Scheme::EsotericPull, Scheme::EsotericPush, Scheme::Aa, Scheme::OneStepPull] {
+            v.push(KernelConfig {
+                lattice,
+                scheme,
+                precision: Precision::Fp16s,
+                collision: Collision::Trt,
+                force: true,
+                n,
+                brick,
+                rows: true,
+                ghost_block: 16,
+                boxed: false,
+                halo: 0,
+                slip: true,
+            });
         }
         for collision in Collision::ALL {
             for force in [false, true] {
@@ -48,6 +66,7 @@ fn configs() -> Vec<KernelConfig> {
                     ghost_block: 16,
                     boxed: false,
                     halo: 0,
+                    slip: false,
                 });
             }
         }
@@ -67,6 +86,7 @@ fn configs() -> Vec<KernelConfig> {
                     ghost_block: 16,
                     boxed: true,
                     halo: 0,
+                    slip: false,
                 });
             }
         }
@@ -85,6 +105,7 @@ fn configs() -> Vec<KernelConfig> {
                 ghost_block: 16,
                 boxed: false,
                 halo: lattice.dims(),
+                slip: false,
             });
         }
         // The other brick shape compiles too (the loop above also builds the whole-row kernel).
@@ -101,6 +122,7 @@ fn configs() -> Vec<KernelConfig> {
             ghost_block: 16,
             boxed: false,
             halo: 0,
+            slip: false,
         });
     }
     v

@@ -492,7 +492,7 @@ fn invalid_enum_value_lists_the_valid_ones() {
     );
     let e = error(&BASE.replace("y_max = \"wall\"", "y_max = \"wal\""), &[]);
     assert!(
-        e.starts_with("bad.toml:8: boundaries.y_max.type: unknown variant \"wal\", expected one of \"periodic\", \"wall\", \"moving_wall\", \"inlet\", \"outlet\""),
+        e.starts_with("bad.toml:8: boundaries.y_max.type: unknown variant \"wal\", expected one of \"periodic\", \"wall\", \"slip_wall\", \"symmetry\", \"moving_wall\", \"inlet\", \"outlet\""),
         "{e}"
     );
 }

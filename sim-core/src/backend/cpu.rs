@@ -8,7 +8,7 @@
 use super::ghost::GhostLayout;
 use crate::checkpoint::Checkpoint;
 use crate::collision::{collide_w, equilibrium};
-use crate::domain::{id_of, is_solid, kind, kind_of, Domain, NEAR};
+use crate::domain::{id_of, is_solid, kind, kind_of, slip_source, Domain, NEAR};
 use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
@@ -91,6 +91,17 @@ fn bb_slot<const P: u8>(i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool, nn:
     match P {
         OSP => opposite(i) * nn + n,
         _ => load_slot::<P>(i, n, nbr, !odd, nn),
+    }
+}
+
+/// Slot the incoming DDF `i` of cell `n` comes from when its source is the wall cell with flag
+/// `wall`: the bounce-back slot, or for a free-slip wall the slot of the reflected DDF
+/// ([`slip_source`]; that cell's neighbour along `c_m` is the wall cell `b`).
+#[inline(always)]
+fn wall_slot<L: Lat, const P: u8>(i: usize, wall: u8, n: usize, nbr: &[usize; MAX_Q], flags: &[u8], odd: bool, nn: usize) -> usize {
+    match slip_source::<L>(i, wall, nbr, flags) {
+        Some((xs, m, b)) => bb_slot::<P>(opposite(m), xs, &[b; MAX_Q], odd, nn),
+        None => bb_slot::<P>(i, n, nbr, odd, nn),
     }
 }
 
@@ -255,8 +266,9 @@ unsafe fn row_kernel<L: Lat, S: Store, const P: u8>(job: &RowJob<S>, acc: &mut F
                 }
                 if !implicit_bb(P) && flag & NEAR != 0 {
                     for i in 1..L::Q {
-                        if is_solid(flags[nbr[opposite(i)]]) {
-                            f[i] = (*rd.at(bb_slot::<P>(i, n, &nbr, odd, nn))).dec();
+                        let sf = flags[nbr[opposite(i)]];
+                        if is_solid(sf) {
+                            f[i] = (*rd.at(wall_slot::<L, P>(i, sf, n, &nbr, flags, odd, nn))).dec();
                         }
                     }
                 }
@@ -556,11 +568,12 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
     /// parity `odd`), with the flags as they are now.
     fn slot_at(&self, i: usize, n: usize, nbr: &[usize; MAX_Q], odd: bool) -> usize {
         let nn = self.dom.cells();
-        let src_solid = i != 0 && is_solid(self.dom.flags[nbr[opposite(i)]]);
+        let flags = &self.dom.flags;
+        let src_solid = i != 0 && is_solid(flags[nbr[opposite(i)]]);
         macro_rules! pick {
             ($p:expr) => {
                 if src_solid && !implicit_bb($p) {
-                    bb_slot::<$p>(i, n, nbr, odd, nn)
+                    wall_slot::<L, $p>(i, flags[nbr[opposite(i)]], n, nbr, flags, odd, nn)
                 } else {
                     load_slot::<$p>(i, n, nbr, odd, nn)
                 }

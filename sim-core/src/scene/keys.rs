@@ -22,9 +22,9 @@ macro_rules! k {
     };
 }
 
-const FACE_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\", or a table { type = ..., velocity = ..., density = ..., profile = ... }";
+const FACE_TY: &str = "\"periodic\" | \"wall\" | \"slip_wall\" | \"moving_wall\" | \"inlet\" | \"outlet\", or a table { type = ..., velocity = ..., density = ..., profile = ... }";
 
-const KIND_TY: &str = "\"periodic\" | \"wall\" | \"moving_wall\" | \"inlet\" | \"outlet\"";
+const KIND_TY: &str = "\"periodic\" | \"wall\" | \"slip_wall\" (also \"symmetry\") | \"moving_wall\" | \"inlet\" | \"outlet\"";
 
 macro_rules! face {
     ($f:literal) => {

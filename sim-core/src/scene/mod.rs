@@ -97,6 +97,10 @@ pub enum FaceKind {
     Periodic,
     /// Resting wall (bounce-back).
     Wall,
+    /// Free-slip (symmetry) wall: the fluid slides along it without friction, as at a mirror
+    /// plane of a symmetric flow or a far field.
+    #[serde(alias = "symmetry")]
+    SlipWall,
     /// Wall moving tangentially (lid).
     MovingWall,
     /// Prescribed velocity.

@@ -223,6 +223,21 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
             }
         }
     }
+    if let Some(f) = faces.iter().position(|f| f.kind == FaceKind::SlipWall) {
+        let key = format!("boundaries.{}", Boundaries::NAMES[f]);
+        if s.amr.enabled || s.compression.enabled {
+            return e(&key, "free-slip walls run on dense grids: use \"wall\", or set amr.enabled and compression.enabled to false".into());
+        }
+        if matches!(s.solver.scheme, crate::schemes::Scheme::Swap | crate::schemes::Scheme::Ghost) {
+            return e(
+                &key,
+                format!(
+                    "free-slip walls need a scheme that reads its wall values explicitly; solver.scheme = \"{}\" does not: use esoteric_pull, esoteric_push, aa or one_step_pull",
+                    s.solver.scheme
+                ),
+            );
+        }
+    }
     if s.initial.kind == InitialKind::TaylorGreen3d && size.len() != 3 {
         return e("initial.kind", "taylor_green_3d needs a 3D domain (three sizes); use \"taylor_green\" in 2D".into());
     }

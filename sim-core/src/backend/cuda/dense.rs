@@ -6,7 +6,7 @@ use crate::backend::cpu::{build_mirror, build_mirror_at, Mirror, Slab, SlotIo};
 use crate::backend::ghost::GhostLayout;
 use crate::bricks::BrickMap;
 use crate::checkpoint::Checkpoint;
-use crate::domain::{is_solid, Domain};
+use crate::domain::{is_solid, kind, kind_of, Domain};
 use crate::edit::{CellEdit, EditReport};
 use crate::fields::FieldKind;
 use crate::frame::{FrameLayout, FrameRanges, FrameRegion, FrameTarget, HostFrame};
@@ -226,6 +226,7 @@ impl CudaSolver {
             ghost_block,
             boxed: false,
             halo: place.halo,
+            slip: dom.flags.iter().any(|&f| kind_of(f) == kind::SLIP),
         };
         stage.done("brick shape");
         // NVRTC compiles on a thread of its own while the host builds and uploads the initial
@@ -1134,6 +1135,7 @@ mod tests {
                     ghost_block: block,
                     boxed: false,
                     halo: 0,
+                    slip: false,
                 };
                 let g = GhostLayout::for_domain(&dom, block);
                 assert_eq!(cfg.ghost_geometry(), g.geometry(), "{lattice} {n:?} block {block}");

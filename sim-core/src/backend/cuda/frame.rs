@@ -104,6 +104,7 @@ pub(super) fn load_frame_module(
         ghost_block: 0,
         boxed: false,
         halo: 0,
+        slip: false,
     };
     let arch = crate::backend::cuda::arch_of(dev);
     let ptx = compile(&cfg, &arch).map_err(SolverError::Backend)?;

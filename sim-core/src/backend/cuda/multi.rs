@@ -841,4 +841,22 @@ radius = 3.2
             slabs_match_whole_grid(CHANNEL_3D, &[("domain.lattice", "D3Q27"), ("solver.precision", "fp32")], k, 40);
         }
     }
+
+    /// Free-slip walls along the cut axis and across it: the reflected DDFs come from halo cells
+    /// and from the slots the exchange carries, like any other DDF crossing a cut.
+    #[test]
+    fn free_slip_walls_cross_the_cuts() {
+        for k in [2, 3] {
+            slabs_match_whole_grid(CHANNEL_2D, &[("domain.lattice", "D2Q9"), ("boundaries.y_max.type", "slip_wall")], k, 60);
+            for lattice in ["D3Q19", "D3Q27"] {
+                let ov = [
+                    ("domain.lattice", lattice),
+                    ("boundaries.y_min.type", "slip_wall"),
+                    ("boundaries.y_max.type", "slip_wall"),
+                    ("boundaries.z_max.type", "slip_wall"),
+                ];
+                slabs_match_whole_grid(CHANNEL_3D, &ov, k, 40);
+            }
+        }
+    }
 }

@@ -60,6 +60,7 @@ pub fn amr_source(lattice: Lattice, precision: Precision) -> String {
         ghost_block: 0,
         boxed: false,
         halo: 0,
+        slip: false,
     };
     format!("{}{}\n{}\n{}\n{}\n{}", defines(&cfg), mesh::counter_defines(), COMMON_CUH, halo_source(lattice), AMR_CU, AMR_MESH_CU)
 }

@@ -152,6 +152,7 @@ pub(super) fn box_config(dom: &Domain, params: &Params, bn: [usize; 3]) -> Kerne
         ghost_block: 16,
         boxed: true,
         halo: 0,
+        slip: false,
     }
 }
 
