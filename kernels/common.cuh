@@ -479,16 +479,22 @@ __device__ __forceinline__ void absorb(float* f, unsigned char flag, u32 x, u32 
     for (int i = 0; i < DEF_Q; i++) f[i] -= s * (equilibrium_one(i, rho_m1, ux, uy, uz) - equilibrium_one(i, rt, ut[0], ut[1], ut[2]));
 }
 
-// Ladd's moving wall: f_i += 6 w_i (c_i . u_w) for DDFs that came from a moving wall.
+// Ladd's moving wall: f_i += 6 w_i (c_i . u_w) for DDFs that came from a moving wall; the
+// rest DDF gives back what that adds to the cell's mass (nonzero only where the wall ends;
+// see moving_walls in sim-core/src/backend/cell.rs).
 __device__ __forceinline__ void moving_walls(float* f, const unsigned char* flags, const idx_t* j, const float* walls) {
+    float added = 0.0f;
 #pragma unroll
     for (int i = 1; i < DEF_Q; i++) {
         const unsigned char sf = flags[j[opposite(i)]];
         if ((sf & FLAG_KIND) == KIND_MOVING) {
             const u32 id = sf >> 4;
-            f[i] += 6.0f * lat_w(i) * ((float)lat_cx(i) * walls[3 * id] + (float)lat_cy(i) * walls[3 * id + 1] + (float)lat_cz(i) * walls[3 * id + 2]);
+            const float d = 6.0f * lat_w(i) * ((float)lat_cx(i) * walls[3 * id] + (float)lat_cy(i) * walls[3 * id + 1] + (float)lat_cz(i) * walls[3 * id + 2]);
+            f[i] += d;
+            added += d;
         }
     }
+    f[0] -= added;
 }
 
 // The fields of cell n as the `fields` kernel writes them (density, velocity; four planes of
