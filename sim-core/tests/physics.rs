@@ -502,12 +502,9 @@ fn sample(u: &[[f32; 3]], n: usize, l: usize, c: usize, px: f64, py: f64) -> f64
     (1.0 - fy) * ((1.0 - fx) * at(x0, y0) + fx * at(x0 + 1, y0)) + fy * ((1.0 - fx) * at(x0, y0 + 1) + fx * at(x0 + 1, y0 + 1))
 }
 
-/// Lid-driven cavity of `l` x `l` fluid cells (walls at 0.5 and l + 0.5), lid velocity `ulid`
-/// at Re = ulid * l / nu = 100. With `steps = None` it runs until the velocity changes by less
-/// than 1e-5 ulid per 1,000 steps (at most 60,000 steps), else exactly `steps` steps.
-fn cavity(l: usize, ulid: f64, precision: &str, steps: Option<u64>) -> Box<dyn Solver> {
-    let tau = 0.5 + 3.0 * ulid * l as f64 / 100.0;
-    let text = format!(
+/// The scene of a lid-driven cavity of `l` x `l` fluid cells with lid velocity `ulid`.
+fn cavity_scene(l: usize, ulid: f64, tau: f64) -> String {
+    format!(
         r#"
 [domain]
 size = [{n}, {n}]
@@ -518,12 +515,17 @@ y_min = "wall"
 y_max = {{ type = "moving_wall", velocity = [{ulid}, 0.0] }}
 [fluid]
 tau = {tau}
-[solver]
-precision = "{precision}"
 "#,
         n = l + 2
-    );
-    let mut s = solver(&text, &[]);
+    )
+}
+
+/// Lid-driven cavity of `l` x `l` fluid cells (walls at 0.5 and l + 0.5), lid velocity `ulid`
+/// at Re = ulid * l / nu = 100. With `steps = None` it runs until the velocity changes by less
+/// than 1e-5 ulid per 1,000 steps (at most 60,000 steps), else exactly `steps` steps.
+fn cavity(l: usize, ulid: f64, precision: &str, steps: Option<u64>) -> Box<dyn Solver> {
+    let tau = 0.5 + 3.0 * ulid * l as f64 / 100.0;
+    let mut s = solver(&cavity_scene(l, ulid, tau), &[("solver.precision", precision)]);
     if let Some(n) = steps {
         s.step(n).unwrap();
         return s;
@@ -569,23 +571,7 @@ fn lid_driven_cavity_re100_matches_ghia() {
 fn cavity_sanity(re: f64, collision: &str, steps: u64, chunk: u64) -> (Option<u64>, f64, f64) {
     let (l, ulid) = (256usize, 0.1f64);
     let tau = 0.5 + 3.0 * ulid * l as f64 / re;
-    let text = format!(
-        r#"
-[domain]
-size = [{n}, {n}]
-[boundaries]
-x_min = "wall"
-x_max = "wall"
-y_min = "wall"
-y_max = {{ type = "moving_wall", velocity = [{ulid}, 0.0] }}
-[fluid]
-tau = {tau}
-[solver]
-collision = "{collision}"
-"#,
-        n = l + 2
-    );
-    let mut s = solver(&text, &[]);
+    let mut s = solver(&cavity_scene(l, ulid, tau), &[("solver.collision", collision)]);
     let m0 = s.stats().mass;
     let (mut max_u, mut dm) = (0.0f64, 0.0f64);
     while s.time_step() < steps {
