@@ -11,6 +11,8 @@
 #               layers against started from the mean flow with equilibrium faces;
 #   confinement the sphere in periodic cross-sections of 12 D and 16 D: how much of the drag
 #               above 1.087 the confinement adds;
+#   mach        the sphere at half the free-stream velocity (U = 0.025, Mach 0.043): how much of
+#               it the Mach number adds;
 #   cost        the cost of curved walls: MLUPS of the sphere scene with interpolated and
 #               staircase walls.
 # Usage: bash scripts/bench-walls.sh [esoflow binary] [backend] [sections...]
@@ -46,8 +48,8 @@ st_run() { # D walls collision umean
     printf "%-4d %-13s %-5s %-6s %-7d %.4f %+6.2f%%   %.5f %+6.1f%%\n", d, w, c, u, s, a[1]/q, 100*(a[1]/q/5.58-1), a[2]/q, 100*(a[2]/q/0.0106-1) }'
 }
 
-sphere_run() { # label sets...
-  local label=$1; shift
+sphere_run() { # label free-stream-velocity sets...
+  local label=$1 u=$2; shift 2
   local dir="${TMPDIR:-/tmp}/bench-walls-sphere-$label"
   # Statistics only where the binary has the option; else the fields are written too (into TMPDIR).
   if "$BIN" run --help 2>&1 | grep -q -- --export-fields; then
@@ -56,12 +58,13 @@ sphere_run() { # label sets...
     "$BIN" run "$SPHERE" --backend "$BACKEND" --export "$dir" "$@" >"$OUT/sphere-$label.log" 2>&1
   fi
   cp "$dir/stats.csv" "$OUT/sphere-$label.csv"
-  # C_D = 2 F_x / (rho U^2 pi R^2) with U = 0.05, R = 12; second half of the rows.
-  python3 - "$OUT/sphere-$label.csv" "$label" <<'PY'
+  # C_D = 2 F_x / (rho U^2 pi R^2) with R = 12; second half of the rows.
+  python3 - "$OUT/sphere-$label.csv" "$label" "$u" <<'PY'
 import csv, math, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 key = next(k for k in rows[0] if k.strip().lower() in ("force_x", "fx", "force x") or k.startswith("force_x"))
-cd = [2 * float(r[key]) / (0.05 ** 2 * math.pi * 12 ** 2) for r in rows]
+u = float(sys.argv[3])
+cd = [2 * float(r[key]) / (u ** 2 * math.pi * 12 ** 2) for r in rows]
 half = cd[len(cd) // 2:]
 print(f"{sys.argv[2]:<28} steps {rows[-1]['step']:>6}  C_D mean {sum(half)/len(half):.4f} ({100*(sum(half)/len(half)/1.087-1):+.2f}% vs 1.087)  swing {max(half)-min(half):.4f}")
 PY
@@ -93,16 +96,21 @@ PY
 
 want sphere && {
   echo "# Sphere Re 100, D = 24, on $BACKEND"
-  sphere_run "from-rest-sponges" 
-  sphere_run "mean-flow-reflecting-faces" --set boundaries.x_min.sponge=0 --set boundaries.x_max.sponge=0 --set 'initial.velocity=[0.05,0,0]'
-  sphere_run "staircase-from-rest" --set solver.walls=staircase
+  sphere_run "from-rest-sponges" 0.05
+  sphere_run "mean-flow-reflecting-faces" 0.05 --set boundaries.x_min.sponge=0 --set boundaries.x_max.sponge=0 --set 'initial.velocity=[0.05,0,0]'
+  sphere_run "staircase-from-rest" 0.05 --set solver.walls=staircase
 } | tee "$OUT/sphere.txt"
 
 want confinement && {
   echo "# Sphere Re 100, D = 24, periodic cross-sections, on $BACKEND"
-  sphere_run "cross-section-12D" --set 'domain.size=[480,288,288]' --set 'obstacles.0.center=[96,143.5,143.5]'
-  sphere_run "cross-section-16D" --set 'domain.size=[480,384,384]' --set 'obstacles.0.center=[96,191.5,191.5]'
+  sphere_run "cross-section-12D" 0.05 --set 'domain.size=[480,288,288]' --set 'obstacles.0.center=[96,143.5,143.5]'
+  sphere_run "cross-section-16D" 0.05 --set 'domain.size=[480,384,384]' --set 'obstacles.0.center=[96,191.5,191.5]'
 } | tee "$OUT/confinement.txt"
+
+want mach && {
+  echo "# Sphere Re 100, D = 24, free-stream velocity halved (Mach 0.043, twice the steps), on $BACKEND"
+  sphere_run "velocity-0.025" 0.025 --set fluid.velocity=0.025 --set 'boundaries.x_min.velocity=[0.025,0,0]' --set solver.steps=76800
+} | tee "$OUT/mach.txt"
 
 want cost && {
   echo "# Cost of curved walls: sphere scene, 3000 steps, MLUPS from run's last line"
