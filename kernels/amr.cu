@@ -14,6 +14,7 @@
 //   cmask, solid   C * B bytes: cell masks (amr/forest.rs cell_mask) and obstacle flags
 //   prm            per level l at 4 l: tau, fx, fy, fz; walls (6 faces x 3) at 4 * 16; outflow
 //                  density of the 6 faces at 4 * 16 + 18 (NaN: a wall)
+//   walls          with AMR_CURVED only: the interpolated walls' table ("Interpolated walls")
 // A kernel gets a list of block IDs (one level's, or its blocks next to a level jump) and runs
 // one thread per (listed block, cell).
 
@@ -720,8 +721,62 @@ __device__ __forceinline__ void amr_step_collide(const float* __restrict__ prm, 
     if (force[0] != 0.0f || force[1] != 0.0f || force[2] != 0.0f) collide_with<true>(g, p);
     else collide_with<false>(g, p);
 }
+
+// ---- Interpolated walls (AMR_CURVED; sim-core/src/amr/lbm/walls.rs): Bouzidi's bounce-back on
+// the curved links of one level (the finest, whose cells are the scene's finest grid). The host
+// defines AMR_CURVED only for a run with such links: without it the kernels are those of
+// half-way walls alone. The table `walls` (CurvedWalls::packed): [count, level, n0, n1, n2,
+// cells[count] (indices x + n0 (y + n1 z) on the level's grid, ascending), q[count * Q] (float
+// bits: q of the link along c_d, 0 where c_d is no curved link)]; level 0xffffffff: no table.
+// amr_step, amr_walls and amr_stats take it as their last argument.
+#ifndef AMR_CURVED
+#define AMR_CURVED 0
+#endif
+#if AMR_CURVED
+#define AMR_CURVED_ARG , const u32* __restrict__ walls
+// The row of the table of cell `cell` of block id (a block of the table's level: its cells are
+// at 4 pos + c), -1 where the cell has no curved link.
+__device__ __forceinline__ int amr_curved_row(const u32* __restrict__ walls, const int* __restrict__ pos, u32 id, int cell) {
+    int c[3];
+    amr_coords(cell, c);
+    u32 g[3] = {0u, 0u, 0u};
+#pragma unroll
+    for (int a = 0; a < DEF_D; a++) g[a] = (u32)(4 * pos[3 * (u64)id + a] + c[a]);
+    if (g[0] >= walls[2] || g[1] >= walls[3] || g[2] >= walls[4]) return -1;
+    const u32 key = g[0] + walls[2] * (g[1] + walls[3] * g[2]);
+    const u32 count = walls[0];
+    const u32* __restrict__ cells = walls + 5;
+    u32 lo = 0u, hi = count;
+    while (lo < hi) {
+        const u32 mid = (lo + hi) >> 1;
+        if (cells[mid] < key) lo = mid + 1u;
+        else hi = mid;
+    }
+    return (lo < count && cells[lo] == key) ? (int)lo : -1;
+}
+// q of the link along c_d of table row `row` (0: no curved link).
+__device__ __forceinline__ float amr_curved_q(const u32* __restrict__ walls, int row, int d) {
+    return __uint_as_float(walls[5u + walls[0] + (u64)row * DEF_Q + (u64)d]);
+}
+// The value opposite(k) = i a cell of block id (level l) fills where its link along c_k meets an
+// obstacle cell of its level, from its post-collision values g: half-way g[k], or on the table's
+// level where the link is curved with q >= 1/2, g[k] / (2q) + (1 - 1/(2q)) g[i] (walls.rs
+// block_bouzidi; q < 1/2 keeps the half-way value, which amr_walls corrects after the step).
+// `row`: the cell's row, looked up on the first bounced link (-2 until then).
+__device__ __forceinline__ float amr_curved_back(const u32* __restrict__ walls, const int* __restrict__ pos, u32 id, int cell, u32 l, int& row, int k, int i, const float* g) {
+    if (l != walls[1]) return g[k];
+    if (row == -2) row = amr_curved_row(walls, pos, id, cell);
+    if (row < 0) return g[k];
+    const float q = amr_curved_q(walls, row, k);
+    if (!(q >= 0.5f)) return g[k];
+    const float s = 0.5f / q;
+    return s * g[k] + (1.0f - s) * g[i];
+}
+#else
+#define AMR_CURVED_ARG
+#endif
 #if !AMR_INPLACE
-extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells AMR_CURVED_ARG) {
     // The 3^D links of the thread block's 256 / B blocks (the block itself in the middle):
     // a push into this block or a same-level neighbour takes its target from here, one store
     // for both (no divergence between the cells that push inside the block and those at its
@@ -807,6 +862,9 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     // value (a coarser block), walls and outflows (no block: outside the domain).
     const int root[3] = {r0, r1, r2};
     AmrOutflowEq oe;
+#if AMR_CURVED
+    int row = -2;
+#endif
 #pragma unroll
     for (int k = 0; k < DEF_Q; k++) {
         if (!((fill >> k) & 1u)) continue;
@@ -815,7 +873,11 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         int e[3];
         const u32 link = links[lb][amr_step_dir(c, k, e)];
         if (link != AMR_NONE) {
+#if AMR_CURVED
+            dst[out] = (link & AMR_COARSER) ? src[out] : enc(amr_curved_back(walls, pos, id, cell, l, row, k, i, g));
+#else
             dst[out] = (link & AMR_COARSER) ? src[out] : enc(g[k]);
+#endif
             continue;
         }
         dst[out] = enc(amr_edge_value(k, g, e, pos, id, l, root, prm, force, oe));
@@ -903,7 +965,7 @@ __device__ __forceinline__ void amr_ep_step_push(const u32 (&sum)[3][3], fpxx* c
 // Non-streamed collided cells (parent-of-interface) only push: their own slots are their
 // neighbours' stores, and the restriction refills them before anything reads them. Obstacle
 // and covered cells do nothing (their slots carry their neighbours' values).
-extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells) {
+extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const u32* __restrict__ ids, const u32 count, const u32 l, const float* __restrict__ prm, const int r0, const int r1, const int r2, AMR_ARGS, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells AMR_CURVED_ARG) {
     __shared__ u32 links[256 / AMR_B][AMR_ND];
     __shared__ fpxx* blocks[256 / AMR_B][AMR_ND];
     int lb, cell;
@@ -968,6 +1030,9 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
     const u32 fill = amr_step_fill(codes, cells, wat, fill_hi);
     const int root[3] = {r0, r1, r2};
     AmrOutflowEq oe;
+#if AMR_CURVED
+    int row = -2;
+#endif
 #pragma unroll
     for (int k = 1; k < DEF_Q; k++) {
         if (!((fill >> k) & 1u)) continue;
@@ -976,7 +1041,11 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
         const u32 link = links[lb][amr_step_dir(c, k, e)];
         float v;
         if (link == AMR_NONE) v = amr_edge_value(k, g, e, pos, id, l, root, prm, force, oe);
+#if AMR_CURVED
+        else if (!(link & AMR_COARSER)) v = amr_curved_back(walls, pos, id, cell, l, row, k, (int)opposite((u32)k), g);
+#else
         else if (!(link & AMR_COARSER)) v = g[k];
+#endif
         else if (k & 1) continue;  // S4 from a coarser P: the halo slot keeps the value
         else {
             // S3 from a coarser M: the pre-step value, still in slot i + q (no push into it).
@@ -990,6 +1059,55 @@ extern "C" __global__ void __launch_bounds__(256, AMR_STEP_MINB) amr_step(const 
             // S3: f_i, into slot i + 1 - q of n.
             mine[(i + 1 - (int)q) * AMR_B] = enc(v);
         }
+    }
+}
+#endif
+
+#if AMR_CURVED
+// The curved links with q < 1/2 after a step of level l (the table's) over blocks `ids` (sel as
+// the step's): f_k(x) = 2q f_k(x) + (1 - 2q) f_d(x), k = opposite(d), on the values the step
+// just stored (walls.rs block_bouzidi; the CPU reference rounds the same values the same way).
+// f_k(x) is the half-way value the cell filled, f_d(x) the value its upstream neighbour pushed,
+// which is why this runs after every part of the level's step (schedule.rs, OpKind::Walls).
+// Only where the value bounced back off an obstacle this step: the cell fills it (its fill bit
+// d) from a same-level link towards x + c_d (whose cell is then an obstacle). Each cell rewrites
+// only its own values. Two buffers: in the one the step wrote; in place: at parity (sel & 1) ^ 1.
+extern "C" __global__ void __launch_bounds__(256) amr_walls(const u32* __restrict__ ids, const u32 count, const u32 l, const int* __restrict__ pos, const u32* __restrict__ nbr, fpxx* fa, fpxx* fb, const u32 sel, const u32* __restrict__ codes, const u64 cells, const u32* __restrict__ walls) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)count * AMR_B || l != walls[1]) return;
+    const u32 id = ids[t / AMR_B];
+    const int cell = (int)(t % AMR_B);
+    const u64 wat = (u64)id * AMR_B + cell;
+    u32 w = 0u, hi = 0u;
+    amr_step_code(codes, wat, w, hi);
+    if (!((w >> AMR_C_HASFILL) & 1u)) return;
+    const u32 fill = amr_step_fill(codes, cells, wat, hi);
+    const int row = amr_curved_row(walls, pos, id, cell);
+    if (row < 0) return;
+    int c[3];
+    amr_coords(cell, c);
+#if AMR_INPLACE
+    fpxx* __restrict__ f = fa;
+    (void)fb;
+    const u32 par = (sel & 1u) ^ 1u;
+#else
+    fpxx* __restrict__ f = (sel & 1u) ? fa : fb;
+    const amr_ix own = (amr_ix)id * (DEF_Q * AMR_B) + (amr_ix)cell;
+#endif
+    for (int d = 1; d < DEF_Q; d++) {
+        if (!((fill >> d) & 1u)) continue;
+        const float q = amr_curved_q(walls, row, d);
+        if (!(q > 0.0f && q < 0.5f)) continue;
+        int e[3];
+        const u32 link = nbr[(u64)id * AMR_ND + amr_step_dir(c, d, e)];
+        if (link == AMR_NONE || (link & AMR_COARSER)) continue;
+        const int k = (int)opposite((u32)d);
+#if AMR_INPLACE
+        const amr_ix at_k = amr_ep_ix(nbr, id, cell, k, par), at_d = amr_ep_ix(nbr, id, cell, d, par);
+#else
+        const amr_ix at_k = own + (amr_ix)(k * AMR_B), at_d = own + (amr_ix)(d * AMR_B);
+#endif
+        f[at_k] = enc(2.0f * q * dec(f[at_k]) + (1.0f - 2.0f * q) * dec(f[at_d]));
     }
 }
 #endif
@@ -1558,7 +1676,68 @@ __device__ __forceinline__ unsigned long long amr_rho_key(const float v) {
     return (unsigned long long)((b & 0x80000000u) ? ~b : (b | 0x80000000u));
 }
 
-extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const fpxx* __restrict__ fa, const fpxx* __restrict__ fb, const u32 odd, const u32 forces, double* out) {
+// A cell's DDFs as amr_stats finds them: two buffers, f the level's; in place at the level's
+// parity (bit l of `odd`), or plain where bit 31 says the data is at rest.
+__device__ __forceinline__ void amr_stats_load(const fpxx* __restrict__ f, const u32* __restrict__ nbr, u32 id, int cell, u32 l, u32 odd, float* g) {
+#if AMR_INPLACE
+    if (odd >> 31) amr_load(f, (long long)id * AMR_B + cell, g);
+    else amr_load_ep(f, nbr, id, cell, (odd >> l) & 1u, g);
+#else
+    (void)nbr;
+    (void)l;
+    (void)odd;
+    amr_load(f, (long long)id * AMR_B + cell, g);
+#endif
+}
+#if AMR_CURVED
+#define AMR_STATS_CURVED_ARG , const int* __restrict__ pos, const u32* __restrict__ walls
+// The momentum the next step exchanges over the curved links `curved` (bit i: along c_i, row
+// `row` of the table) of cell `cell` of block id (level l), added to fr: c_i (f*_i(x) + w_i +
+// b + w_k) times `scale`, k = opposite(i), with b the value the link brings back (walls.rs
+// next_back): from the post-collision values f* of the cell and, for q < 1/2, of its upstream
+// cell x - c_i where that is a fluid cell of the level (else half-way), collided now (lbm.rs
+// obstacle_force_on). Not inlined: its collisions stay out of amr_stats' unrolled loop.
+__device__ __noinline__ void amr_curved_force(const u32* __restrict__ walls, const float* __restrict__ prm, const u32* __restrict__ nbr, const unsigned char* __restrict__ solid, const fpxx* __restrict__ f, u32 odd, u32 id, int cell, u32 l, int row, u32 curved, double scale, double* fr) {
+    float g[DEF_Q], force[3];
+    amr_stats_load(f, nbr, id, cell, l, odd, g);
+    amr_step_collide(prm, l, g, force);
+    int c[3];
+    amr_coords(cell, c);
+#pragma unroll 1
+    for (int i = 1; i < DEF_Q; i++) {
+        if (!((curved >> i) & 1u)) continue;
+        const float q = amr_curved_q(walls, row, i);
+        const int k = (int)opposite((u32)i);
+        float b;
+        if (q >= 0.5f) {
+            const float s = 0.5f / q;
+            b = s * g[i] + (1.0f - s) * g[k];
+        } else {
+            b = g[i];
+            const int mi[3] = {-lat_cx(i), -lat_cy(i), -lat_cz(i)};
+            int e[3], sv[3];
+            amr_offset(c, mi, e, sv);
+            const u32 n = nbr[(u64)id * AMR_ND + amr_dir(e)];
+            if (n != AMR_NONE && !(n & AMR_COARSER)) {
+                const int sc = amr_cell(sv[0], sv[1], sv[2]);
+                if (!solid[(u64)n * AMR_B + sc]) {
+                    float up[DEF_Q];
+                    amr_stats_load(f, nbr, n, sc, l, odd, up);
+                    amr_step_collide(prm, l, up, force);
+                    b = 2.0f * q * g[i] + (1.0f - 2.0f * q) * up[i];
+                }
+            }
+        }
+        const double v = (double)(g[i] + lat_w(i)) + (double)(b + lat_w(k));
+        const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
+        for (int a = 0; a < DEF_D; a++) fr[a] += v * (double)ci[a] * scale;
+    }
+}
+#else
+#define AMR_STATS_CURVED_ARG
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restrict__ ids, const u32 count, const float* __restrict__ prm, const unsigned char* __restrict__ level, const u32* __restrict__ child, const u32* __restrict__ nbr, const unsigned char* __restrict__ cmask, const unsigned char* __restrict__ solid, const fpxx* __restrict__ fa, const fpxx* __restrict__ fb, const u32 odd, const u32 forces, double* out AMR_STATS_CURVED_ARG) {
     __shared__ double red[4][256];
     __shared__ double top[256];
     __shared__ unsigned long long rlo[256], rhi[256];
@@ -1607,6 +1786,11 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
             const double scale = 1.0 / (double)(1u << (l * (DEF_D - 1)));
             int c[3];
             amr_coords(cell, c);
+#if AMR_CURVED
+            // The links with interpolated walls (bit i), added by amr_curved_force below.
+            int row = -2;
+            u32 curved = 0u;
+#endif
 #pragma unroll
             for (int i = 1; i < DEF_Q; i++) {
                 const int ci[3] = {lat_cx(i), lat_cy(i), lat_cz(i)};
@@ -1614,6 +1798,15 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
                 amr_offset(c, ci, e, sv);
                 const u32 link = nbr[(u64)id * AMR_ND + amr_dir(e)];
                 if (link == AMR_NONE || (link & AMR_COARSER) || !solid[(u64)link * AMR_B + amr_cell(sv[0], sv[1], sv[2])]) continue;
+#if AMR_CURVED
+                if (l == walls[1]) {
+                    if (row == -2) row = amr_curved_row(walls, pos, id, cell);
+                    if (row >= 0 && amr_curved_q(walls, row, i) > 0.0f) {
+                        curved |= 1u << i;
+                        continue;
+                    }
+                }
+#endif
 #if AMR_INPLACE
                 const int o = (int)opposite((u32)i);
                 const double back = (double)(dec(f[(odd >> 31) ? (amr_ix)(own + (u64)o * AMR_B) : amr_ep_ix(nbr, id, cell, o, (odd >> l) & 1u)]) + lat_w(i));
@@ -1623,6 +1816,9 @@ extern "C" __global__ void __launch_bounds__(256) amr_stats(const u32* __restric
 #pragma unroll
                 for (int a = 0; a < DEF_D; a++) fr[a] += 2.0 * back * (double)ci[a] * scale;
             }
+#if AMR_CURVED
+            if (curved != 0u) amr_curved_force(walls, prm, nbr, solid, f, odd, id, cell, l, row, curved, scale, fr);
+#endif
         }
     }
     red[0][threadIdx.x] = m;

@@ -357,10 +357,14 @@ impl Domain {
                 }
             });
             d.obstacles.push(o.display_name(k));
-            // Compressed subgrids, adaptive blocks and LBM-Ghost keep walls half-way.
-            let dense = !s.compression.enabled && !s.amr.enabled && s.solver.scheme != crate::schemes::Scheme::Ghost;
+            // Compressed subgrids and LBM-Ghost keep walls half-way; adaptive blocks
+            // interpolate them on their finest level (amr/lbm/walls.rs), except a box's: the
+            // blocks scale a box so that it keeps its voxels on every level (min to max + 1
+            // cells), which its half-way walls bound exactly.
+            let dense = !s.compression.enabled && s.solver.scheme != crate::schemes::Scheme::Ghost;
+            let voxel_box = s.amr.enabled && matches!(o, crate::scene::Obstacle::Box { .. });
             d.surfaces.push(match s.solver.walls {
-                crate::walls::WallMode::Interpolated if dense => {
+                crate::walls::WallMode::Interpolated if dense && !voxel_box => {
                     Some(crate::walls::Surface::of(o, dims, &ls.base_dir).map_err(|message| SceneError {
                         file: ls.origin.clone(),
                         line: None,

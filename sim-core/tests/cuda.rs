@@ -1126,6 +1126,91 @@ fn gpu_adaptive_blocks_match_cpu() {
     }
 }
 
+/// A 2D channel with a cylinder on adaptive blocks: its wall on the finest level (near-wall
+/// refinement), interpolated (the default `solver.walls`).
+const SCENE_AMR_CYLINDER_2D: &str = r#"
+[domain]
+size = [64, 32]
+[boundaries]
+x_min = { type = "inlet", velocity = [0.05, 0.0] }
+x_max = { type = "outlet", density = 1.0 }
+y_min = "wall"
+y_max = "wall"
+[fluid]
+tau = 0.56
+[[obstacles]]
+shape = "cylinder"
+center = [18.3, 15.6]
+radius = 4.7
+[amr]
+enabled = true
+max_level = 2
+threshold = 0.004
+interval = 25
+"#;
+
+/// Interpolated walls on adaptive blocks (`amr/lbm/walls.rs`; kernels/amr.cu `AMR_CURVED`): the
+/// GPU's Bouzidi links (q >= 1/2 in the step's bounce-back, q < 1/2 in `amr_walls` after it)
+/// and its force over them (`amr_stats`) follow the CPU reference, for a 2D cylinder on three
+/// levels and a D3Q19 sphere, FP32 and 16-bit storage, with two DDF buffers and in place.
+fn gpu_amr_curved_walls_match_cpu() {
+    use sim_core::amr::lbm::CurvedWalls;
+    use sim_core::lattice::{D2Q9, D3Q19};
+    let cases = [
+        ("cylinder D2Q9", scene(SCENE_AMR_CYLINDER_2D, &[]), 240u64),
+        ("cylinder D2Q9 fp16c", scene(SCENE_AMR_CYLINDER_2D, &[("solver.precision", "\"fp16c\"")]), 240),
+        ("sphere D3Q19", scene(SCENE_AMR_3D, &[]), 80),
+        ("sphere D3Q19 fp16s", scene(SCENE_AMR_3D, &[("solver.precision", "\"fp16s\"")]), 80),
+    ];
+    for ((what, ls, steps), in_place) in cases.iter().flat_map(|c| [(c, false), (c, true)]) {
+        let (ls, steps) = (ls.clone(), *steps);
+        let what = format!("{what}{}", if in_place { " in place" } else { "" });
+        let mut c = sim_core::build::cpu(&ls).unwrap();
+        // The scene has curved links of both kinds on its finest level.
+        let level = ls.scene.amr.max_level;
+        let w = match ls.derived.lattice {
+            sim_core::lattice::Lattice::D2Q9 => CurvedWalls::of_domain::<D2Q9>(c.domain(), level),
+            _ => CurvedWalls::of_domain::<D3Q19>(c.domain(), level),
+        }
+        .unwrap_or_else(|| panic!("{what}: no curved links"));
+        let (near, far) = (w.q.iter().any(|&q| q > 0.0 && q < 0.5), w.q.iter().any(|&q| q > 0.5));
+        assert!(near && far, "{what}: links with q < 1/2 {near}, q > 1/2 {far}");
+        let mut g = sim_core::backend::amr::from_scene_cuda_with(&ls, in_place).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for s in [steps / 2, steps - steps / 2] {
+            c.step(s).unwrap();
+            g.step(s).unwrap();
+            assert_eq!(c.amr().unwrap().boxes, g.amr().unwrap().boxes, "{what}: the forests differ");
+        }
+        let (dr, du) = rel_diff(g.as_ref(), c.as_ref());
+        let (sc, sg) = (c.stats(), g.stats());
+        let (fc, fg) = (sc.total_force(), sg.total_force());
+        eprintln!(
+            "{what}: {} links, {steps} steps; rel diff rho {dr:.2e} u {du:.2e}; mass cpu {:.9e} gpu {:.9e}; force cpu {fc:?} gpu {fg:?}",
+            w.links(),
+            sc.mass,
+            sg.mass
+        );
+        assert!(dr <= 1e-5 && du <= 1e-5, "{what}: GPU differs from CPU by rho {dr:e}, u {du:e}");
+        assert!(((sc.mass - sg.mass) / sc.mass).abs() < 1e-6, "{what}: mass cpu {} gpu {}", sc.mass, sg.mass);
+        assert!(fc[0].abs() > 1e-4, "{what}: no drag {fc:?}");
+        for a in 0..3 {
+            assert!((fc[a] - fg[a]).abs() <= 1e-4 * fc[a].abs().max(1e-2), "{what}: force cpu {fc:?} gpu {fg:?}");
+        }
+        // The force from the device's statistics (amr_stats, its state ahead of the host's
+        // copy) is the host copy's up to the order of the sums.
+        g.step(10).unwrap();
+        let sd = g.stats();
+        let _ = g.fields();
+        let sh = g.stats();
+        assert!(((sd.mass - sh.mass) / sh.mass).abs() < 1e-12, "{what}: mass on the device {}, host {}", sd.mass, sh.mass);
+        for (a, b) in sd.forces.iter().zip(&sh.forces) {
+            for k in 0..3 {
+                assert!((a[k] - b[k]).abs() <= 1e-12 * b[k].abs().max(1.0), "{what}: force on the device {a:?}, host {b:?}");
+            }
+        }
+    }
+}
+
 /// Cell edits on adaptive blocks (`Solver::edit_cells`, `AmrGpu::edit_solids`): drawn and erased
 /// cells change the device's obstacle flags, step codes and DDFs as the CPU reference changes its
 /// own, with the host's copy behind the device (the mesh adapted there) and current, in both DDF
@@ -1463,6 +1548,7 @@ fn main() {
         diagnostic(gpu_multi_first_difference),
         test(gpu_adaptive_frames_match_the_host),
         test(gpu_adaptive_blocks_match_cpu),
+        test(gpu_amr_curved_walls_match_cpu),
         test(gpu_cell_edits_on_adaptive_blocks_match_cpu),
         test(gpu_adaptation_moves_the_data_as_the_cpu_does),
         test(gpu_forest_adaptation_matches_the_host),

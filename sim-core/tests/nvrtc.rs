@@ -173,6 +173,32 @@ fn adaptive_block_kernels_compile_without_warnings() {
     }
 }
 
+/// The adaptive-block kernels with interpolated walls (`AMR_CURVED`, a run with curved links):
+/// every lattice in both storages in FP32 and D3Q19 in FP16S, on sm_90 (the other formats and
+/// architectures differ only in enc/dec and code generation, which the curved code uses as the
+/// rest does, and the test above compiles those).
+fn adaptive_block_kernels_with_curved_walls_compile_without_warnings() {
+    use rayon::prelude::*;
+    use sim_core::lattice::Lattice;
+    use sim_core::precision::Precision;
+    let mut jobs = Vec::new();
+    for lattice in [Lattice::D2Q9, Lattice::D3Q19, Lattice::D3Q27] {
+        for inplace in [false, true] {
+            jobs.push((lattice, Precision::Fp32, "sm_90", inplace));
+            if lattice == Lattice::D3Q19 {
+                jobs.push((lattice, Precision::Fp16s, "sm_90", inplace));
+            }
+        }
+    }
+    let failures: Vec<String> = jobs
+        .par_iter()
+        .filter_map(|&(lattice, precision, arch, inplace)| {
+            sim_core::backend::cuda::amr::compile_amr_walls(lattice, precision, arch, 1 << 16, inplace, true).err()
+        })
+        .collect();
+    assert!(failures.is_empty(), "{} of {} builds failed:\n{}", failures.len(), jobs.len(), failures.join("\n\n"));
+}
+
 /// Not a check: writes the adaptive-block kernels' full NVRTC sources to
 /// `target/amr-kernels/amr_<lattice>_<precision>.cu` for `scripts/kernel-registers.py` (registers and
 /// spills per kernel from ptxas, no GPU needed). Run with `--ignored`.
@@ -196,6 +222,7 @@ fn main() {
         test(every_kernel_variant_compiles_without_warnings),
         test(compression_kernels_compile_without_warnings),
         test(adaptive_block_kernels_compile_without_warnings),
+        test(adaptive_block_kernels_with_curved_walls_compile_without_warnings),
         diagnostic(dump_adaptive_block_sources),
     ];
     common::gate::run(common::gate::Gate { require_env: "ESOFLOW_REQUIRE_NVRTC", missing }, tests)

@@ -68,7 +68,9 @@
 //! equilibrium at that density and the cell's velocity enters). Obstacles come from a query
 //! per cell centre and level ([`AmrLbm::set_solid`]), asked again for every block refinement
 //! creates; fluid cells bounce back half-way off solid cells, and the transfers between
-//! levels leave solid cells out. [`AmrLbm::obstacle_force`] is the momentum exchange on the
+//! levels leave solid cells out. On the level of a [`CurvedWalls`] table (the finest) the
+//! links it lists bounce back at the obstacle's exact surface instead (interpolated
+//! bounce-back, [`walls`]). [`AmrLbm::obstacle_force`] is the momentum exchange on the
 //! obstacles, each level's links weighted by its cell size and step count.
 //!
 //! Mass is not conserved exactly across level jumps (the coupling exchanges interpolated and
@@ -86,6 +88,8 @@ use std::marker::PhantomData;
 use transfer::{children_of, children_offsets, plain_taps};
 
 mod transfer;
+pub mod walls;
+pub use walls::CurvedWalls;
 
 /// Index of the cell at block coordinates `k` (each in `0..BLOCK`).
 fn cell_index(k: [i32; 3]) -> usize {
@@ -134,6 +138,8 @@ pub struct AmrLbm<L: Lat> {
     solid_fn: Option<SolidFn>,
     /// Storage format of `f` (values in `f` are what it holds, see the module docs).
     store: Precision,
+    /// Interpolated walls of the finest level ([`walls`]); None: every obstacle wall half-way.
+    curved: Option<CurvedWalls>,
     _l: PhantomData<L>,
 }
 
@@ -171,6 +177,7 @@ impl<L: Lat> AmrLbm<L> {
             solid: vec![false; cells],
             solid_fn: None,
             store: Precision::Fp32,
+            curved: None,
             _l: PhantomData,
         };
         let q = L::Q;
@@ -216,6 +223,24 @@ impl<L: Lat> AmrLbm<L> {
         self.solid_fn = Some(Box::new(solid));
         let ids = self.forest.active_ids().to_vec();
         self.update_solids(&ids);
+    }
+
+    /// Interpolate the walls of the links `w` lists (on its level, the finest grid's cells;
+    /// [`walls`]); None: half-way walls everywhere.
+    pub fn set_curved_walls(&mut self, w: Option<CurvedWalls>) {
+        self.curved = w;
+    }
+
+    /// The interpolated walls' links ([`Self::set_curved_walls`]).
+    #[must_use]
+    pub fn curved_walls(&self) -> Option<&CurvedWalls> {
+        self.curved.as_ref()
+    }
+
+    /// The q row of a cell's curved links, if the cell is on the table's level and has any.
+    fn curved_row(&self, id: u32, cell: usize) -> Option<&[f32]> {
+        let w = self.curved.as_ref().filter(|w| w.level == self.forest.level(id))?;
+        w.row(global_cell(&self.forest, id, cell))
     }
 
     /// Whether a cell is solid ([`Self::set_solid`]).
@@ -317,7 +342,9 @@ impl<L: Lat> AmrLbm<L> {
     /// them. A level-`l` link's momentum is in units of its cell volume `2^{-lD}` and is
     /// exchanged every level-`l` step, `2^l` times per coarse step: it counts `2^{-l(D-1)}`
     /// times (the force is momentum per coarse time step). This is the force of the last step
-    /// of each level, not a time average over the substeps.
+    /// of each level, not a time average over the substeps; over interpolated links it is the
+    /// exchange of the level's next step, from colliding the cells now ([`walls`]), since the
+    /// state keeps no post-collision copy.
     #[must_use]
     pub fn obstacle_force(&self) -> [f64; 3] {
         self.obstacle_force_on(|_, _| true)
@@ -350,6 +377,8 @@ impl<L: Lat> AmrLbm<L> {
                         continue;
                     }
                     let c = cell_coords(cell, dims);
+                    let row = self.curved_row(id, cell);
+                    let mut post_x: Option<[f32; MAX_Q]> = None;
                     for i in 1..q {
                         let mut e = [0i32; 3];
                         let mut s = [0i32; 3];
@@ -361,8 +390,17 @@ impl<L: Lat> AmrLbm<L> {
                         if let Link::Same(n) = forest.neighbour(id, dir_index(e, dims)) {
                             let sc = cell_index(s);
                             if solid[n as usize * b + sc] && which(cell_centre(forest, n, sc), forest.level(n)) {
-                                let back = f64::from(f[(id as usize * q + opposite(i)) * b + cell] + L::W[i]);
-                                (0..dims).for_each(|a| acc[a] += 2.0 * back * f64::from(L::C[i][a]) * scale);
+                                let qd = row.map_or(0.0, |r| r[i]);
+                                let v = if qd > 0.0 {
+                                    // An interpolated link: the next step's exchange (walls.rs).
+                                    let g = post_x.get_or_insert_with(|| self.collided(id, cell));
+                                    let k = opposite(i);
+                                    let up = if qd < 0.5 { self.upstream_post(id, c, i) } else { None };
+                                    f64::from(g[i] + L::W[i]) + f64::from(walls::next_back(qd, i, k, g, up) + L::W[k])
+                                } else {
+                                    2.0 * f64::from(f[(id as usize * q + opposite(i)) * b + cell] + L::W[i])
+                                };
+                                (0..dims).for_each(|a| acc[a] += v * f64::from(L::C[i][a]) * scale);
                             }
                         }
                     }
@@ -370,6 +408,33 @@ impl<L: Lat> AmrLbm<L> {
                 acc
             })
             .reduce(|| [0.0; 3], |x, y| [x[0] + y[0], x[1] + y[1], x[2] + y[2]])
+    }
+
+    /// The post-collision DDFs of a cell, collided now from its state with its level's
+    /// parameters.
+    fn collided(&self, id: u32, cell: usize) -> [f32; MAX_Q] {
+        let mut g = self.ddfs(CellRef { block: id, cell });
+        collide::<L>(&mut g, &self.params(self.forest.level(id)));
+        g
+    }
+
+    /// f*_d(x - c_d) for the cell at block coordinates `c` of block `id`, collided now: None
+    /// where x - c_d is no fluid cell of the same level.
+    fn upstream_post(&self, id: u32, c: [i32; 3], d: usize) -> Option<f32> {
+        let dims = L::D;
+        let mut e = [0i32; 3];
+        let mut s = [0i32; 3];
+        for a in 0..dims {
+            let t = c[a] - L::C[d][a];
+            e[a] = t.div_euclid(BLOCK as i32);
+            s[a] = t.rem_euclid(BLOCK as i32);
+        }
+        let Link::Same(n) = self.forest.neighbour(id, dir_index(e, dims)) else {
+            return None;
+        };
+        let sc = cell_index(s);
+        let b = self.forest.cells_per_block();
+        (!self.solid[n as usize * b + sc]).then(|| self.collided(n, sc)[d])
     }
 
     /// Set the relaxation time of level 0 (the finer levels follow).
@@ -877,6 +942,7 @@ impl<L: Lat> AmrLbm<L> {
         let (walls, outflow) = (self.walls, self.outflow);
         let force = self.force(l);
         let store = self.store;
+        let curved = self.curved.as_ref().filter(|w| w.level == l);
         self.f.par_chunks_mut(q * b).enumerate().for_each(|(id, out)| {
             let id32 = id as u32;
             if !forest.is_active(id32) || forest.level(id32) != l {
@@ -892,6 +958,8 @@ impl<L: Lat> AmrLbm<L> {
                 // Equilibrium at the outflow density and the cell's velocity, made when a link
                 // leaves through an outflow face.
                 let mut out_eq: Option<[f32; MAX_Q]> = None;
+                // Directions whose value bounced back off an obstacle.
+                let mut bounced = 0u32;
                 for i in 0..q {
                     // Source cell x - c_i, possibly in a neighbour block.
                     let mut e = [0i32; 3];
@@ -906,6 +974,7 @@ impl<L: Lat> AmrLbm<L> {
                         // Half-way bounce-back at an obstacle (at rest).
                         Link::Same(n) if solid[n as usize * b + scell] => {
                             out[i * b + cell] = post[(id * q + opposite(i)) * b + cell];
+                            bounced |= 1 << i;
                         }
                         Link::Same(n) => {
                             debug_assert!(
@@ -964,9 +1033,41 @@ impl<L: Lat> AmrLbm<L> {
                 if store != Precision::Fp32 {
                     (0..q).for_each(|i| out[i * b + cell] = store.round_trip(out[i * b + cell]));
                 }
+                // Interpolated walls (walls.rs): on the stored values, as the GPU's pass after
+                // its step.
+                if bounced != 0 {
+                    if let Some(row) = curved.and_then(|w| w.row(global_cell(forest, id32, cell))) {
+                        for d in 1..q {
+                            let k = opposite(d);
+                            if row[d] > 0.0 && bounced & (1 << k) != 0 {
+                                let v = walls::block_bouzidi(
+                                    row[d],
+                                    post[(id * q + d) * b + cell],
+                                    post[(id * q + k) * b + cell],
+                                    out[k * b + cell],
+                                    out[d * b + cell],
+                                );
+                                out[k * b + cell] = store.round_trip(v);
+                            }
+                        }
+                    }
+                }
             }
         });
     }
+}
+
+/// Coordinates of a cell of a block on its level's grid (`4 pos + c` per axis): on the finest
+/// level, the cell of the scene's finest grid.
+#[must_use]
+pub fn global_cell(forest: &BlockForest, id: u32, cell: usize) -> [i32; 3] {
+    let p = forest.pos(id);
+    let c = cell_coords(cell, forest.dims());
+    let mut g = [0i32; 3];
+    for a in 0..forest.dims() {
+        g[a] = p[a] * BLOCK as i32 + c[a];
+    }
+    g
 }
 
 /// Centre of a cell of a block, in cells of level 0.

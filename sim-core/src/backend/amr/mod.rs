@@ -115,7 +115,8 @@ pub fn from_scene_cuda_with(ls: &LoadedScene, in_place: bool) -> Result<Box<dyn 
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let mut s = AmrSolver::<L>::new(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
         let lbm = s.lbm.get_mut();
-        let mut gpu = AmrGpu::with_storage(L::KIND, lbm.storage(), lbm.forest().capacity(), in_place)?;
+        let curved = lbm.curved_walls().is_some();
+        let mut gpu = AmrGpu::with_walls(L::KIND, lbm.storage(), lbm.forest().capacity(), in_place, curved)?;
         gpu.set_obstacles(&s.obstacle_sums, s.max_level)?;
         // The panel needs only the numbers of blocks an adaptation changed.
         gpu.set_report_ids(false);
@@ -301,6 +302,16 @@ impl<L: Lat> AmrSolver<L> {
     fn install_solids(&mut self) {
         let query = self.solid_query();
         self.lbm_mut().set_solid(query);
+        self.install_curved_walls();
+    }
+
+    /// The interpolated walls' links of the finest level from the domain's obstacles (those
+    /// with exact shapes: `solver.walls = "interpolated"`), on the host's copy; the device
+    /// takes them with its next upload.
+    fn install_curved_walls(&mut self) {
+        let w = crate::amr::lbm::CurvedWalls::of_domain::<L>(&self.dom, self.max_level);
+        self.lbm.get_mut().set_curved_walls(w);
+        self.gpu_dirty = true;
     }
 
     /// The obstacle query of the forest: a cell of any level is solid where at least half of
@@ -1011,6 +1022,8 @@ impl<L: Lat> Solver for AmrSolver<L> {
         let around = self.dom.around(&plan.changes);
         let changed = self.dom.apply_plan(&plan, &around);
         self.obstacle_sums = ObstacleSums::new(&self.dom, self.max_level);
+        let walls = crate::amr::lbm::CurvedWalls::of_domain::<L>(&self.dom, self.max_level);
+        self.lbm.get_mut().set_curved_walls(walls);
         if self.near_wall.is_none() && self.dom.flags.iter().any(|&f| is_obstacle(f)) {
             self.near_wall = Some(NearWall { level: self.near_wall_level.min(self.crit.max_level), margin: self.wall_margin });
         }

@@ -5,7 +5,10 @@
 //! This slice moves the LBM on the forest to the GPU: ghost interpolation, collision, pull
 //! streaming with bounce-back, moving walls and outflows, and restriction, launched level by
 //! level in the recursive order of the CPU reference (level `l` runs `2^l` times per coarse
-//! step). The DDFs live on the device in `AmrLbm`'s layout, FP32, compiled without fused
+//! step). Interpolated walls on the finest level ([`crate::amr::lbm::walls`]) are compiled in
+//! only for a run that has curved links (`AMR_CURVED`, [`AmrGpu::with_walls`]): their table
+//! goes up with every upload of the mesh, and a pass (`amr_walls`) follows each step of their
+//! level. The DDFs live on the device in `AmrLbm`'s layout, FP32, compiled without fused
 //! multiply-adds so that the kernels follow the CPU's arithmetic.
 //!
 //! An adaptation stays on the device, mesh and data ([`AmrGpu::adapt_to_criterion`], the
@@ -135,27 +138,47 @@ pub fn compile_amr(
     capacity: usize,
     inplace: bool,
 ) -> Result<cudarc::nvrtc::Ptx, String> {
-    compile_amr_with(lattice, precision, arch, capacity, inplace, "", false)
+    compile_amr_with(lattice, precision, arch, capacity, inplace, false, "", false)
 }
 
-/// The block kernels with `extra` defines (`NAME=VALUE` separated by spaces) before the source.
+/// [`compile_amr`] with the interpolated walls' kernels (`curved`: `AMR_CURVED`, the kernels a
+/// run with curved links on its finest level uses, `sim_core::amr::lbm::walls`).
+///
+/// # Errors
+/// As [`compile_amr`].
+pub fn compile_amr_walls(
+    lattice: Lattice,
+    precision: Precision,
+    arch: &str,
+    capacity: usize,
+    inplace: bool,
+    curved: bool,
+) -> Result<cudarc::nvrtc::Ptx, String> {
+    compile_amr_with(lattice, precision, arch, capacity, inplace, curved, "", false)
+}
+
+/// The block kernels with `extra` defines (`NAME=VALUE` separated by spaces) before the source;
+/// `curved` defines `AMR_CURVED` (interpolated walls).
+#[allow(clippy::too_many_arguments)]
 fn compile_amr_with(
     lattice: Lattice,
     precision: Precision,
     arch: &str,
     capacity: usize,
     inplace: bool,
+    curved: bool,
     extra: &str,
     fmad: bool,
 ) -> Result<cudarc::nvrtc::Ptx, String> {
     let wide = if needs_wide_offsets(lattice, capacity, inplace) { " AMR_IDX64=1" } else { "" };
+    let walls = if curved { " AMR_CURVED=1" } else { "" };
     let ip = if inplace {
         let base = capacity * lattice.q() * BLOCK.pow(lattice.dims() as u32);
         format!(" AMR_INPLACE=1 AMR_HALO_BASE={base}ull")
     } else {
         String::new()
     };
-    let all = format!("{extra}{wide}{ip}");
+    let all = format!("{extra}{wide}{walls}{ip}");
     let defines: String = all.split_whitespace().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     compile_source(
         &format!("{defines}{}", amr_source(lattice, precision)),
@@ -303,6 +326,23 @@ impl StepGraph {
     }
 }
 
+/// The interpolated walls on the device (`kernels/amr.cu`, "Interpolated walls";
+/// [`crate::amr::lbm::walls`]).
+struct Curved {
+    /// `amr_walls`: the links with q < 1/2 after each step of the table's level.
+    walls_k: CudaFunction,
+    /// The solver's table ([`crate::amr::lbm::CurvedWalls::packed`]), or [`NO_WALLS`].
+    table: CudaSlice<u32>,
+    /// The table's level; None where the solver has no curved links.
+    level: Option<usize>,
+    /// The module of the curved kernels where they were compiled after the others (the first
+    /// upload of a table, a drawn obstacle in a run that had none): kept loaded with them.
+    _module: Option<Arc<CudaModule>>,
+}
+
+/// The walls' table of a solver without curved links: no cells, at a level no block has.
+const NO_WALLS: [u32; 5] = [0, u32::MAX, 0, 0, 0];
+
 /// The forest's LBM state on one GPU.
 pub struct AmrGpu {
     _ctx: Arc<CudaContext>,
@@ -333,7 +373,14 @@ pub struct AmrGpu {
     stale_graphs: std::collections::HashMap<u32, (StepGraph, StepAfter)>,
     use_graphs: bool,
     _module: Arc<CudaModule>,
+    /// `amr_step` and `amr_stats` are the curved module's where `curved` is set.
     step_k: CudaFunction,
+    /// Interpolated walls (`AMR_CURVED`): compiled in where the run has curved links (or once
+    /// an upload brings a table); None: the kernels of half-way walls alone.
+    curved: Option<Curved>,
+    /// How the kernels were compiled (architecture, extra defines, fused multiply-adds): the
+    /// curved ones compiled later follow it.
+    build: (String, String, bool),
     codes_k: CudaFunction,
     /// Per cell: what `amr_step` does with each direction (`amr_codes`, after every mesh
     /// change): two planes of one 32-bit word a cell (`AMR_CODES_SPLIT` in kernels/amr.cu),
@@ -507,6 +554,16 @@ impl AmrGpu {
     /// # Errors
     /// As [`Self::new`].
     pub fn with_storage(lattice: Lattice, precision: Precision, capacity: usize, inplace: bool) -> Result<AmrGpu, SolverError> {
+        Self::with_walls(lattice, precision, capacity, inplace, false)
+    }
+
+    /// [`Self::with_storage`] with the interpolated walls' kernels compiled in (`curved`: the
+    /// solver has curved links, [`AmrLbm::curved_walls`]). Without them an upload of a table
+    /// compiles them then.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_walls(lattice: Lattice, precision: Precision, capacity: usize, inplace: bool, curved: bool) -> Result<AmrGpu, SolverError> {
         crate::backend::cuda::probe().map_err(SolverError::Backend)?;
         let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
         // SAFETY: the slices are made after this call; they are used on `stream` and, during
@@ -533,7 +590,7 @@ impl AmrGpu {
         // reference does not, so the results are no longer the CPU's bit for bit).
         let fmad = std::env::var("ESOFLOW_AMR_FMAD").as_deref() == Ok("1");
         let extra = std::env::var("ESOFLOW_AMR_DEFINES").unwrap_or_default();
-        let ptx = compile_amr_with(lattice, precision, &arch, capacity, inplace, &extra, fmad).map_err(SolverError::Backend)?;
+        let ptx = compile_amr_with(lattice, precision, &arch, capacity, inplace, curved, &extra, fmad).map_err(SolverError::Backend)?;
         let module = crate::backend::cuda::Module::load(&ctx, ptx, "the block kernels")?;
         let get = |n: &str| module.get(n);
         let (step_k, copy_k, planes_k, stats_k) = (get("amr_step")?, get("amr_copy")?, get("amr_planes")?, get("amr_stats")?);
@@ -558,6 +615,7 @@ impl AmrGpu {
             if many { Some((get("amr_mesh_id_tiles")?, get("amr_mesh_id_offsets")?, get("amr_mesh_id_write")?)) } else { None };
         let (dirty_k, gather_k) = (get("amr_mesh_dirty")?, get("amr_mesh_gather")?);
         let inplace = if inplace { Some((get("amr_ep_gather")?, get("amr_ep_local")?)) } else { None };
+        let walls_k = if curved { Some(get("amr_walls")?) } else { None };
         // A stream of its own, not the legacy default stream: a coarse step is captured on it
         // as a CUDA graph (AmrGpu::step), which the default stream does not allow.
         let stream = ctx.new_stream().map_err(derr("making the block solver's stream"))?;
@@ -566,7 +624,13 @@ impl AmrGpu {
         let nd = 3usize.pow(d as u32);
         let q = lattice.q();
         let a = derr("allocating the block forest");
+        let curved = match walls_k {
+            Some(walls_k) => Some(Curved { walls_k, table: stream.clone_htod(&NO_WALLS).map_err(&a)?, level: None, _module: None }),
+            None => None,
+        };
         Ok(AmrGpu {
+            curved,
+            build: (arch, extra, fmad),
             pos: stream.alloc_zeros::<i32>(3 * capacity).map_err(&a)?,
             parent: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
             child: stream.alloc_zeros::<u32>(capacity).map_err(&a)?,
@@ -954,8 +1018,51 @@ impl AmrGpu {
         s.memcpy_htod(a.id_set, &mut self.id_set).map_err(&up)?;
         s.memcpy_htod(a.gap, &mut self.gap).map_err(&up)?;
         s.memset_zeros(&mut self.dirty).map_err(&up)?;
+        self.upload_walls(lbm)?;
         let high_water = forest.active_ids().iter().max().map_or(0, |&id| id + 1);
         self.lists_after_upload(high_water)
+    }
+
+    /// The solver's interpolated walls to the device (with every upload of the mesh: after an
+    /// edit the table changes with the obstacles), compiling the curved kernels first where a
+    /// table comes to a run built without them. The captured steps are set aside by the lists
+    /// that follow (they hold the old table's address and maybe no walls' pass).
+    fn upload_walls<L: Lat>(&mut self, lbm: &AmrLbm<L>) -> Result<(), SolverError> {
+        let table = lbm.curved_walls().filter(|w| !w.cells.is_empty());
+        if table.is_none() && self.curved.is_none() {
+            return Ok(());
+        }
+        if self.curved.is_none() {
+            self.build_curved()?;
+        }
+        let packed = table.map_or_else(|| NO_WALLS.to_vec(), crate::amr::lbm::CurvedWalls::packed);
+        let slice = self.stream.clone_htod(&packed).map_err(derr("uploading the interpolated walls"))?;
+        let c = self.curved.as_mut().expect("built above");
+        c.table = slice;
+        c.level = table.map(|w| usize::from(w.level));
+        Ok(())
+    }
+
+    /// Compile and load the curved kernels (`AMR_CURVED`) as the others were built: `amr_step`
+    /// and `amr_stats` come from them from now on, with `amr_walls`.
+    fn build_curved(&mut self) -> Result<(), SolverError> {
+        // The deferred restriction is launched with the kernels it was planned with.
+        self.flush()?;
+        let (arch, extra, fmad) = self.build.clone();
+        let ptx = compile_amr_with(self.lattice, self.precision, &arch, self.capacity, self.inplace.is_some(), true, &extra, fmad)
+            .map_err(SolverError::Backend)?;
+        let module = crate::backend::cuda::Module::load(&self._ctx, ptx, "the block kernels with interpolated walls")?;
+        let (step_k, stats_k, walls_k) = (module.get("amr_step")?, module.get("amr_stats")?, module.get("amr_walls")?);
+        let table = self.stream.clone_htod(&NO_WALLS).map_err(derr("uploading the interpolated walls"))?;
+        self.step_k = step_k;
+        self.stats_k = stats_k;
+        self.curved = Some(Curved { walls_k, table, level: None, _module: Some(module.keep()) });
+        Ok(())
+    }
+
+    /// The level of the interpolated walls' pass (a level with curved links), if any.
+    fn walls_level(&self) -> Option<usize> {
+        self.curved.as_ref().and_then(|c| c.level)
     }
 
     /// Blocks per level (parents included) of the device's forest, from its ID sets: current
@@ -989,8 +1096,12 @@ impl AmrGpu {
             let mut b = self.stream.launch_builder(&self.stats_k);
             b.arg(&ids).arg(&count32).arg(&self.prm).arg(&self.level).arg(&self.child).arg(&self.nbr).arg(&self.cmask);
             b.arg(&self.solid).arg(&self.f).arg(&self.post).arg(&odd).arg(&forces32).arg(&mut self.stat);
-            // SAFETY: arguments as amr_stats declares them; the ID set holds the active
-            // blocks' IDs (below the capacity); threads past count * B only reduce zeros.
+            if let Some(c) = &self.curved {
+                b.arg(&self.pos).arg(&c.table);
+            }
+            // SAFETY: arguments as amr_stats declares them (pos and the walls' table with
+            // AMR_CURVED, which `curved` says); the ID set holds the active blocks' IDs (below
+            // the capacity); threads past count * B only reduce zeros.
             unsafe { b.launch(cfg) }.map_err(&e)?;
         }
         let v = self.stream.clone_dtoh(&self.stat).map_err(&e)?;

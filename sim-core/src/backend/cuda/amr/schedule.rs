@@ -13,6 +13,11 @@
 //! before it. A level-step's stores into the next buffer are pushes into disjoint cells, so the
 //! two parts of one step do not wait for each other.
 //!
+//! With interpolated walls (`AMR_CURVED`), the step of their level is followed by
+//! [`OpKind::Walls`], the pass over the links with q < 1/2: it reads what every part of the
+//! step pushed, so it waits for all of them, and whatever reads the level's new values waits
+//! for it.
+//!
 //! The coarse step's last launch, the restriction into level 0, can be deferred into the next
 //! coarse step ([`Plan::pending`]), where it runs beside level 0's far blocks; whatever reads the
 //! data launches it first ([`super::AmrGpu::flush`]).
@@ -59,6 +64,9 @@ pub(super) enum OpKind {
     Interpolate,
     /// `amr_average` from the level into the parent-of-interface cells of the level below.
     Average,
+    /// `amr_walls` over the level's blocks after its step (the interpolated walls' links with
+    /// q < 1/2, on the values the step stored); `sel` is the step's.
+    Walls,
 }
 
 /// One launch of a coarse step.
@@ -89,18 +97,20 @@ pub(super) struct Plan {
 /// deferred by the last coarse step) first, then the recursion; with `defer` the final
 /// restriction into level 0 is left out and returned as the new pending one. `has` says whether
 /// a launch has blocks to run over (those without are left out).
-/// With `inplace` the data is one buffer (in-place storage, [`accesses`]).
+/// With `inplace` the data is one buffer (in-place storage, [`accesses`]); `curved` is the level
+/// of the interpolated walls, whose steps are each followed by [`OpKind::Walls`].
 pub(super) fn coarse_step(
     levels: usize,
     odd: &mut [bool],
     pending: Option<Op>,
     defer: bool,
     inplace: bool,
+    curved: Option<usize>,
     has: &dyn Fn(&Op) -> bool,
 ) -> Plan {
     let mut ops: Vec<Op> = pending.into_iter().collect();
     if levels > 0 {
-        recurse(0, levels, odd, inplace, &mut ops);
+        recurse(0, levels, odd, inplace, curved, &mut ops);
     }
     ops.retain(|o| has(o));
     let pending = match ops.last() {
@@ -115,17 +125,20 @@ pub(super) fn coarse_step(
 }
 
 /// The recursion of `AmrLbm::step_level` for level `l`.
-fn recurse(l: usize, levels: usize, odd: &mut [bool], inplace: bool, ops: &mut Vec<Op>) {
+fn recurse(l: usize, levels: usize, odd: &mut [bool], inplace: bool, curved: Option<usize>, ops: &mut Vec<Op>) {
     let finer = l + 1 < levels;
     if finer {
         ops.push(Op { kind: OpKind::Interpolate, level: l + 1, sel: u32::from(odd[l]) | u32::from(odd[l + 1]) << 1 });
     }
     let sel = u32::from(odd[l]);
     ops.extend(parts(inplace).iter().map(|&p| Op { kind: OpKind::Step(p), level: l, sel }));
+    if curved == Some(l) {
+        ops.push(Op { kind: OpKind::Walls, level: l, sel });
+    }
     odd[l] = !odd[l];
     if finer {
-        recurse(l + 1, levels, odd, inplace, ops);
-        recurse(l + 1, levels, odd, inplace, ops);
+        recurse(l + 1, levels, odd, inplace, curved, ops);
+        recurse(l + 1, levels, odd, inplace, curved, ops);
         ops.push(Op { kind: OpKind::Average, level: l + 1, sel: u32::from(odd[l + 1]) | u32::from(odd[l]) << 1 });
     }
 }
@@ -150,6 +163,8 @@ pub(super) type Region = (usize, u32, u8);
 /// readers); the interpolation reads the coarser level's rim and feeding blocks (the ghosts'
 /// parents are in non-leaves, their stencils within those blocks' neighbours) and writes the
 /// finer level, the restriction reads the finer level and writes the coarser one's feeding part.
+/// The walls' pass rewrites values of the level's new buffer (parity) in every part: a write
+/// after the step's pushes.
 /// (A core step must still wait for whatever read its neighbours' values of the parity before:
 /// its pushes overwrite them. Without the parity, the split lost that edge on levels that step
 /// twice in a coarse step.)
@@ -166,6 +181,7 @@ pub(super) fn accesses(o: &Op, inplace: bool) -> Vec<(Region, Access)> {
             ]
             .concat(),
             OpKind::Average => [all(l, lo, Access::Read), vec![((l - 1, hi, Part::Feed as u8), Access::Write)]].concat(),
+            OpKind::Walls => all(l, 1 - lo, Access::Write),
         };
     }
     match o.kind {
@@ -188,6 +204,8 @@ pub(super) fn accesses(o: &Op, inplace: bool) -> Vec<(Region, Access)> {
             v.push(((l - 1, o.sel >> 1, Part::Feed as u8), Access::Write));
             v
         }
+        // The values the step pushed into the level's blocks.
+        OpKind::Walls => all(l, 1 - o.sel, Access::Write),
     }
 }
 
@@ -318,8 +336,11 @@ mod tests {
         plan_in(levels, odd, pending, defer, false)
     }
     fn plan_in(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool, inplace: bool) -> Plan {
+        plan_walls(levels, odd, pending, defer, inplace, None)
+    }
+    fn plan_walls(levels: usize, odd: &mut [bool], pending: Option<Op>, defer: bool, inplace: bool, curved: Option<usize>) -> Plan {
         let has = move |o: &Op| !matches!(o.kind, OpKind::Step(Part::Feed | Part::Rim)) || o.level + 1 < levels;
-        coarse_step(levels, odd, pending, defer, inplace, &has)
+        coarse_step(levels, odd, pending, defer, inplace, curved, &has)
     }
 
     /// Whether two launches touch the same data, one of them writing; the parts of one
@@ -372,17 +393,18 @@ mod tests {
 
     /// Every two launches that touch the same data (one of them writing) are ordered as the
     /// recursion orders them, for 1 to 4 levels, from every parity state, deferred or not, with
-    /// two buffers and in place.
+    /// two buffers and in place, without and with interpolated walls on the finest level.
     #[test]
     fn conflicting_launches_keep_the_recursions_order() {
-        for inplace in [false, true] {
+        for (inplace, walls) in [(false, false), (true, false), (false, true), (true, true)] {
             for levels in 1..=4 {
                 for bits in 0..(1u32 << levels) {
                     for defer in [false, true] {
                         let mut odd = [false; 6];
                         (0..levels).for_each(|l| odd[l] = (bits >> l) & 1 == 1);
-                        let first = plan_in(levels, &mut odd, None, defer, inplace);
-                        let p = plan_in(levels, &mut odd, first.pending, defer, inplace);
+                        let curved = walls.then_some(levels - 1);
+                        let first = plan_walls(levels, &mut odd, None, defer, inplace, curved);
+                        let p = plan_walls(levels, &mut odd, first.pending, defer, inplace, curved);
                         let anc = ancestors(&p.deps);
                         for j in 0..p.ops.len() {
                             for i in 0..j {
@@ -398,6 +420,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// With interpolated walls on the finest level, each of its steps is followed by the walls'
+    /// pass, which waits for every part of that step, and the level's next step and the
+    /// restriction from it wait for the pass.
+    #[test]
+    fn the_walls_pass_follows_every_part_of_its_step() {
+        for inplace in [false, true] {
+            let mut odd = [false; 4];
+            let p = plan_walls(2, &mut odd, None, false, inplace, Some(1));
+            let anc = ancestors(&p.deps);
+            let walls: Vec<usize> = p.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::Walls).map(|(i, _)| i).collect();
+            assert_eq!(walls.len(), 2, "in place {inplace}: {:?}", p.ops);
+            for (n, &w) in walls.iter().enumerate() {
+                assert_eq!(p.ops[w].level, 1);
+                let steps: Vec<usize> = (0..w).filter(|&i| matches!(p.ops[i].kind, OpKind::Step(_)) && p.ops[i].level == 1).collect();
+                assert!(!steps.is_empty() && steps.iter().all(|&i| anc[w][i]), "in place {inplace}: pass {n} does not wait for its step");
+                for j in w + 1..p.ops.len() {
+                    if p.ops[j].level == 1 && matches!(p.ops[j].kind, OpKind::Step(_) | OpKind::Average) {
+                        assert!(anc[j][w], "in place {inplace}: {:?} does not wait for the walls' pass {n}", p.ops[j]);
+                    }
+                }
+            }
+            // Level 0 has no pass.
+            assert!(p.ops.iter().all(|o| o.kind != OpKind::Walls || o.level == 1));
         }
     }
 

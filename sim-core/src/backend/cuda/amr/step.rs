@@ -48,7 +48,8 @@ impl AmrGpu {
         let defer = self.pipeline && self.concurrent;
         let has = |o: &Op| self.op_range(o).1 > 0;
         let mut odd = self.odd;
-        let plan = schedule::coarse_step(self.levels.len(), &mut odd, self.pending, defer, self.inplace.is_some(), &has);
+        let curved = self.walls_level();
+        let plan = schedule::coarse_step(self.levels.len(), &mut odd, self.pending, defer, self.inplace.is_some(), curved, &has);
         self.odd = odd;
         self.pending = plan.pending;
         plan
@@ -61,18 +62,50 @@ impl AmrGpu {
             OpKind::Step(p) => lv(o.level).part(p),
             OpKind::Interpolate => lv(o.level).near_coarser,
             OpKind::Average => lv(o.level - 1).feeds,
+            OpKind::Walls => lv(o.level).all,
         }
     }
 
     /// Launch an operation on stream `s`.
     pub(super) fn launch_op(&mut self, s: &Arc<CudaStream>, o: Op) -> Result<(), SolverError> {
+        let range = self.op_range(&o);
         let k = match o.kind {
             OpKind::Step(_) => Kernel::Step,
             OpKind::Interpolate => Kernel::Interpolate,
             OpKind::Average => Kernel::Average,
+            OpKind::Walls => return self.launch_walls(s, o.level, range, o.sel),
         };
-        let range = self.op_range(&o);
         self.launch(s, k, o.level, range, self.dims, o.sel)
+    }
+
+    /// Launch `amr_walls` over a range of the launch lists after a step of level `l` with the
+    /// step's `sel` (the interpolated walls' links with q < 1/2; counted as stepping in the
+    /// profile).
+    pub(super) fn launch_walls(
+        &mut self,
+        s: &Arc<CudaStream>,
+        l: usize,
+        (off, count): (usize, usize),
+        sel: u32,
+    ) -> Result<(), SolverError> {
+        let Some(c) = &self.curved else {
+            return Ok(());
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        let cells = count * BLOCK.pow(self.dims as u32);
+        let cfg = LaunchConfig { grid_dim: (cells.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let ids = self.lists.slice(off..off + count);
+        let (count, l) = (count as u32, l as u32);
+        let t0 = self.profile_start()?;
+        let mut b = s.launch_builder(&c.walls_k);
+        b.arg(&ids).arg(&count).arg(&l).arg(&self.pos).arg(&self.nbr);
+        b.arg(&mut self.f).arg(&mut self.post).arg(&sel).arg(&self.codes).arg(&self.code_cells).arg(&c.table);
+        // SAFETY: the arguments match amr_walls in kernels/amr.cu; the lists hold IDs below the
+        // capacity every array was allocated for; threads past count * B return.
+        unsafe { b.launch(cfg) }.map_err(derr("launching a block kernel"))?;
+        self.profile_end(Kernel::Step, t0)
     }
 
     /// Launch the deferred restriction into level 0, if any: before anything reads the data,
@@ -225,6 +258,10 @@ impl AmrGpu {
         b.arg(&mut self.f).arg(&mut self.post).arg(&sel);
         if let Kernel::Step = k {
             b.arg(&self.codes).arg(&self.code_cells);
+            // The interpolated walls' table (the curved amr_step takes it last).
+            if let Some(c) = &self.curved {
+                b.arg(&c.table);
+            }
         }
         if let Kernel::Interpolate = k {
             b.arg(&ghosts).arg(&self.level).arg(&self.valid).arg(&self.fresh);
