@@ -421,20 +421,9 @@ impl<L: Lat> AmrLbm<L> {
     /// f*_d(x - c_d) for the cell at block coordinates `c` of block `id`, collided now: None
     /// where x - c_d is no fluid cell of the same level.
     fn upstream_post(&self, id: u32, c: [i32; 3], d: usize) -> Option<f32> {
-        let dims = L::D;
-        let mut e = [0i32; 3];
-        let mut s = [0i32; 3];
-        for a in 0..dims {
-            let t = c[a] - L::C[d][a];
-            e[a] = t.div_euclid(BLOCK as i32);
-            s[a] = t.rem_euclid(BLOCK as i32);
-        }
-        let Link::Same(n) = self.forest.neighbour(id, dir_index(e, dims)) else {
-            return None;
-        };
-        let sc = cell_index(s);
-        let b = self.forest.cells_per_block();
-        (!self.solid[n as usize * b + sc]).then(|| self.collided(n, sc)[d])
+        let k = std::array::from_fn(|a| if a < L::D { c[a] - L::C[d][a] } else { 0 });
+        let (n, sc) = self.locate(id, k)?;
+        (!self.solid[n as usize * self.forest.cells_per_block() + sc]).then(|| self.collided(n, sc)[d])
     }
 
     /// Set the relaxation time of level 0 (the finer levels follow).
