@@ -110,7 +110,7 @@ pub fn compile_amr(
     capacity: usize,
     inplace: bool,
 ) -> Result<cudarc::nvrtc::Ptx, String> {
-    compile_amr_with(lattice, precision, arch, capacity, inplace, false, "", false)
+    compile_amr_walls(lattice, precision, arch, capacity, inplace, false)
 }
 
 /// [`compile_amr`] with the interpolated walls' kernels (`curved`: `AMR_CURVED`, the kernels a
