@@ -44,9 +44,17 @@ enum Command {
     Info,
 }
 
+/// What stderr shows by default: our warnings and errors; of the window and GPU libraries only
+/// their errors (their warnings are about the desktop, e.g. a display that reports no size, and
+/// say nothing a user can act on; ESOFLOW_LOG=warn shows them).
+const DEFAULT_LOG: &str = "warn,winit=error,egui_wgpu=error,wgpu_hal=error,wgpu_core=error,naga=error";
+
 fn main() -> ExitCode {
+    use std::io::IsTerminal;
+    quiet_runtime_dir();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ESOFLOW_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ESOFLOW_LOG").unwrap_or_else(|_| DEFAULT_LOG.into()))
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -80,6 +88,22 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Where XDG_RUNTIME_DIR is unset or not a folder (a container, `su`, a CI job), give this
+/// process a private one: the Wayland client library inside the Vulkan drivers otherwise prints
+/// "error: XDG_RUNTIME_DIR is invalid" once per GPU query, which is noise in a run's output.
+/// Called first in `main`, before any thread exists.
+fn quiet_runtime_dir() {
+    use std::os::unix::fs::DirBuilderExt;
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir()) {
+        return;
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    let dir = std::env::temp_dir().join(format!("esoflow-runtime-{user}"));
+    if dir.is_dir() || std::fs::DirBuilder::new().mode(0o700).create(&dir).is_ok() {
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
     }
 }
 

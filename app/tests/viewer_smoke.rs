@@ -57,7 +57,7 @@ impl Drop for Xvfb {
     }
 }
 
-fn start_xvfb() -> Result<(Xvfb, String), String> {
+fn start_xvfb(screen: &str) -> Result<(Xvfb, String), String> {
     for k in 0..20 {
         let n = 100 + (std::process::id() + k * 37) % 800;
         let lock = format!("/tmp/.X{n}-lock");
@@ -65,7 +65,7 @@ fn start_xvfb() -> Result<(Xvfb, String), String> {
             continue;
         }
         let child = Command::new("Xvfb")
-            .args([format!(":{n}").as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .args([format!(":{n}").as_str(), "-screen", "0", &format!("{screen}x24"), "-nolisten", "tcp"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -86,38 +86,70 @@ fn start_xvfb() -> Result<(Xvfb, String), String> {
     Err("Xvfb did not start".into())
 }
 
+/// The numbers of a `layout:` line: window width and height, the view's left, right, top,
+/// bottom and share of the width, the legend's left, right, top, bottom.
+fn parse_layout(line: &str) -> Vec<f64> {
+    line.replace("..", " ").split(|c: char| !(c.is_ascii_digit() || c == '.')).filter_map(|t| t.parse().ok()).collect()
+}
+
 #[test]
-fn window_runs_frames_takes_a_screenshot_and_exits_cleanly() {
-    let test = "window_runs_frames_takes_a_screenshot_and_exits_cleanly";
-    let (_x, display) = match start_xvfb() {
-        Ok(x) => x,
-        Err(why) => return skip(test, &why),
-    };
-    let dir = out_dir("window_smoke");
-    let shot = dir.join("window.png");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_esoflow"))
-        .args(["view", "--backend", "cpu", "--frames", "20", "--screenshot"])
-        .arg(&shot)
-        .env("DISPLAY", &display)
-        .env_remove("WAYLAND_DISPLAY")
-        .current_dir(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let status = wait_with_limit(&mut child, Duration::from_secs(240));
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+fn window_fits_the_screen_shows_the_flow_first_and_exits_cleanly() {
+    let test = "window_fits_the_screen_shows_the_flow_first_and_exits_cleanly";
+    for (screen, sw, sh) in [("1280x720", 1280.0, 720.0), ("1920x1080", 1920.0, 1080.0)] {
+        let (_x, display) = match start_xvfb(screen) {
+            Ok(x) => x,
+            Err(why) => return skip(test, &why),
+        };
+        let dir = out_dir(&format!("window_smoke_{screen}"));
+        let shot = dir.join("window.png");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_esoflow"))
+            .args(["view", "--backend", "cpu", "--frames", "20", "--screenshot"])
+            .arg(&shot)
+            .env("DISPLAY", &display)
+            .env_remove("WAYLAND_DISPLAY")
+            .env_remove("ESOFLOW_LOG")
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let status = wait_with_limit(&mut child, Duration::from_secs(240));
+        let (mut err, mut out) = (String::new(), String::new());
+        if let Some(mut e) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        if let Some(mut o) = child.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut o, &mut out);
+        }
+        let Some(status) = status else { panic!("{screen}: the window did not exit within 240 s; stderr:\n{err}") };
+        if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
+            return skip(test, &format!("no adapter or display for the window: {err}"));
+        }
+        assert!(status.success(), "{screen}: exit {status:?}; stderr:\n{err}");
+        let (w, h, colours) = distinct_colours(&shot);
+        assert!(colours > 100, "{screen}: the screenshot shows a field and panels ({colours} colours)");
+        // The window fits the screen; the view takes at least 70 % of its width with the
+        // default layout; the legend lies inside the view.
+        assert!(f64::from(w) <= sw && f64::from(h) <= sh, "{screen}: a window of {w}x{h}");
+        let line = out.lines().find(|l| l.starts_with("layout:")).unwrap_or_else(|| panic!("{screen}: no layout line in:\n{out}"));
+        let v = parse_layout(line);
+        assert_eq!(v.len(), 11, "{line}");
+        assert_eq!((v[0], v[1]), (f64::from(w), f64::from(h)), "{screen}: the screenshot is the window: {line}");
+        assert!(v[6] >= 70.0, "{screen}: the view takes {} % of the width: {line}", v[6]);
+        let (view, legend) = ([v[2], v[3], v[4], v[5]], [v[7], v[8], v[9], v[10]]);
+        assert!(
+            legend[0] >= view[0]
+                && legend[1] <= view[1]
+                && legend[2] >= view[2]
+                && legend[3] <= view[3]
+                && view[1] <= v[0]
+                && view[3] <= v[1],
+            "{screen}: legend outside the view or the window: {line}"
+        );
+        // Clean stderr: no colour codes when it is not a terminal, no library warnings.
+        assert!(!err.contains('\u{1b}'), "{screen}: colour codes on stderr:\n{err}");
+        assert!(!err.contains("WARN") && !err.contains("XDG_RUNTIME_DIR"), "{screen}: noise on stderr:\n{err}");
     }
-    let Some(status) = status else { panic!("the window did not exit within 240 s; stderr:\n{err}") };
-    if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
-        return skip(test, &format!("no adapter or display for the window: {err}"));
-    }
-    assert!(status.success(), "exit {status:?}; stderr:\n{err}");
-    let (w, h, colours) = distinct_colours(&shot);
-    assert!(w >= 600 && h >= 400, "window screenshot {w}x{h}");
-    assert!(colours > 100, "the screenshot shows a field and panels ({colours} colours)");
 }
 
 #[test]

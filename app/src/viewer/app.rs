@@ -9,7 +9,7 @@ use super::legend::{auto_range, default_cmap};
 use super::render::{self, IsoView, MeshStats, OutlineBox, ViewParams, MAX_BRICK_OUTLINES};
 use super::worker::{Command, Event, Snapshot, WorkerHandle};
 use super::{default_iso_threshold, legend_ui};
-use egui::{Color32, RichText, Ui};
+use egui::{Color32, Ui};
 use glam::Vec3;
 use sim_core::build::Choice;
 use sim_core::fields::FieldKind;
@@ -239,6 +239,10 @@ pub struct ViewerApp {
     pub(super) sent_slices: Option<[Option<usize>; 3]>,
     /// Help overlay shown.
     pub show_help: bool,
+    /// The side bar: shown or not, which sections are unfolded.
+    pub sidebar: super::panels::sidebar::SideBar,
+    /// Where the legend and the messages were drawn in the last frame (points).
+    pub overlays: Overlays,
     /// Timings from the shell.
     pub times: FrameTimes,
     /// A screenshot the shell should take at the end of this frame.
@@ -314,6 +318,8 @@ impl ViewerApp {
             pending_reference: None,
             keep_state: false,
             show_help: false,
+            sidebar: super::panels::sidebar::SideBar::default(),
+            overlays: Overlays::default(),
             times: FrameTimes::default(),
             screenshot_request: None,
             scene_path_edit: String::new(),
@@ -462,7 +468,8 @@ impl ViewerApp {
             return if self.view.auto_range { auto_range(mm, ColorMap::Diverging) } else { self.view.fixed };
         }
         if self.view.auto_range {
-            auto_range(self.snap.as_ref().filter(|s| s.field == self.view.field).map_or((0.0, 1.0), |s| s.min_max), self.view.cmap)
+            let data = self.snap.as_ref().filter(|s| s.field == self.view.field);
+            auto_range(data.map_or((0.0, 1.0), |s| s.robust.unwrap_or(s.min_max)), self.view.cmap)
         } else {
             self.view.fixed
         }
@@ -641,21 +648,9 @@ impl ViewerApp {
         self.poll_scene();
         self.poll_reference();
         self.shortcuts(&ctx);
-        egui::Panel::left("panels").resizable(true).default_size(330.0).show(ui, |ui| {
-            egui::ScrollArea::vertical().show(ui, |ui| {
-                ui.heading("Esoflow");
-                ui.label(RichText::new(&self.scene.scene.name).strong());
-                egui::CollapsingHeader::new("Simulation").default_open(true).show(ui, |ui| self.simulation_ui(ui));
-                egui::CollapsingHeader::new("Compression").default_open(true).show(ui, |ui| self.compression_ui(ui));
-                if self.amr_info().is_some() {
-                    egui::CollapsingHeader::new("Adaptive blocks").default_open(true).show(ui, |ui| self.amr_ui(ui));
-                }
-                egui::CollapsingHeader::new("Visualization").default_open(true).show(ui, |ui| self.visualization_ui(ui));
-                egui::CollapsingHeader::new("Stats").default_open(true).show(ui, |ui| self.stats_ui(ui));
-                egui::CollapsingHeader::new("Scene").default_open(false).show(ui, |ui| self.scene_ui(ui));
-                egui::CollapsingHeader::new("Export").default_open(false).show(ui, |ui| self.export_ui(ui));
-            });
-        });
+        self.frame_keys(&ctx);
+        self.toolbar_ui(ui);
+        self.sidebar_ui(ui);
         egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
         self.help_ui(&ctx);
         self.blowup_ui(&ctx);
@@ -694,9 +689,14 @@ impl ViewerApp {
         self.brush_cursor(ui);
         let legend = self.legend();
         let tex = self.legend_texture(ui.ctx(), self.view.cmap);
-        legend_ui(ui, rect, &legend, tex);
-        // Status and messages, bottom left.
-        let mut y = rect.bottom() - 8.0;
+        let legend_rect = legend_ui(ui, rect, &legend, tex);
+        self.overlays = Overlays { legend: Some(legend_rect), messages: Vec::new() };
+        self.messages_ui(ui, rect, legend_rect);
+    }
+
+    /// Status and messages, bottom left, never over the legend: beside it where there is room
+    /// for them, else above it.
+    fn messages_ui(&mut self, ui: &Ui, rect: egui::Rect, legend: egui::Rect) {
         let mut lines: Vec<(String, Color32)> = self
             .messages
             .iter()
@@ -715,13 +715,39 @@ impl ViewerApp {
             "paused"
         };
         lines.insert(0, (format!("step {} · {state} · h: help", self.step()), Color32::from_gray(200)));
+        let beside = legend.left() - 16.0 - (rect.left() + 10.0);
+        let (width, mut y) =
+            if beside >= 260.0 { (beside, rect.bottom() - 8.0) } else { ((rect.width() - 26.0).max(40.0), legend.top() - 8.0) };
         for (text, color) in lines {
-            let galley = ui.painter().layout(text, egui::FontId::proportional(14.0), color, rect.width() * 0.6);
+            let galley = ui.painter().layout(text, egui::FontId::proportional(14.0), color, width);
             let pos = egui::pos2(rect.left() + 10.0, y - galley.size().y);
-            ui.painter().rect_filled(egui::Rect::from_min_size(pos, galley.size()).expand(3.0), 3.0, Color32::from_black_alpha(170));
+            let r = egui::Rect::from_min_size(pos, galley.size()).expand(3.0);
+            if r.top() < rect.top() {
+                break;
+            }
+            ui.painter().rect_filled(r, 3.0, Color32::from_black_alpha(170));
             y -= galley.size().y + 8.0;
             ui.painter().galley(pos, galley, color);
+            self.overlays.messages.push(r);
         }
+    }
+
+    /// Where the view and its legend lie in a window of `window` points, as one line (printed
+    /// with a window's `--screenshot`, so that a script can check the layout):
+    /// `layout: window 1280x720, view 320..1280 x 30..720 (75 % of the width), legend 990..1270 x 640..712`.
+    #[must_use]
+    pub fn layout_line(&self, window: egui::Vec2) -> String {
+        let r = |r: Option<egui::Rect>| {
+            r.map_or("none".to_string(), |r| format!("{:.0}..{:.0} x {:.0}..{:.0}", r.left(), r.right(), r.top(), r.bottom()))
+        };
+        let share = self.view_rect.map_or(0.0, |v| 100.0 * v.width() / window.x.max(1.0));
+        format!(
+            "layout: window {:.0}x{:.0}, view {} ({share:.0} % of the width), legend {}",
+            window.x,
+            window.y,
+            r(self.view_rect),
+            r(self.overlays.legend)
+        )
     }
 
     fn camera_input(&mut self, ui: &Ui, resp: &egui::Response, rect: egui::Rect) {
@@ -749,6 +775,15 @@ impl ViewerApp {
             }
         }
     }
+}
+
+/// Where the view's overlays were drawn in the last frame (points).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overlays {
+    /// The legend.
+    pub legend: Option<egui::Rect>,
+    /// Each status and message line.
+    pub messages: Vec<egui::Rect>,
 }
 
 /// Scene files in a folder, sorted.

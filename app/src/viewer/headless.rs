@@ -267,7 +267,9 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
     let values = solver.scalar_field(spec.field);
     let (min_max, _) = fluid_min_max(&values, &solid);
     let cmap = spec.cmap.unwrap_or_else(|| default_cmap(spec.field));
-    let range = spec.range.unwrap_or_else(|| auto_range(min_max, cmap));
+    let whole = sim_core::frame::FrameLayout::new(n, 1, 1);
+    let robust = super::legend::robust_range(&mut super::legend::frame_sample(&whole, &values, 0, &solid));
+    let range = spec.range.unwrap_or_else(|| auto_range(robust.unwrap_or(min_max), cmap));
     let slices = spec.slices.unwrap_or([n[0] / 2, n[1] / 2, n[2] / 2]);
     let mut params = ViewParams::plain(cmap, range, slices, [true; 3], Camera::default());
     params.solids = spec.solids.unwrap_or(true) && three_d;
@@ -278,6 +280,7 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
     }
     params.outlines = (spec.brick_outlines || compression.is_some()) && three_d;
     let mut legend = LegendInfo::field(spec.field, cmap, range, spec.range.is_none());
+    legend.data = robust.filter(|_| spec.range.is_none()).map(|_| min_max);
     // The isosurface: its field and |u| (the slices' own field where it is one of them).
     let iso = spec.iso.filter(|_| three_d).map(|(kind, threshold)| {
         let iso = if kind == spec.field { values.clone() } else { solver.scalar_field(kind) };

@@ -3,6 +3,7 @@
 use super::colormap::ColorMap;
 use egui::Color32;
 use sim_core::fields::FieldKind;
+use sim_core::frame::{FrameLayout, FrameRegion};
 
 /// The usual colour map of a field: diverging for signed fields.
 #[must_use]
@@ -41,4 +42,72 @@ pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandl
         .collect();
     let img = egui::ColorImage::new([super::colormap::LUT_SIZE, 1], px);
     ctx.load_texture(format!("cmap-{}", cmap.name()), img, egui::TextureOptions::NEAREST)
+}
+
+/// Share of the fluid values an auto colour range leaves out at each end: a handful of extreme
+/// cells (the corners of a driven lid, the edge of an obstacle) would otherwise take the whole
+/// colour map and hide the flow. The legend still gives the true smallest and largest value.
+pub const AUTO_TAIL: f32 = 0.01;
+
+/// Most values an auto range is taken from (an even sample of the region beyond that).
+pub const RANGE_SAMPLE: usize = 1 << 18;
+
+/// The finite values of plane `plane` of a host frame `data` laid out as `layout`, at the fluid
+/// cells (`solid` 0) of its region: every one up to [`RANGE_SAMPLE`], an even sample beyond.
+#[must_use]
+pub fn frame_sample(layout: &FrameLayout, data: &[f32], plane: usize, solid: &[u8]) -> Vec<f32> {
+    let n = layout.n;
+    let idx = |p: [usize; 3]| p[0] + n[0] * (p[1] + n[1] * p[2]);
+    let mut cells: Vec<usize> = Vec::new();
+    let mut add_plane = |a: usize, i: usize| {
+        let (u, v) = ((a + 1) % 3, (a + 2) % 3);
+        for j in 0..n[v] {
+            for k in 0..n[u] {
+                let mut p = [0; 3];
+                (p[a], p[u], p[v]) = (i.min(n[a] - 1), k, j);
+                cells.push(idx(p));
+            }
+        }
+    };
+    match layout.region {
+        FrameRegion::All => {}
+        FrameRegion::Planes(k) => (0..3).filter_map(|a| k[a].map(|i| (a, i))).for_each(|(a, i)| add_plane(a, i)),
+        FrameRegion::Sampled { stride, planes } => {
+            (0..3).filter_map(|a| planes[a].map(|i| (a, i))).for_each(|(a, i)| add_plane(a, i));
+            let s = stride.max(1);
+            for z in (0..n[2]).step_by(s) {
+                for y in (0..n[1]).step_by(s) {
+                    for x in (0..n[0]).step_by(s) {
+                        cells.push(idx([x, y, z]));
+                    }
+                }
+            }
+        }
+    }
+    let total = if layout.region == FrameRegion::All { n.iter().product() } else { cells.len() };
+    let step = total.div_ceil(RANGE_SAMPLE).max(1);
+    let cell = |i: usize| if layout.region == FrameRegion::All { i } else { cells[i] };
+    (0..total)
+        .step_by(step)
+        .map(cell)
+        .filter(|&c| solid.get(c).is_some_and(|&s| s == 0))
+        .map(|c| data[layout.index(plane, c)])
+        .filter(|v| v.is_finite())
+        .collect()
+}
+
+/// The range from the [`AUTO_TAIL`] quantile to the 1 - [`AUTO_TAIL`] quantile of `values`
+/// (reordered in place); `None` for no values.
+#[must_use]
+pub fn robust_range(values: &mut [f32]) -> Option<(f32, f32)> {
+    if values.is_empty() {
+        return None;
+    }
+    let last = values.len() - 1;
+    let lo_i = ((last as f32) * AUTO_TAIL).round() as usize;
+    let hi_i = ((last as f32) * (1.0 - AUTO_TAIL)).round() as usize;
+    let (_, &mut hi, _) = values.select_nth_unstable_by(hi_i, f32::total_cmp);
+    // The low quantile lies among the values left of the high one.
+    let (_, &mut lo, _) = values[..=hi_i].select_nth_unstable_by(lo_i, f32::total_cmp);
+    Some((lo, hi))
 }

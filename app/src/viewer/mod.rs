@@ -331,6 +331,8 @@ pub struct LegendInfo {
     pub subgrids: Option<SubgridLegend>,
     /// The block outlines' key (an adaptive run), when they are drawn.
     pub blocks: Option<BlockLegend>,
+    /// The data's true smallest and largest value, when the auto range leaves out the tails.
+    pub data: Option<(f32, f32)>,
 }
 
 /// The block outlines' key in the legend: leaves per level and the level colours.
@@ -357,7 +359,7 @@ impl LegendInfo {
     /// A legend of the field alone.
     #[must_use]
     pub fn field(field: FieldKind, cmap: ColorMap, range: (f32, f32), auto: bool) -> LegendInfo {
-        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None, blocks: None }
+        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None, blocks: None, data: None }
     }
 }
 
@@ -368,17 +370,30 @@ pub fn legend_bar_rect(rect: Rect) -> Rect {
     Rect::from_min_size(egui::pos2(rect.right() - 18.0 - w, rect.bottom() - 36.0 - 14.0), egui::vec2(w, 14.0))
 }
 
-/// Draw the legend (field name, units, colour bar, range) in the bottom-right of `rect`.
-pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
+/// Draw the legend (field name, units, colour bar, range) in the bottom-right of `rect`; returns
+/// the part of `rect` it covers (other overlays keep out of it).
+pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) -> Rect {
     let bar = legend_bar_rect(rect);
     let painter = ui.painter();
     let font = egui::FontId::proportional(13.0);
-    let title =
-        format!("{}  ({})", l.title.as_deref().unwrap_or_else(|| field_units(l.field)), if l.auto { "auto range" } else { "fixed range" });
+    let how = match (l.auto, l.data) {
+        (false, _) => "fixed range",
+        (true, Some(_)) => "auto: 1st to 99th percentile",
+        (true, None) => "auto range",
+    };
+    let title = format!("{}  ({how})", l.title.as_deref().unwrap_or_else(|| field_units(l.field)));
     let galley = painter.layout_no_wrap(title, font.clone(), Color32::from_gray(235));
+    // Below the ticks, the data's true extremes when the range leaves out the tails.
+    let extremes = l.data.map(|(lo, hi)| {
+        painter.layout_no_wrap(format!("data from {} to {}", fmt_value(lo), fmt_value(hi)), font.clone(), Color32::from_gray(190))
+    });
+    let extra = extremes.as_ref().map_or(0.0, |g| g.size().y + 2.0);
+    let bottom = rect.bottom() - 8.0;
+    let bar = bar.translate(egui::vec2(0.0, bottom - extra - (bar.bottom() + 24.0)).min(egui::Vec2::ZERO));
+    let wide = galley.size().x.max(extremes.as_ref().map_or(0.0, |g| g.size().x));
     let bg = Rect::from_min_max(
-        egui::pos2(bar.left().min(bar.right() - galley.size().x) - 8.0, bar.top() - galley.size().y - 12.0),
-        egui::pos2(bar.right() + 8.0, bar.bottom() + 24.0),
+        egui::pos2(bar.left().min(bar.right() - wide) - 8.0, bar.top() - galley.size().y - 12.0),
+        egui::pos2(bar.right() + 8.0, bar.bottom() + 24.0 + extra),
     );
     painter.rect_filled(bg, 4.0, Color32::from_black_alpha(190));
     painter.galley(egui::pos2(bg.left() + 8.0, bar.top() - galley.size().y - 6.0), galley, Color32::from_gray(235));
@@ -390,6 +405,10 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
         let align = [egui::Align2::LEFT_TOP, egui::Align2::CENTER_TOP, egui::Align2::RIGHT_TOP][i];
         painter.text(egui::pos2(x, bar.bottom() + 5.0), align, fmt_value(v), font.clone(), Color32::from_gray(235));
     }
+    if let Some(g) = extremes {
+        painter.galley(egui::pos2(bar.right() - g.size().x, bar.bottom() + 22.0), g, Color32::from_gray(190));
+    }
+    let mut covered = bg;
     // Above it, the isosurface: its field, threshold and colouring (and a warning).
     let mut top = bg.top();
     if let Some(iso) = &l.iso {
@@ -411,6 +430,7 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
             let r = Rect::from_min_size(egui::pos2(bar.right() - galley.size().x, top - 6.0 - galley.size().y), galley.size());
             painter.rect_filled(r.expand(4.0), 4.0, Color32::from_black_alpha(190));
             painter.galley(r.min, galley, color);
+            covered = covered.union(r.expand(4.0));
             top = r.top() - 4.0;
         }
     }
@@ -429,6 +449,7 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) {
         }
         swatch_legend_ui(ui, rect, lines, false);
     }
+    covered
 }
 
 /// The subgrid outlines' key, top left of `rect`: what the colours mean and a colour bar of the

@@ -5,7 +5,8 @@ use super::app::ViewerApp;
 use super::camera::Camera;
 use super::colormap::{lut_index, ColorMap};
 use super::headless::{self, Gpu, PictureData};
-use super::legend::auto_range;
+use super::legend::{auto_range, frame_sample, robust_range};
+use super::panels::sidebar::Section;
 use super::render::{self, read_texture, FieldRenderer, IsoView, ViewParams};
 use super::{legend_bar_rect, LegendInfo, ViewSpec};
 use crate::BackendChoice;
@@ -1127,6 +1128,7 @@ fn type_into(h: &mut Harness, label: &str, text: &str) {
 fn ui_isosurface_toggle_field_and_threshold() {
     let mut h = harness(small_3d_app());
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    unfold_panels(&mut h);
     // Off: the snapshots carry nothing extra; the bricks come with every snapshot.
     assert!(h.state().snap.as_ref().is_some_and(|s| s.iso.is_none()));
     assert_eq!(h.state().snap.as_ref().map(|s| s.bricks.count), Some([3, 2, 2]));
@@ -1196,6 +1198,7 @@ fn ui_frames_carry_only_the_slices_without_an_isosurface() {
     run_until(&mut h, "a frame of the three slice planes", |a| {
         a.snap.as_ref().is_some_and(|s| s.frame.layout.region == FrameRegion::Planes([Some(12), Some(8), Some(8)]))
     });
+    unfold_panels(&mut h);
     // The field's range is taken over the fluid cells of those planes alone.
     let snap = h.state().snap.as_ref().expect("snapshot");
     let v = snap.frame.host_values(snap.field).expect("host values");
@@ -1247,6 +1250,7 @@ fn ui_stats_show_gpu_times_or_why_not() {
     use super::gpu_timer::{GpuTimes, GpuTiming};
     let mut h = harness(small_app(false));
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    unfold_panels(&mut h);
     h.step();
     // No renderer (as here, without a shell): no GPU row.
     assert!(h.query_by_label_contains("GPU times").is_none() && h.query_by_label_contains("draw ").is_none());
@@ -1273,6 +1277,7 @@ fn ui_stats_show_drag_and_lift_coefficients_and_the_strouhal_number() {
     // Without a reference length and velocity, the panel says what the scene lacks.
     let mut h = harness_sized(small_app(false), 1200.0, 1600.0);
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    unfold_panels(&mut h);
     h.step();
     assert!(h.query_by_label_contains("need a reference length and velocity").is_some());
     // With them: C_D and C_L now, their means, St (a steady flow at Re 3: no shedding) and the plot.
@@ -1281,6 +1286,7 @@ fn ui_stats_show_drag_and_lift_coefficients_and_the_strouhal_number() {
     let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, true), 1200.0, 1600.0);
     run_until(&mut h, "20 snapshots' forces", |a| a.forces.len() >= 20);
+    unfold_panels(&mut h);
     h.step();
     // The rows "C_D, C_L" and "mean C_D, C_L", the mean's swing, and St.
     assert!(h.query_all_by_label_contains("C_D, C_L").count() >= 2 && h.query_by_label_contains("(swing +-").is_some());
@@ -1296,7 +1302,9 @@ fn ui_isosurface_key_in_2d_says_it_needs_3d() {
     h.step();
     assert!(!h.state().view.iso);
     assert!(h.state().messages().iter().any(|m| m.text.contains("3D")));
-    assert!(h.query_by_label_contains("3D scenes only").is_some());
+    // The Visualization panel shows no surface switches in 2D.
+    unfold(&mut h, Section::Visualization);
+    assert!(h.query_by_label("isosurface").is_none() && h.query_by_label("auto range").is_some());
     // Brick outlines are 3D only: no switch, and the view never draws them.
     assert!(h.query_by_label("brick outlines (3D)").is_none());
     h.state_mut().view.brick_outlines = true;
@@ -1534,6 +1542,7 @@ fn ui_compression_tau_and_stats_on_a_compressed_run() {
     let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
     run_until(&mut h, "a snapshot of a compressed run", |a| a.snap.as_ref().is_some_and(|s| s.compression.is_some()));
+    unfold_panels(&mut h);
     h.run_steps(2);
     assert!(h.query_all_by_label("compression tau").next().is_some(), "the Simulation panel has a compression tau slider");
     let fine = h.state().snap.as_ref().and_then(|s| s.compression.clone()).expect("compression").ratio;
@@ -1577,6 +1586,7 @@ fn compression_of(a: &ViewerApp) -> Option<&sim_core::CompressionInfo> {
 fn ui_compression_switch_goes_on_from_the_state_and_outlines_subgrids_by_ratio() {
     let mut h = harness_sized(small_3d_compressible_app(), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    unfold_panels(&mut h);
     h.get_by_label("Step").click();
     run_until(&mut h, "a batch of steps", |a| a.step() == 20);
     // The speed range of the frame (fresh with every snapshot) shows where the flow is.
@@ -1655,6 +1665,11 @@ fn ui_compression_on_a_2d_run_says_why_not() {
     let mut h = harness(small_app(false));
     run_until(&mut h, "a snapshot", |a| a.snap.is_some());
     h.step();
+    // Folded, the section says nothing; unfolded (its key), it says why.
+    assert!(h.query_by_label_contains("cannot compress this run").is_none(), "nobody asked to compress");
+    h.key_press(Section::Compression.key());
+    h.run_steps(2);
+    assert!(h.state().sidebar.is_open(Section::Compression));
     assert!(h.query_by_label_contains("cannot compress this run: compressed subgrids need a 3D lattice").is_some());
     h.state_mut().set_compression_enabled(true);
     h.step();
@@ -1677,6 +1692,7 @@ fn ui_reference_run_nmse_and_difference_view() {
     let solver = sim_core::build::cpu(&ls).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot", |a| compression_of(a).is_some());
+    unfold_panels(&mut h);
     // Too little memory: refused, saying how much it needs and what to try.
     h.state_mut().reference_limit = Some(100_000);
     h.state_mut().set_reference(true);
@@ -1738,6 +1754,7 @@ fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
     let solver = crate::solvers::build_solver(&ls, &BackendChoice::Cpu.into()).expect("solver");
     let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1200.0, 1400.0);
     run_until(&mut h, "a snapshot of the forest", |a| a.amr_info().is_some());
+    unfold_panels(&mut h);
     h.step();
     // The view is the finest level's grid (64^2 for 32^2 at level 1): its far corner is on screen.
     let rect = h.state().view_rect.expect("view");
@@ -1807,4 +1824,146 @@ fn ui_adaptive_blocks_panel_outlines_and_live_settings() {
     h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::Z);
     run_until(&mut h, "the undo", |a| solid_count(a) == before);
     assert!(h.state().snap.as_ref().is_some_and(|s| !s.stats.blown_up()));
+}
+
+/// Unfold the panels a run's settings and numbers are in (all but Scene and Export), as a
+/// user working through them would.
+fn unfold_panels(h: &mut Harness) {
+    for s in [Section::Simulation, Section::Visualization, Section::Adaptive, Section::Compression, Section::Stats] {
+        h.state_mut().sidebar.set_open(s, true);
+    }
+    h.run_steps(2);
+}
+
+/// Unfold a side-bar section (as its key or header would) and draw a frame.
+fn unfold(h: &mut Harness, s: Section) {
+    h.state_mut().sidebar.set_open(s, true);
+    h.run_steps(2);
+}
+
+#[test]
+fn ui_the_flow_gets_the_window_and_the_side_bar_folds_away() {
+    for (w, ht) in [(1280.0, 720.0), (1920.0, 1080.0), (900.0, 600.0)] {
+        let mut h = harness_sized(small_app(false), w, ht);
+        run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+        h.run_steps(2);
+        let view = h.state().view_rect.expect("a view");
+        if w >= 1280.0 {
+            assert!(view.width() >= 0.7 * w, "{w}x{ht}: the view takes {} of {w} points", view.width());
+        }
+        // Only Simulation is unfolded: its tau is there, the Visualization range and the Stats
+        // table are not.
+        assert!(h.query_by_label("tau").is_some(), "{w}x{ht}: Simulation is open");
+        assert!(h.query_by_label("auto range").is_none() && h.query_by_label("MLUPS").is_none(), "{w}x{ht}: the rest is folded");
+        // The legend lies inside the view.
+        let legend = h.state().overlays.legend.expect("a legend");
+        assert!(view.contains_rect(legend), "{w}x{ht}: legend {legend:?} outside the view {view:?}");
+    }
+    let mut h = harness_sized(small_app(false), 1280.0, 720.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    // b hides the side bar: the view takes the whole width; the toolbar's button brings it back.
+    h.key_press(egui::Key::B);
+    h.run_steps(2);
+    assert!(!h.state().sidebar.shown);
+    assert!(h.state().view_rect.expect("view").width() >= 0.97 * 1280.0, "{:?}", h.state().view_rect);
+    h.get_by_label("Panels").click();
+    h.run_steps(2);
+    assert!(h.state().sidebar.shown && h.query_by_label("tau").is_some());
+    // Keys 1 to 7 unfold and fold sections; the header does too.
+    h.key_press(Section::Visualization.key());
+    h.run_steps(2);
+    assert!(h.query_by_label("auto range").is_some(), "2 unfolds Visualization");
+    h.key_press(Section::Simulation.key());
+    h.run_steps(2);
+    assert!(h.query_by_label("tau").is_none(), "1 folds Simulation");
+    h.get_by_label("Stats").click();
+    h.run_steps(2);
+    assert!(h.state().sidebar.is_open(Section::Stats) && h.query_by_label("MLUPS").is_some(), "the header unfolds Stats");
+    // A folded side bar unfolds with a section's key.
+    h.key_press(egui::Key::B);
+    h.run_steps(1);
+    h.key_press(Section::Export.key());
+    h.run_steps(2);
+    assert!(h.state().sidebar.shown && h.state().sidebar.is_open(Section::Export));
+    // Toolbar keys: f steps through the fields, c through the colour maps.
+    let f = h.state().view.field;
+    h.key_press(egui::Key::F);
+    h.run_steps(1);
+    assert_ne!(h.state().view.field, f);
+    let c = h.state().view.cmap;
+    h.key_press(egui::Key::C);
+    h.run_steps(1);
+    assert_ne!(h.state().view.cmap, c);
+}
+
+#[test]
+fn ui_messages_never_cover_the_legend() {
+    for (w, ht) in [(1280.0, 720.0), (640.0, 480.0)] {
+        let mut h = harness_sized(small_app(false), w, ht);
+        run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+        for k in 0..4 {
+            h.state_mut().message(format!("message {k}: {}", "a long status message that goes on and on ".repeat(4)), k % 2 == 0);
+        }
+        h.run_steps(2);
+        let o = h.state().overlays.clone();
+        let legend = o.legend.expect("a legend");
+        assert!(o.messages.len() >= 3, "{w}x{ht}: the status line and messages are drawn: {o:?}");
+        for m in &o.messages {
+            assert!(!m.intersects(legend), "{w}x{ht}: message {m:?} covers the legend {legend:?}");
+        }
+    }
+}
+
+#[test]
+fn auto_range_leaves_out_a_few_extreme_cells_and_the_legend_keeps_them() {
+    // 10,000 fluid cells from 0 to 1, and 20 corner cells at 50 (a driven lid's corners).
+    let n = [101, 100, 1];
+    let mut v: Vec<f32> = (0..n[0] * n[1]).map(|i| (i % 100) as f32 / 99.0).collect();
+    for x in v.iter_mut().take(20) {
+        *x = 50.0;
+    }
+    let mut solid = vec![0u8; v.len()];
+    // A solid column with a huge value is never counted.
+    for y in 0..n[1] {
+        solid[y * n[0] + 100] = 1;
+        v[y * n[0] + 100] = 1e6;
+    }
+    let layout = sim_core::frame::FrameLayout::new(n, 1, 1);
+    let mut sample = frame_sample(&layout, &v, 0, &solid);
+    assert_eq!(sample.len(), 100 * 100);
+    let (lo, hi) = robust_range(&mut sample).expect("a range");
+    assert!(lo <= 0.02 && (0.97..=1.0).contains(&hi), "{lo} {hi}");
+    // Only the planes of a frame of planes are read, and a padded layout is read right.
+    let n3 = [8, 6, 4];
+    let layout = sim_core::frame::FrameLayout::new(n3, 2, 64).with_region(sim_core::frame::FrameRegion::Planes([None, None, Some(2)]));
+    let mut data = vec![f32::NAN; layout.floats()];
+    for y in 0..6 {
+        for x in 0..8 {
+            data[layout.index(1, x + 8 * (y + 6 * 2))] = (x + y) as f32;
+        }
+    }
+    let s = frame_sample(&layout, &data, 1, &[0u8; 8 * 6 * 4]);
+    assert_eq!(s.len(), 48, "the plane's cells only (the rest is NaN, never read)");
+    assert!(robust_range(&mut []).is_none());
+    // The app's legend gives the true extremes when the range leaves out the tails.
+    let mut h = harness(small_app(false));
+    h.get_by_label("Step").click();
+    run_until(&mut h, "a snapshot after a step", |a| a.snap.as_ref().is_some_and(|s| s.step > 0));
+    let s = h.state().snap.as_ref().expect("snapshot");
+    let r = s.robust.expect("a host frame has a percentile range");
+    assert!(r.0 >= s.min_max.0 && r.1 <= s.min_max.1, "{r:?} inside {:?}", s.min_max);
+    let l = h.state().legend();
+    assert_eq!(l.data, Some(s.min_max));
+    assert_eq!(l.range, auto_range(r, l.cmap));
+}
+
+#[test]
+fn the_window_fits_the_screen() {
+    use super::window::fit_window;
+    assert_eq!(fit_window(Some([2560.0, 1440.0])), [1440.0, 900.0]);
+    let [w, h] = fit_window(Some([1280.0, 720.0]));
+    assert!(w <= 1280.0 && h <= 720.0 && w >= 1100.0, "{w}x{h}");
+    let [w, h] = fit_window(None);
+    assert!(w <= 1280.0 && h <= 720.0);
+    assert_eq!(fit_window(Some([320.0, 200.0])), [640.0, 400.0]);
 }

@@ -212,9 +212,27 @@ fn painter_config(events: &Shared<String>) -> egui_wgpu::WgpuConfiguration {
     }
 }
 
+/// The window's first size: 1440 x 900 points where the monitor has room, else 90 % of its width
+/// and 85 % of its height (a 1280 x 720 screen gets 1152 x 612), never below 640 x 400.
+fn window_size(event_loop: &ActiveEventLoop) -> winit::dpi::LogicalSize<f64> {
+    let screen = event_loop.primary_monitor().or_else(|| event_loop.available_monitors().next()).map(|m| {
+        let s = m.size().to_logical::<f64>(m.scale_factor());
+        [s.width, s.height]
+    });
+    let [w, h] = fit_window(screen);
+    winit::dpi::LogicalSize::new(w, h)
+}
+
+/// The window size for a screen of `screen` points (unknown: a size that fits 1280 x 720).
+#[must_use]
+pub fn fit_window(screen: Option<[f64; 2]>) -> [f64; 2] {
+    let [sw, sh] = screen.filter(|s| s[0] > 0.0 && s[1] > 0.0).unwrap_or([1280.0, 720.0]);
+    [(sw * 0.9).clamp(640.0, 1440.0), (sh * 0.85).clamp(400.0, 900.0)]
+}
+
 impl Shell {
     fn init(&mut self, event_loop: &ActiveEventLoop) -> anyhow::Result<()> {
-        let attrs = Window::default_attributes().with_title(&self.title).with_inner_size(winit::dpi::LogicalSize::new(1440.0, 820.0));
+        let attrs = Window::default_attributes().with_title(&self.title).with_inner_size(window_size(event_loop));
         let window = Arc::new(event_loop.create_window(attrs).context("cannot create the window")?);
         let mut painter = pollster::block_on(egui_wgpu::winit::Painter::new(
             self.ctx.clone(),
@@ -227,6 +245,9 @@ impl Shell {
         let render = painter.render_state().context("the GPU device did not start")?;
         let info = render.adapter.get_info();
         self.app.gpu_note = format!("{} ({:?})", info.name, info.backend);
+        if info.device_type == wgpu::DeviceType::Cpu {
+            eprintln!("note: the window is drawn by a software renderer ({}): expect a low frame rate", info.name);
+        }
         let state = egui_winit::State::new(
             self.ctx.clone(),
             ViewportId::ROOT,
@@ -390,6 +411,7 @@ impl Shell {
         if let (Some(p), Some(n)) = (&self.final_shot, self.max_frames) {
             if self.frames >= n && !self.final_shot_requested {
                 self.final_shot_requested = true;
+                println!("{}", self.app.layout_line(self.ctx.content_rect().size()));
                 captures.push(screenshot_callback(p.clone(), Arc::clone(&self.shots)));
             }
         }

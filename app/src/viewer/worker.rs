@@ -169,6 +169,10 @@ pub struct Snapshot {
     pub frame: Arc<Frame>,
     /// Smallest and largest finite value of `field` over fluid cells.
     pub min_max: (f32, f32),
+    /// The auto colour range of `field`: its values from the 1st to the 99th percentile over
+    /// the fluid cells (see [`super::legend::AUTO_TAIL`]); `None` where it could not be had
+    /// (a large grid whose frames stay in GPU memory): the view then uses `min_max`.
+    pub robust: Option<(f32, f32)>,
     /// The isosurface's fields, when an isosurface is on (3D only).
     pub iso: Option<IsoData>,
     /// Solid mask (see [`solid_mask`]), shared between snapshots of one solver.
@@ -298,6 +302,10 @@ struct Stroke {
 
 /// Strokes kept for undo.
 const UNDO_DEPTH: usize = 64;
+/// Largest grid whose frames in GPU memory get a percentile colour range (read back whole).
+const SHARED_RANGE_CELLS: usize = 1 << 22;
+/// How often that range is taken at most.
+const SHARED_RANGE_EVERY: Duration = Duration::from_millis(500);
 /// Stats (mass, forces: sums over the grid) are taken at most this often.
 const STATS_EVERY: Duration = Duration::from_millis(100);
 
@@ -343,6 +351,10 @@ struct Worker {
     rate_t0: Instant,
     rate_steps0: u64,
     steps_per_sec: f64,
+    /// The last percentile range of a frame kept in GPU memory: its field, when it was taken
+    /// and how long that took (such frames have no host copy, so it comes from the field
+    /// itself, at most a few times a second).
+    robust: Option<(FieldKind, Instant, Duration, (f32, f32))>,
 }
 
 /// The solid mask the renderer draws: 0 fluid, 1 solid wall (domain walls, moving walls), 2 solid
@@ -425,6 +437,7 @@ impl Worker {
             rate_t0: Instant::now(),
             rate_steps0: t,
             steps_per_sec: 0.0,
+            robust: None,
         }
     }
 
@@ -991,6 +1004,32 @@ impl Worker {
         kinds
     }
 
+    /// The percentile range of the shown field: from the frame where it lies in host memory;
+    /// where it lies in GPU memory, from the field read back whole for grids of up to
+    /// [`SHARED_RANGE_CELLS`] cells, at most every [`SHARED_RANGE_EVERY`] and never more than
+    /// 2 % of the time (a large grid keeps the true min..max).
+    fn robust_range(&mut self, frame: &super::frames::Frame) -> Option<(f32, f32)> {
+        let plane = frame.plane(self.field)?;
+        if let super::frames::FrameData::Host(h) = &frame.data {
+            return super::legend::robust_range(&mut super::legend::frame_sample(&frame.layout, h.floats(), plane, &self.solid));
+        }
+        let n = self.solver.domain().n;
+        if n.iter().product::<usize>() > SHARED_RANGE_CELLS {
+            return None;
+        }
+        if let Some((_, at, took, r)) = self.robust.filter(|r| r.0 == self.field) {
+            if at.elapsed() < SHARED_RANGE_EVERY.max(took * 50) {
+                return Some(r);
+            }
+        }
+        let t = Instant::now();
+        let values = self.solver.scalar_field(self.field);
+        let layout = sim_core::frame::FrameLayout::new(n, 1, 1).with_region(frame.layout.region);
+        let r = super::legend::robust_range(&mut super::legend::frame_sample(&layout, &values, 0, &self.solid))?;
+        self.robust = Some((self.field, Instant::now(), t.elapsed(), r));
+        Some(r)
+    }
+
     fn publish(&mut self) {
         let t = Instant::now();
         let kinds = self.frame_kinds();
@@ -1009,6 +1048,7 @@ impl Worker {
         let finite = frame.ranges.finite;
         let lag = frame.ranges.lag;
         let min_max = frame.range(self.field).unwrap_or((0.0, 0.0));
+        let robust = self.robust_range(&frame);
         let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| IsoData {
             kind,
             min_max: frame.range(kind).unwrap_or((0.0, 0.0)),
@@ -1042,6 +1082,7 @@ impl Worker {
             field: self.field,
             frame,
             min_max,
+            robust,
             iso,
             solid: Arc::clone(&self.solid),
             bricks: Arc::clone(&self.bricks),

@@ -5,6 +5,7 @@ pub mod compression;
 pub mod export;
 pub mod help;
 pub mod scene;
+pub mod sidebar;
 pub mod simulation;
 pub mod stats;
 pub mod view;

@@ -77,19 +77,6 @@ impl ViewerApp {
 
     pub(crate) fn simulation_ui(&mut self, ui: &mut Ui) {
         ui.horizontal(|ui| {
-            let label = if self.running { "Pause" } else { "Run" };
-            if ui.button(label).on_hover_text("space").clicked() {
-                self.set_running(!self.running);
-            }
-            if ui.button("Step").on_hover_text("s: one batch of steps, paused").clicked() {
-                self.single_step();
-            }
-            if ui.button("Reset").on_hover_text("r: back to step 0, parameters kept").clicked() {
-                self.reset();
-            }
-        });
-        ui.label(format!("step {}", self.step()));
-        ui.horizontal(|ui| {
             let label = ui.label("steps per frame");
             let mut n = self.steps_per_frame;
             if ui.add(egui::DragValue::new(&mut n).range(1..=10_000).speed(1.0)).labelled_by(label.id).changed() {

@@ -125,9 +125,13 @@ impl ViewerApp {
     #[must_use]
     pub fn legend(&self) -> LegendInfo {
         let mut l = LegendInfo::field(self.view.field, self.view.cmap, self.range(), self.view.auto_range);
+        if self.view.auto_range {
+            l.data = self.snap.as_ref().filter(|s| s.field == self.view.field && s.robust.is_some()).map(|s| s.min_max);
+        }
         if self.diff_values().is_some() {
             l.field = FieldKind::Density;
             l.cmap = ColorMap::Diverging;
+            l.data = None;
             l.title = Some("density difference: compressed run - uncompressed reference [lattice units]".into());
         }
         if let Some((boxes, range)) = self.subgrid_outlines() {
@@ -159,27 +163,9 @@ impl ViewerApp {
 
     pub(crate) fn visualization_ui(&mut self, ui: &mut Ui) {
         ui.horizontal(|ui| {
-            let label = ui.label("field");
-            let mut f = self.view.field;
-            let r = egui::ComboBox::from_id_salt("field").selected_text(f.name()).show_ui(ui, |ui| {
-                for k in FieldKind::ALL {
-                    ui.selectable_value(&mut f, k, k.name());
-                }
-            });
-            r.response.labelled_by(label.id);
-            self.set_field(f);
-        });
-        ui.horizontal(|ui| {
-            let label = ui.label("colour map");
-            let r = egui::ComboBox::from_id_salt("cmap").selected_text(self.view.cmap.name()).show_ui(ui, |ui| {
-                for m in ColorMap::ALL {
-                    ui.selectable_value(&mut self.view.cmap, m, m.name());
-                }
-            });
-            r.response.labelled_by(label.id);
-        });
-        ui.horizontal(|ui| {
-            ui.radio_value(&mut self.view.auto_range, true, "auto range");
+            ui.radio_value(&mut self.view.auto_range, true, "auto range").on_hover_text(
+                "from the 1st to the 99th percentile of the fluid cells, so that a few extreme cells do not take the colours; the legend gives the true extremes",
+            );
             if ui.radio_value(&mut self.view.auto_range, false, "fixed").clicked() {
                 self.view.fixed = self.range();
             }
@@ -219,7 +205,7 @@ impl ViewerApp {
 
     fn surfaces_ui(&mut self, ui: &mut Ui) {
         if self.is_2d() {
-            ui.label("isosurfaces and solid surfaces: 3D scenes only (solid cells are grey in the image)");
+            // Surfaces are for 3D scenes: nothing to show here.
         } else if !self.surfaces_supported {
             ui.colored_label(
                 Color32::from_rgb(255, 170, 60),
