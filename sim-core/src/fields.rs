@@ -54,44 +54,59 @@ impl FieldKind {
     }
 }
 
-/// Velocity gradient tensor `g[a][b] = d u_a / d x_b` at every cell.
+/// Velocity gradient tensor `g[a][b] = d u_a / d x_b` at every cell (see [`gradient_at`]).
 fn gradients(f: &Fields) -> Vec<[[f32; 3]; 3]> {
     let n = f.size;
-    let idx = |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
+    let idx = |p: [usize; 3]| p[0] + n[0] * (p[1] + n[1] * p[2]);
     (0..f.u.len())
         .into_par_iter()
         .map(|i| {
-            let x = i % n[0];
-            let y = (i / n[0]) % n[1];
-            let z = i / (n[0] * n[1]);
-            let mut g = [[0.0f32; 3]; 3];
-            if f.solid[i] {
-                return g;
-            }
-            let p = [x, y, z];
-            for b in 0..3 {
-                if n[b] < 3 {
-                    continue;
-                }
-                let mut hi = p;
-                let mut lo = p;
-                hi[b] = (p[b] + 1) % n[b];
-                lo[b] = (p[b] + n[b] - 1) % n[b];
-                let uh = f.u[idx(hi[0], hi[1], hi[2])];
-                let ul = f.u[idx(lo[0], lo[1], lo[2])];
-                for a in 0..3 {
-                    g[a][b] = 0.5 * (uh[a] - ul[a]);
-                }
-            }
-            g
+            let p = [i % n[0], (i / n[0]) % n[1], i / (n[0] * n[1])];
+            gradient_at(n, p, f.solid[i], |q| f.u[idx(q)])
         })
         .collect()
+}
+
+/// Velocity gradient tensor `g[a][b] = d u_a / d x_b` at cell `p` of a grid of `n` cells, by
+/// central differences of the velocities `u_at` gives for the two neighbours along each axis:
+/// indices wrap periodically at the domain edges, an axis of fewer than 3 cells (z in 2D) has
+/// no gradient, and a solid cell (`solid`) has none at all. `u_at` must give zero velocity in
+/// solid cells, as [`Fields`] stores them, so that a fluid cell next to an obstacle sees the
+/// wall at rest. Every derived field ([`vorticity`], [`q_criterion`]) and the probes
+/// ([`crate::probes`]) go through this one function, so they agree cell for cell.
+pub fn gradient_at(n: [usize; 3], p: [usize; 3], solid: bool, u_at: impl Fn([usize; 3]) -> [f32; 3]) -> [[f32; 3]; 3] {
+    let mut g = [[0.0f32; 3]; 3];
+    if solid {
+        return g;
+    }
+    for b in 0..3 {
+        if n[b] < 3 {
+            continue;
+        }
+        let mut hi = p;
+        let mut lo = p;
+        hi[b] = (p[b] + 1) % n[b];
+        lo[b] = (p[b] + n[b] - 1) % n[b];
+        let uh = u_at(hi);
+        let ul = u_at(lo);
+        for a in 0..3 {
+            g[a][b] = 0.5 * (uh[a] - ul[a]);
+        }
+    }
+    g
+}
+
+/// The vorticity vector (curl of the velocity) of one velocity gradient tensor
+/// `g[a][b] = d u_a / d x_b`.
+#[must_use]
+pub fn curl_of_gradient(g: &[[f32; 3]; 3]) -> [f32; 3] {
+    [g[2][1] - g[1][2], g[0][2] - g[2][0], g[1][0] - g[0][1]]
 }
 
 /// Vorticity vector at every cell.
 #[must_use]
 pub fn vorticity(f: &Fields) -> Vec<[f32; 3]> {
-    gradients(f).into_iter().map(|g| [g[2][1] - g[1][2], g[0][2] - g[2][0], g[1][0] - g[0][1]]).collect()
+    gradients(f).iter().map(curl_of_gradient).collect()
 }
 
 /// Q criterion at every cell.

@@ -21,6 +21,7 @@ pub mod lattice;
 pub mod memory;
 pub mod params;
 pub mod precision;
+pub mod probes;
 pub mod scene;
 pub mod schemes;
 pub mod solver;

@@ -175,6 +175,25 @@ pub trait Solver: Send {
     fn scalar_field(&self, kind: crate::fields::FieldKind) -> Vec<f32> {
         crate::fields::scalar(&self.fields(), kind)
     }
+    /// Sample the flow at a few cells (probes): the velocity, density and vorticity magnitude
+    /// of each of `cells` (x, y, z on this solver's grid, [`Solver::domain`]) at the current
+    /// step, in their order. A solid cell gives zero velocity and vorticity and density 1
+    /// (pressure 0). The vorticity is the vorticity field's at that cell: the same central
+    /// differences ([`crate::fields::gradient_at`]), with solid neighbours at rest and
+    /// periodic wrap at the domain edges. The default reads [`Solver::fields`] (the whole
+    /// grid; on a GPU a copy of it to the host); backends that can compute the moments of
+    /// single cells from their DDFs override it and read only the probed cells and their
+    /// neighbours.
+    ///
+    /// # Errors
+    /// A cell outside the grid; device errors.
+    fn probe(&self, cells: &[[usize; 3]]) -> Result<Vec<crate::probes::ProbeSample>, SolverError> {
+        crate::probes::check_cells(self.domain().n, cells)?;
+        if cells.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(crate::probes::sample_fields(&self.fields(), self.time_step(), cells))
+    }
     /// Write one frame of a view: the fields `kinds` of the current state into `target` as
     /// `layout` says, with each field's range over the fluid cells of `layout.region` (cells
     /// outside the region may be left as they were). Derived fields (speed,

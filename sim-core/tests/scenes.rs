@@ -243,6 +243,39 @@ fn keys_match_the_scene_types() {
     all.sort();
     all.dedup();
     same_set(all, keys_below("obstacles.N."), "obstacles");
+    same_set(fields_of(&format!("{BASE}[[probes]]\nat = [1, 1]\nbogus = 1\n")), keys_below("probes.N."), "probes");
+}
+
+#[test]
+fn probes_are_checked_named_and_exposed() {
+    let ls = parse(
+        &format!("{BASE}[[probes]]\nat = [12, 5]\nname = \"near wake\"\n[[probes]]\nat = [30, 10]\n[[probes]]\nat = [0, 0]\nname = \"near wake\"\n"),
+        &[],
+    )
+    .unwrap();
+    let p: Vec<(&str, [usize; 3])> = ls.derived.probes.iter().map(|p| (p.name.as_str(), p.cell)).collect();
+    assert_eq!(p, [("near_wake", [12, 5, 0]), ("probe1", [30, 10, 0]), ("near_wake_2", [0, 0, 0])]);
+    assert!(parse(BASE, &[]).unwrap().derived.probes.is_empty());
+    // A cell outside the domain names the file, the line, the key and the valid range.
+    let text = format!("{BASE}[[probes]]\nat = [12, 5]\n[[probes]]\nat = [40, 5]\n");
+    let e = error(&text, &[]);
+    let at = format!(":{}: probes.1.at: x = 40 is outside the domain (0 to 39)", line_of(&text, "at = [40"));
+    assert!(e.contains(&at), "{e}");
+    let e = error(&format!("{BASE}[[probes]]\nat = [1.5, 5]\n"), &[]);
+    assert!(e.contains("probes.0.at: x = 1.5 is not a whole cell index"), "{e}");
+    let e = error(&format!("{BASE}[[probes]]\nat = [1, 5, 2]\n"), &[]);
+    assert!(e.contains("probes.0.at: z = 2 is outside the domain (0 to 0)"), "{e}");
+    let e = error(&format!("{BASE}[[probes]]\nat = \"here\"\n"), &[]);
+    assert!(e.contains("probes.0.at") && e.contains("[x, y] in 2D or [x, y, z] in 3D"), "{e}");
+    let e = error(&format!("{BASE}[[probes]]\nname = \"p\"\n"), &[]);
+    assert!(e.contains("probes.0.at") && e.contains("missing"), "{e}");
+    let e = error(&format!("{BASE}[[probes]]\nat = [1, 1]\ncell = [1, 1]\n"), &[]);
+    assert!(e.contains("probes.0") && e.contains("unknown field") && e.contains("cell"), "{e}");
+    // --set moves a probe of the scene.
+    let ls = parse(&format!("{BASE}[[probes]]\nat = [12, 5]\n"), &[("probes.0.at", "[20,6]")]).unwrap();
+    assert_eq!(ls.derived.probes[0].cell, [20, 6, 0]);
+    let e = error(&format!("{BASE}[[probes]]\nat = [12, 5]\n"), &[("probes.0.at", "[20,60]")]);
+    assert!(e.starts_with("--set: probes.0.at: y = 60 is outside the domain (0 to 19)"), "{e}");
 }
 
 /// An ASCII STL unit cube in a fresh temporary folder; returns the folder.
@@ -298,6 +331,8 @@ shape = "stl"
 file = "cube.stl"
 center = [20, 10, 8]
 size = 3.5
+[[probes]]
+at = [8, 10, 8]
 "#;
     let sample = |key: &str| -> Option<(String, &str)> {
         let last = key.rsplit('.').next().unwrap();
@@ -365,6 +400,8 @@ size = 3.5
             "obstacles.N.length" => obstacle(2, "4"),
             "obstacles.N.file" => obstacle(3, "cube.stl"),
             "obstacles.N.size" => obstacle(3, "4.5"),
+            "probes.N.at" => obstacle(0, "[20, 2, 15]"),
+            "probes.N.name" => obstacle(0, "inlet"),
             _ => panic!("no sample value for {key}: add one to this test"),
         }
     };

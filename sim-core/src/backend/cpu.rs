@@ -12,6 +12,7 @@ use crate::domain::{id_of, is_solid, kind, kind_of, slip_source, Domain, NEAR};
 use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{opposite, Lat, D2Q9, D3Q19, D3Q27, MAX_Q};
 use crate::precision::{Fp16c, Fp16s, Precision, Store};
+use crate::probes::ProbeSample;
 use crate::schemes::Scheme;
 use crate::solver::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use crate::walls::Links;
@@ -821,6 +822,18 @@ impl<L: Lat, S: Store> CpuSolver<L, S> {
         cell_moments::<L>(&f, flags[n], self.dom.coords(n), &self.ctx()).0
     }
 
+    /// Density, velocity and solidity of cell `n` from its incoming DDFs, as
+    /// [`Solver::fields`] stores them (a solid cell: density 1, velocity 0).
+    fn cell_state(&self, n: usize, ctx: &Ctx<'_>) -> (f32, [f32; 3], bool) {
+        let flag = self.dom.flags[n];
+        if is_solid(flag) {
+            return (1.0, [0.0; 3], true);
+        }
+        let f = self.incoming(n);
+        let (r, u) = cell_moments::<L>(&f, flag, self.dom.coords(n), ctx);
+        (r, u, false)
+    }
+
     fn flags_crc(&self) -> u32 {
         crc32fast::hash(&self.dom.flags)
     }
@@ -857,18 +870,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
     fn fields(&self) -> Fields {
         let nn = self.dom.cells();
         let ctx = self.ctx();
-        let cells: Vec<(f32, [f32; 3], bool)> = (0..nn)
-            .into_par_iter()
-            .map(|n| {
-                let flag = self.dom.flags[n];
-                if is_solid(flag) {
-                    return (1.0, [0.0; 3], true);
-                }
-                let f = self.incoming(n);
-                let (r, u) = cell_moments::<L>(&f, flag, self.dom.coords(n), &ctx);
-                (r, u, false)
-            })
-            .collect();
+        let cells: Vec<(f32, [f32; 3], bool)> = (0..nn).into_par_iter().map(|n| self.cell_state(n, &ctx)).collect();
         let mut out = Fields { size: self.dom.n, rho: Vec::with_capacity(nn), u: Vec::with_capacity(nn), solid: Vec::with_capacity(nn) };
         for (r, u, s) in cells {
             out.rho.push(r);
@@ -876,6 +878,12 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
             out.solid.push(s);
         }
         out
+    }
+    /// Only the probed cells and their neighbours: a few moments, not the whole grid.
+    fn probe(&self, cells: &[[usize; 3]]) -> Result<Vec<ProbeSample>, SolverError> {
+        crate::probes::check_cells(self.dom.n, cells)?;
+        let ctx = self.ctx();
+        Ok(crate::probes::sample_cells(self.dom.n, self.t, cells, |n| self.cell_state(n, &ctx)))
     }
     fn stats(&self) -> Stats {
         let nn = self.dom.cells();

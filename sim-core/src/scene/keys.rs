@@ -1,5 +1,5 @@
 //! Every scene key with its type, default and unit. `--set` accepts exactly these keys
-//! (`N` is an obstacle index), and a test checks that scenes/README.md documents each one.
+//! (`N` is an obstacle or probe index), and a test checks that scenes/README.md documents each one.
 
 /// Documentation of one scene key.
 #[derive(Debug, Clone, Copy)]
@@ -262,6 +262,24 @@ const FORCES: [KeyDoc; 7] = [
     ),
 ];
 
+const PROBES: [KeyDoc; 3] = [
+    k!(
+        "probes",
+        "array of tables",
+        "[]",
+        "",
+        "cells where `esoflow run` samples the flow over time (probes.csv with --export); [[probes]] with at = ..."
+    ),
+    k!(
+        "probes.N.at",
+        "[x, y] in 2D or [x, y, z] in 3D: whole cell indices inside the domain",
+        "(required)",
+        "cells",
+        "the cell sampled (cell (x, y, z) has its centre at x, y, z); a cell inside an obstacle or wall samples zero velocity"
+    ),
+    k!("probes.N.name", "string", "probeN", "", "name in probes.csv and the run's summary"),
+];
+
 const FACES: [KeyDoc; 36] = {
     let a = cat::<6, 6, 12>(face!("boundaries.x_min"), face!("boundaries.x_max"));
     let b = cat::<6, 6, 12>(face!("boundaries.y_min"), face!("boundaries.y_max"));
@@ -270,5 +288,7 @@ const FACES: [KeyDoc; 36] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 97] =
-    cat::<90, 7, 97>(cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES);
+pub static KEYS: [KeyDoc; 100] = cat::<97, 3, 100>(
+    cat::<90, 7, 97>(cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES),
+    PROBES,
+);

@@ -4,12 +4,14 @@
 mod forces;
 mod keys;
 mod overrides;
+mod probes;
 mod validate;
 pub mod voxel;
 
 pub use forces::{ForceReference, ForcesSpec, ReferenceValues, SignedAxis};
 pub use keys::{KeyDoc, KEYS};
 pub use overrides::apply_override;
+pub use probes::ProbeSpec;
 pub use validate::{validate, MAX_CELLS, MAX_STEPS};
 
 use validate::{check_files, check_obstacles};
@@ -75,6 +77,10 @@ pub struct Scene {
     /// Reference values of the force coefficients (defaults from `fluid` and the inflow).
     #[serde(default)]
     pub forces: ForcesSpec,
+    /// Cells where a run samples the flow over time (see [`crate::probes`]);
+    /// [`Derived::probes`] has them checked and named.
+    #[serde(default)]
+    pub probes: Vec<ProbeSpec>,
 }
 
 /// `[domain]`.
@@ -683,6 +689,9 @@ pub struct Derived {
     pub max_velocity: f32,
     /// Warnings a user should read (e.g. high Mach number).
     pub warnings: Vec<String>,
+    /// The scene's probes (`[[probes]]`), each cell inside the domain and each named: the
+    /// given name as a CSV-safe one, else `probeK` (see [`crate::probes::name_probes`]).
+    pub probes: Vec<crate::probes::Probe>,
 }
 
 impl Derived {

@@ -20,7 +20,7 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
             .filter(|(d, _)| *d <= 3)
             .map(|(_, k)| format!("did you mean {k}? "))
             .unwrap_or_default();
-        return Err(err(format!("unknown key; {hint}valid keys are: {} (N = obstacle index from 0)", valid.join(", "))));
+        return Err(err(format!("unknown key; {hint}valid keys are: {} (N = obstacle or probe index from 0)", valid.join(", "))));
     }
     let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
         Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(value.into())),
@@ -30,14 +30,14 @@ pub fn apply_override(table: &mut toml::Table, key: &str, value: &str) -> Result
     for (depth, p) in parts.iter().enumerate() {
         let last = depth + 1 == parts.len();
         if let Ok(idx) = p.parse::<usize>() {
-            // Only obstacles are arrays of tables: walk into element idx.
+            // Arrays of tables (obstacles, probes) are walked into below, after their name.
             return Err(err(format!("internal: unexpected index {idx}")));
         }
         if last {
             cur.insert((*p).to_string(), parsed);
             return Ok(());
         }
-        // Next part an index? Then this is the obstacles array.
+        // Next part an index? Then this is an array of tables (obstacles, probes).
         if let Some(next) = parts.get(depth + 1) {
             if let Ok(idx) = next.parse::<usize>() {
                 let Some(toml::Value::Array(arr)) = cur.get_mut(*p) else {

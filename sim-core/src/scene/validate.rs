@@ -335,7 +335,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     validate_compression(s, lattice).map_err(|(k, m)| (k.to_string(), m))?;
     validate_amr(s, lattice, dims).map_err(|(k, m)| (k.to_string(), m))?;
     super::forces::resolve(s)?;
-    Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings })
+    let probes = super::probes::resolve(&s.probes, dims, size.len())?;
+    Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings, probes })
 }
 
 /// Most steps a run or a statistics interval may have.

@@ -1,0 +1,451 @@
+//! Probes: fixed cells where a run samples the flow over time ("what is the velocity here?").
+//!
+//! A [`Probe`] is a named cell, given in a scene's `[[probes]]` or on the command line as
+//! `X,Y[,Z]` ([`Probe::parse`]). [`crate::solver::Solver::probe`] samples the velocity, density
+//! and vorticity of a few cells at once; a [`ProbeSeries`] keeps the samples of each probe over
+//! the steps (a bounded ring), writes them as `probes.csv` ([`PROBES_CSV_HEADER`]) and
+//! summarises them ([`ProbeSeries::summary`]): mean speed, its range, and the period of the
+//! velocity's oscillation (vortex shedding seen from the wake), by the same zero-crossing rule
+//! as the lift's ([`crate::forces::oscillation`]).
+//!
+//! Everything is in lattice units: cells, steps, cells per step, lattice density; the pressure
+//! is the lattice one, `c_s^2 (rho - 1)` with `c_s^2 = 1/3`, about the reference density 1.
+
+use crate::fields::{curl_of_gradient, gradient_at, Fields};
+use crate::forces::{oscillation, NoShedding};
+use crate::solver::SolverError;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::Path;
+
+/// Header of probes.csv (a contract other tools script against): one row per probe and sample,
+/// in lattice units (`x,y,z` the probe's cell; `speed` = |u|; `pressure` = (rho - 1) / 3;
+/// `vorticity` = |curl u|).
+pub const PROBES_CSV_HEADER: &str = "step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity";
+
+/// The lattice speed of sound squared of every velocity set Esoflow runs (D2Q9, D3Q19, D3Q27).
+pub const CS2: f32 = 1.0 / 3.0;
+
+/// The flow at one probe at one step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProbeSample {
+    /// Step the sample was taken at.
+    pub step: u64,
+    /// Velocity (cells/step); zero in a solid cell.
+    pub u: [f32; 3],
+    /// Density (lattice units); 1 in a solid cell (as [`Fields`] stores solid cells).
+    pub rho: f32,
+    /// Vorticity magnitude |curl u| (1/step), the quantity of
+    /// [`crate::fields::FieldKind::Vorticity`]; zero in a solid cell.
+    pub vorticity: f32,
+}
+
+impl ProbeSample {
+    /// Speed |u| (cells/step).
+    #[must_use]
+    pub fn speed(&self) -> f32 {
+        (self.u[0] * self.u[0] + self.u[1] * self.u[1] + self.u[2] * self.u[2]).sqrt()
+    }
+
+    /// Lattice pressure about the reference density 1: `c_s^2 (rho - 1)` with `c_s^2 = 1/3`
+    /// (the equation of state of the lattice Boltzmann method); zero in a solid cell.
+    #[must_use]
+    pub fn pressure(&self) -> f32 {
+        CS2 * (self.rho - 1.0)
+    }
+}
+
+/// A named cell where the flow is sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Name in probes.csv and in reports (letters, digits, `_` and `-` once named by
+    /// [`name_probes`]; empty until then where the user gave none).
+    pub name: String,
+    /// The cell (x, y, z), z = 0 in 2D, in cells of the scene's `domain.size`.
+    pub cell: [usize; 3],
+}
+
+impl Probe {
+    /// Parse a probe given by a user: `X,Y` (2D) or `X,Y,Z` (3D) in cells, optionally named as
+    /// `NAME=X,Y[,Z]`, checked against a domain of `size` cells (z = 1 in 2D) of `dims`
+    /// dimensions. A cell inside an obstacle is accepted: it samples zeros.
+    ///
+    /// # Errors
+    /// What is wrong and what would be valid, e.g. `x = 500 is outside the domain (0 to 399)`.
+    pub fn parse(text: &str, size: [usize; 3], dims: usize) -> Result<Probe, String> {
+        let (name, at) = match text.split_once('=') {
+            Some((n, at)) => (n.trim(), at),
+            None => ("", text),
+        };
+        let values: Vec<f64> = at
+            .split(',')
+            .map(|v| {
+                let v = v.trim();
+                v.parse::<f64>().map_err(|_| format!("\"{v}\" is not a number; give {}", form(dims)))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Probe { name: name.to_string(), cell: cell_of(&values, size, dims)? })
+    }
+
+    /// The cell of this probe on a solver's grid of `grid` cells, for a scene of `size` cells:
+    /// the probe's own cell where the two agree, and on a grid finer by a whole factor `s` per
+    /// axis (adaptive blocks show their finest level) the fine cell at the centre of the coarse
+    /// one, `x s + s / 2`.
+    #[must_use]
+    pub fn cell_on(&self, size: [usize; 3], grid: [usize; 3]) -> [usize; 3] {
+        std::array::from_fn(|a| {
+            let s = (grid[a] / size[a].max(1)).max(1);
+            (self.cell[a] * s + s / 2).min(grid[a].saturating_sub(1))
+        })
+    }
+}
+
+/// How a probe position is written, for messages.
+fn form(dims: usize) -> &'static str {
+    if dims == 2 {
+        "X,Y in cells (this domain is 2D)"
+    } else {
+        "X,Y,Z in cells (this domain is 3D)"
+    }
+}
+
+/// The cell of a probe position given as numbers: two (x, y) in 2D or three (x, y, z) in 3D
+/// (in 2D a third, z = 0, is accepted too), each a whole cell index inside `size`.
+///
+/// # Errors
+/// A count that does not fit `dims`, a number that is not a whole cell index, or a cell outside
+/// the domain, e.g. `x = 500 is outside the domain (0 to 399)`.
+pub fn cell_of(values: &[f64], size: [usize; 3], dims: usize) -> Result<[usize; 3], String> {
+    if values.len() != dims && !(dims == 2 && values.len() == 3) {
+        return Err(format!("got {} number(s); give {}", values.len(), form(dims)));
+    }
+    let mut cell = [0usize; 3];
+    for (a, &v) in values.iter().enumerate() {
+        let axis = ["x", "y", "z"][a];
+        let last = size[a].saturating_sub(1);
+        if !(v.is_finite() && v.fract() == 0.0) {
+            return Err(format!("{axis} = {v} is not a whole cell index; cells are numbered 0 to {last}"));
+        }
+        if !(v >= 0.0 && v <= last as f64) {
+            return Err(format!("{axis} = {v} is outside the domain (0 to {last})"));
+        }
+        cell[a] = v as usize;
+    }
+    Ok(cell)
+}
+
+/// Name every probe for probes.csv: a given name becomes a column-safe one (letters, digits,
+/// `_` and `-`; see [`crate::export::column_name`]), an empty one `probeK` (K its index), and a
+/// name taken by an earlier probe gets `_2`, `_3`, ... Names already set this way stay as they
+/// are, so a list can be named again after more probes were added.
+pub fn name_probes(probes: &mut [Probe]) {
+    let mut taken: Vec<String> = Vec::with_capacity(probes.len());
+    for (k, p) in probes.iter_mut().enumerate() {
+        let mut n = crate::export::column_name(&p.name);
+        if n.is_empty() {
+            n = format!("probe{k}");
+        }
+        let base = n.clone();
+        let mut i = 2;
+        while taken.contains(&n) {
+            n = format!("{base}_{i}");
+            i += 1;
+        }
+        taken.push(n.clone());
+        p.name = n;
+    }
+}
+
+/// Refuse cells outside a grid of `n` cells (before anything indexes with them).
+///
+/// # Errors
+/// [`SolverError::Param`] naming the first such cell and the grid.
+pub fn check_cells(n: [usize; 3], cells: &[[usize; 3]]) -> Result<(), SolverError> {
+    match cells.iter().find(|c| (0..3).any(|a| c[a] >= n[a])) {
+        Some(c) => Err(SolverError::Param(format!(
+            "probe cell ({}, {}, {}) is outside the grid of {} x {} x {} cells",
+            c[0], c[1], c[2], n[0], n[1], n[2]
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Sample `cells` (inside a grid of `n` cells, see [`check_cells`]) at `step`, from `at`, which
+/// gives the density, velocity and solidity of a cell by its index `x + nx (y + ny z)` (zero
+/// velocity and density 1 in solid cells, as [`Fields`] stores them). Only the probed cells and
+/// their neighbours along each axis are asked for; the vorticity comes from
+/// [`crate::fields::gradient_at`], as the vorticity field does.
+pub fn sample_cells(n: [usize; 3], step: u64, cells: &[[usize; 3]], at: impl Fn(usize) -> (f32, [f32; 3], bool)) -> Vec<ProbeSample> {
+    let idx = |p: [usize; 3]| p[0] + n[0] * (p[1] + n[1] * p[2]);
+    cells
+        .iter()
+        .map(|&c| {
+            let (rho, u, solid) = at(idx(c));
+            if solid {
+                return ProbeSample { step, u: [0.0; 3], rho: 1.0, vorticity: 0.0 };
+            }
+            let w = curl_of_gradient(&gradient_at(n, c, false, |q| at(idx(q)).1));
+            ProbeSample { step, u, rho, vorticity: (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt() }
+        })
+        .collect()
+}
+
+/// [`sample_cells`] from the fields of a whole grid.
+#[must_use]
+pub fn sample_fields(f: &Fields, step: u64, cells: &[[usize; 3]]) -> Vec<ProbeSample> {
+    sample_cells(f.size, step, cells, |i| (f.rho[i], f.u[i], f.solid[i]))
+}
+
+/// The samples of several probes over a run, each probe's in a ring of at most `capacity`
+/// samples (the oldest go first). Samples come in sets, one per probe at one step, so every
+/// probe holds the same steps.
+#[derive(Clone, Debug)]
+pub struct ProbeSeries {
+    probes: Vec<Probe>,
+    samples: Vec<VecDeque<ProbeSample>>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl ProbeSeries {
+    /// An empty series of `probes` (named: see [`name_probes`]), keeping at most `capacity`
+    /// samples of each (at least 1).
+    #[must_use]
+    pub fn new(probes: Vec<Probe>, capacity: usize) -> ProbeSeries {
+        let samples = vec![VecDeque::new(); probes.len()];
+        ProbeSeries { probes, samples, capacity: capacity.max(1), dropped: 0 }
+    }
+
+    /// The probes.
+    #[must_use]
+    pub fn probes(&self) -> &[Probe] {
+        &self.probes
+    }
+
+    /// The samples of probe `k`, oldest first (empty for a probe it does not have).
+    #[must_use]
+    pub fn samples(&self, k: usize) -> &VecDeque<ProbeSample> {
+        static NONE: VecDeque<ProbeSample> = VecDeque::new();
+        self.samples.get(k).unwrap_or(&NONE)
+    }
+
+    /// Steps sampled (the same for every probe).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.samples.first().map_or(0, VecDeque::len)
+    }
+
+    /// Whether nothing was sampled.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Most samples kept of each probe.
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Sets of samples dropped to keep within the capacity since the series was last cleared.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Forget every sample.
+    pub fn clear(&mut self) {
+        self.samples.iter_mut().for_each(VecDeque::clear);
+        self.dropped = 0;
+    }
+
+    /// Record one set of samples, one per probe in order (as [`crate::solver::Solver::probe`]
+    /// returns them). A step before the last one (a reset or a rollback) starts the series
+    /// again; the last step again (a paused viewer) and a set of another length are ignored.
+    pub fn push(&mut self, set: &[ProbeSample]) {
+        let Some(first) = set.first() else { return };
+        if set.len() != self.probes.len() {
+            return;
+        }
+        match self.samples[0].back().map(|s| s.step) {
+            Some(last) if last == first.step => return,
+            Some(last) if last > first.step => self.clear(),
+            _ => {}
+        }
+        if self.len() >= self.capacity {
+            for q in &mut self.samples {
+                q.pop_front();
+            }
+            self.dropped += 1;
+        }
+        for (q, s) in self.samples.iter_mut().zip(set) {
+            q.push_back(*s);
+        }
+    }
+
+    /// Drop the samples of steps after `step` (a run that goes back to its last good state
+    /// keeps what it sampled up to there).
+    pub fn truncate_after(&mut self, step: u64) {
+        for q in &mut self.samples {
+            while q.back().is_some_and(|s| s.step > step) {
+                q.pop_back();
+            }
+        }
+    }
+
+    /// Write every sample as CSV ([`PROBES_CSV_HEADER`]), one row per probe and step, in step
+    /// order and, within a step, in the order of the probes; atomically (see
+    /// [`crate::atomic_file`]). Numbers are written in their shortest exact form.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write_csv(&self, path: &Path) -> std::io::Result<()> {
+        crate::atomic_file::write_atomic(path, |w| self.csv(w))
+    }
+
+    fn csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(w, "{PROBES_CSV_HEADER}")?;
+        for i in 0..self.len() {
+            for (p, q) in self.probes.iter().zip(&self.samples) {
+                let s = q[i];
+                let [x, y, z] = p.cell;
+                let [ux, uy, uz] = s.u;
+                writeln!(w, "{},{},{x},{y},{z},{ux},{uy},{uz},{},{},{},{}", s.step, p.name, s.speed(), s.rho, s.pressure(), s.vorticity)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Continue a probes.csv after a resume: read the samples of steps before `before` from the
+    /// file at `path` (written by [`Self::write_csv`] for the same probes) into this series,
+    /// which must be empty. A missing file reads as none. Returns the steps read.
+    ///
+    /// # Errors
+    /// The file cannot be read, or holds other columns or other probes (the message names the
+    /// file and line); the series is left as it was.
+    pub fn resume_csv(&mut self, path: &Path, before: u64) -> Result<usize, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let other = "move it away or export into another folder";
+        let mut lines = text.lines().enumerate();
+        if lines.next().map(|(_, l)| l.trim_end()) != Some(PROBES_CSV_HEADER) {
+            return Err(format!("{}:1: the header is not {PROBES_CSV_HEADER}; {other}", path.display()));
+        }
+        let mut sets: Vec<Vec<Option<ProbeSample>>> = Vec::new();
+        for (i, line) in lines {
+            let at = || format!("{}:{}", path.display(), i + 1);
+            let f: Vec<&str> = line.trim_end().split(',').collect();
+            if f.len() != 12 {
+                return Err(format!("{}: {} columns, expected 12 ({PROBES_CSV_HEADER}); {other}", at(), f.len()));
+            }
+            let num =
+                |c: usize| f[c].parse::<f32>().map_err(|_| format!("{}: {} = \"{}\" is not a number; {other}", at(), column(c), f[c]));
+            let step = f[0].parse::<u64>().map_err(|_| format!("{}: step = \"{}\" is not a step number; {other}", at(), f[0]))?;
+            let Some(k) = self.probes.iter().position(|p| p.name == f[1]) else {
+                let ours: Vec<&str> = self.probes.iter().map(|p| p.name.as_str()).collect();
+                return Err(format!("{}: probe \"{}\" is not one of this run's probes ({}); {other}", at(), f[1], ours.join(", ")));
+            };
+            let cell = self.probes[k].cell;
+            if (0..3).any(|a| f[2 + a] != cell[a].to_string()) {
+                return Err(format!(
+                    "{}: probe \"{}\" is at ({},{},{}) there but at ({},{},{}) in this run; {other}",
+                    at(),
+                    f[1],
+                    f[2],
+                    f[3],
+                    f[4],
+                    cell[0],
+                    cell[1],
+                    cell[2]
+                ));
+            }
+            let sample = ProbeSample { step, u: [num(5)?, num(6)?, num(7)?], rho: num(9)?, vorticity: num(11)? };
+            if step >= before {
+                continue;
+            }
+            if sets.last().is_none_or(|s| s[k].is_some()) {
+                sets.push(vec![None; self.probes.len()]);
+            }
+            if let Some(set) = sets.last_mut() {
+                set[k] = Some(sample);
+            }
+        }
+        let mut read = Vec::with_capacity(sets.len());
+        for set in sets {
+            let whole: Option<Vec<ProbeSample>> = set.iter().copied().collect();
+            let Some(whole) = whole.filter(|w| w.iter().all(|s| s.step == w[0].step)) else {
+                return Err(format!("{}: the rows do not come in whole sets of this run's probes, one per step; {other}", path.display()));
+            };
+            read.push(whole);
+        }
+        for set in &read {
+            self.push(set);
+        }
+        Ok(read.len())
+    }
+
+    /// The samples of probe `k` over the second half of the steps sampled (the first half
+    /// holds the start-up, as in [`crate::forces::ForceHistory::summary`]): the mean speed and
+    /// its range, and the period of the velocity component that swings most; `None` without
+    /// samples.
+    #[must_use]
+    pub fn summary(&self, k: usize) -> Option<ProbeSummary> {
+        let q = self.samples.get(k).filter(|q| !q.is_empty())?;
+        let (first, last) = (q.front()?.step, q.back()?.step);
+        let mid = first + (last - first) / 2;
+        let half: Vec<&ProbeSample> = q.iter().filter(|s| s.step >= mid).collect();
+        let speeds: Vec<f64> = half.iter().map(|s| f64::from(s.speed())).collect();
+        let mean_speed = speeds.iter().sum::<f64>() / speeds.len() as f64;
+        let (min_speed, max_speed) = speeds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let t: Vec<f64> = half.iter().map(|s| s.step as f64).collect();
+        let comp = |a: usize| -> Vec<f64> { half.iter().map(|s| f64::from(s.u[a])).collect() };
+        let swing = |y: &[f64]| y.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v)) - y.iter().fold(f64::INFINITY, |m, &v| m.min(v));
+        let component = (0..3).max_by(|&a, &b| swing(&comp(a)).total_cmp(&swing(&comp(b)))).unwrap_or(0);
+        // A swing below a thousandth of the mean speed is numerical noise, not an oscillation.
+        let period =
+            oscillation(&t, &comp(component), 1e-3 * mean_speed).map(|(period, periods, _)| ProbePeriod { component, period, periods });
+        Some(ProbeSummary { from: half[0].step, to: last, samples: half.len(), mean_speed, min_speed, max_speed, period })
+    }
+}
+
+/// The name of column `c` of probes.csv.
+fn column(c: usize) -> &'static str {
+    PROBES_CSV_HEADER.split(',').nth(c).unwrap_or("?")
+}
+
+/// One probe over a stretch of steps (see [`ProbeSeries::summary`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbeSummary {
+    /// First step of the stretch.
+    pub from: u64,
+    /// Last step of the stretch.
+    pub to: u64,
+    /// Samples in it.
+    pub samples: usize,
+    /// Mean speed |u| (cells/step).
+    pub mean_speed: f64,
+    /// Smallest speed.
+    pub min_speed: f64,
+    /// Largest speed.
+    pub max_speed: f64,
+    /// The period of the oscillation of the velocity component that swings most, or why there
+    /// is none (a steady flow, too few periods, too few samples per period).
+    pub period: Result<ProbePeriod, NoShedding>,
+}
+
+/// A periodic velocity at a probe.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbePeriod {
+    /// The component (0, 1, 2 for x, y, z).
+    pub component: usize,
+    /// Mean period (steps).
+    pub period: f64,
+    /// Whole periods seen.
+    pub periods: usize,
+}
+
+#[cfg(test)]
+mod tests;
