@@ -1,5 +1,8 @@
 //! `esoflow run`: run a scene headless.
 
+pub mod probes;
+pub mod record;
+
 use crate::pacer::CheckpointPacer;
 use crate::solvers::load_scene;
 use crate::BackendChoice;
@@ -22,6 +25,7 @@ use std::time::Instant;
 pub const EXIT_BLOWUP: u8 = 3;
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("picture").args(["screenshot", "record"]).multiple(true)))]
 pub struct RunArgs {
     /// Scene file (TOML). Default: the built-in cylinder_2d scene.
     pub scene: Option<PathBuf>,
@@ -45,25 +49,43 @@ pub struct RunArgs {
     /// all (fields.csv and fields.vti), csv, vti, or none (stats.csv only).
     #[arg(long, value_enum, value_name = "WHICH", default_value = "all", requires = "export")]
     pub export_fields: ExportFields,
-    /// Also export the fields every K steps (fields_STEP.csv / .vti), K >= 1.
+    /// Also export the fields every K steps (fields_STEP.csv / .vti), K >= 1; with --record,
+    /// a frame every K steps.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
     pub every: Option<u64>,
+    /// Sample the flow at a cell every --probe-every steps: X,Y (2D) or X,Y,Z (3D) in cells,
+    /// optionally named, NAME=X,Y[,Z]; repeatable, after the scene's [[probes]]. Each probe is
+    /// summarised at the end; with --export every sample goes to DIR/probes.csv, columns
+    /// step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity (lattice units).
+    #[arg(long, value_name = "X,Y[,Z]")]
+    pub probe: Vec<String>,
+    /// Steps between two probe samples (taken at the multiples of K, step 0 included), 1 to
+    /// 10^12.
+    #[arg(long, value_name = "K", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=MAX_STEPS))]
+    pub probe_every: u64,
     /// Save a checkpoint to this file at the end (and every K steps with --every).
     #[arg(long, value_name = "FILE")]
     pub checkpoint: Option<PathBuf>,
-    /// Resume from a checkpoint made on the same scene (stats.csv in --export is continued).
+    /// Resume from a checkpoint made on the same scene (stats.csv and probes.csv in --export
+    /// are continued, and so are the frames of --record).
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
     /// After the run, render the view offscreen (no window) and write it as PNG.
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
-    /// The view for --screenshot: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
+    /// Record the view (--view) offscreen every --every K steps (default every 100) as numbered
+    /// PNGs DIR/frame_000000.png, frame_000001.png, ...; at the end, where ffmpeg is on the PATH
+    /// (or ESOFLOW_FFMPEG names it), also DIR/recording.mp4 (H.264, 30 frames a second). Frames
+    /// of an earlier recording in DIR are replaced (continued after --resume).
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+    /// The view for --screenshot and --record: field=speed|ux|uy|uz|rho|vorticity|q, cmap=viridis|turbo|diverging,
     /// range=MIN:MAX (default auto), slices=X:Y:Z (3D), size=WIDTHxHEIGHT, iso=vorticity:T|q:T
     /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks (the
     /// bricks on the slices), outlines=bricks (3D: boundary and all-solid bricks as boxes),
     /// outlines=subgrids (3D, compressed runs: subgrids coloured by compression ratio) or
     /// outlines=bricks+subgrids.
-    #[arg(long, value_name = "SPEC", requires = "screenshot")]
+    #[arg(long, value_name = "SPEC", requires = "picture")]
     pub view: Option<String>,
     /// Where stderr is not a terminal (a log file, a pipe), print a progress line every SECONDS
     /// (0.1 to 86400).
@@ -120,10 +142,11 @@ fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str, which: ExportFie
 }
 
 /// Check every destination a run writes to before the first step, so that a bad path fails
-/// at once instead of after the compute: the export folder is created and must take files
-/// (leftover temporary files of killed runs in it are removed), the checkpoint's folder must
-/// take files, and a screenshot must be a PNG in a folder that takes files, with a GPU adapter
-/// to render it (opened here and returned for the end of the run).
+/// at once instead of after the compute: the export and recording folders are created and
+/// must take files (leftover temporary files of killed runs in them are removed), the
+/// checkpoint's folder must take files, and a screenshot must be a PNG in a folder that takes
+/// files; a screenshot or a recording needs a GPU adapter to render it (opened here and
+/// returned for the run).
 fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::Gpu>> {
     if let Some(d) = &a.export {
         std::fs::create_dir_all(d).with_context(|| format!("--export {}: cannot create the folder", d.display()))?;
@@ -136,7 +159,20 @@ fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::
     if let Some(c) = &a.checkpoint {
         sim_core::atomic_file::check_writable(c).map_err(|e| anyhow!("--checkpoint {e}"))?;
     }
-    let Some(p) = &a.screenshot else { return Ok(None) };
+    if let Some(d) = &a.record {
+        if d.exists() && !d.is_dir() {
+            bail!("--record {}: this is a file, not a folder; give a folder for the frames (it is created if missing)", d.display());
+        }
+        std::fs::create_dir_all(d).with_context(|| format!("--record {}: cannot create the folder", d.display()))?;
+        sim_core::atomic_file::probe_dir(d).with_context(|| format!("--record {}: cannot write into the folder", d.display()))?;
+        let _ = sim_core::atomic_file::remove_leftovers(d);
+    }
+    let Some(p) = &a.screenshot else {
+        let Some(d) = &a.record else { return Ok(None) };
+        let gpu =
+            crate::viewer::headless::gpu().map_err(|e| anyhow!("--record {}: no GPU adapter to render the frames: {e}", d.display()))?;
+        return Ok(Some(gpu));
+    };
     let png = p.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("png"));
     if !png {
         bail!("--screenshot {}: screenshots are written as PNG; give a file name ending in .png", p.display());
@@ -148,6 +184,91 @@ fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::
     sim_core::atomic_file::check_writable(p).map_err(|e| anyhow!("--screenshot {e}"))?;
     let gpu = crate::viewer::headless::gpu().map_err(|e| anyhow!("--screenshot {}: no GPU adapter to render it: {e}", p.display()))?;
     Ok(Some(gpu))
+}
+
+/// Steps between two frames of `--record` without `--every`.
+pub const RECORD_EVERY: u64 = 100;
+
+/// `--record`: the view rendered offscreen every `every` steps into the numbered frames of
+/// [`record::frame_path`], made into a video at the end.
+struct Recorder {
+    dir: PathBuf,
+    every: u64,
+    /// Number of the next frame.
+    next: u64,
+    /// Frames this run wrote, and the steps of its first and last.
+    written: u64,
+    steps: (u64, u64),
+}
+
+impl Recorder {
+    /// Start a recording in `dir` (checked by [`check_outputs`]): an earlier recording there
+    /// (frames and video) is removed, or its frames continued after a resume.
+    fn new(dir: &Path, every: u64, resumed: bool) -> Recorder {
+        let next = if resumed {
+            record::frames(dir).last().map_or(0, |&i| i + 1)
+        } else {
+            let n = record::remove_recording(dir);
+            if n > 0 {
+                eprintln!("note: removed {n} frames of an earlier recording from {}", dir.display());
+            }
+            0
+        };
+        Recorder { dir: dir.to_path_buf(), every, next, written: 0, steps: (0, 0) }
+    }
+
+    /// Whether `step` is recorded.
+    fn due(&self, step: u64) -> bool {
+        step % self.every == 0
+    }
+
+    /// Render the solver's state as the next frame (notes of the view on the first only).
+    fn frame(&mut self, gpu: &crate::viewer::headless::Gpu, solver: &dyn Solver, view: &crate::viewer::ViewSpec) -> anyhow::Result<()> {
+        let p = record::frame_path(&self.dir, self.next);
+        let img = crate::viewer::headless::render_solver(gpu, solver, view, self.written == 0)
+            .with_context(|| format!("--record: frame {}", p.display()))?;
+        crate::viewer::headless::save_png(&img, &p)?;
+        let step = solver.time_step();
+        self.steps = if self.written == 0 { (step, step) } else { (self.steps.0, step) };
+        self.written += 1;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Say what was recorded and make the video; returns the video where one was made. A
+    /// failed encoding is a warning: the frames stay.
+    fn finish(&self) -> Option<PathBuf> {
+        if self.written == 0 {
+            eprintln!("--record: no frames: the run ended before its first multiple of {} steps", self.every);
+            return None;
+        }
+        eprintln!(
+            "recorded {} frames (steps {} to {}, every {}) into {}",
+            self.written,
+            self.steps.0,
+            self.steps.1,
+            self.every,
+            self.dir.display()
+        );
+        match record::encode_video(&self.dir, record::FPS) {
+            Ok(Some(v)) => {
+                eprintln!("encoded {} with ffmpeg", v.display());
+                Some(v)
+            }
+            Ok(None) => {
+                eprintln!(
+                    "ffmpeg is not on the PATH (or set {}=/path/to/ffmpeg); to make the video, run:\n  {}",
+                    record::FFMPEG_ENV,
+                    record::ffmpeg_command(&self.dir, record::FPS)
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("warning: no video: {e}; the frames are in {}", self.dir.display());
+                None
+            }
+        }
+    }
 }
 
 /// Signals that ask a run to stop (Ctrl+C, SIGTERM, SIGHUP): the first finishes the steps under
@@ -230,6 +351,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
+    let mut probes = probes::Probes::new(a, &ls)?;
     let render_gpu = check_outputs(a)?;
     let resume = match &a.resume {
         Some(r) => Some(Checkpoint::load(r).map_err(|e| anyhow!("--resume {e}"))?),
@@ -264,6 +386,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         info.backend,
         info.device
     );
+    // Before stats.csv is continued: a probes.csv of other probes stops the resume with both
+    // files as they were.
+    if let Some(p) = probes.as_mut() {
+        p.start(solver.as_ref(), ls.derived.size, a.resume.is_some(), steps)?;
+    }
     let reference = ls.scene.force_reference();
     let columns = StatsColumns::new(&solver.domain().obstacles, reference);
     let mut stats_w = match &a.export {
@@ -283,6 +410,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let mut recorder = a.record.as_deref().map(|d| Recorder::new(d, a.every.unwrap_or(RECORD_EVERY), a.resume.is_some()));
     let stats_every = ls.scene.solver.stats_every;
     let every = a.every;
     let which = a.export_fields;
@@ -315,6 +443,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(k) = every {
             next = next.min((now / k + 1) * k);
         }
+        if let Some(p) = &probes {
+            next = next.min(p.next_after(now));
+        }
+        if let Some(r) = &recorder {
+            next = next.min((now / r.every + 1) * r.every);
+        }
         let next = next.min(end_step);
         // Batches of about BATCH_SECS between the boundaries, so that a stop or a progress line
         // never waits for a long stretch of steps.
@@ -335,8 +469,16 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         if to != next {
             continue;
         }
+        if let Some(p) = probes.as_mut().filter(|p| p.due(next)) {
+            p.sample(solver.as_ref())?;
+        }
         let row_due = next % stats_every == 0 || next == end_step;
         let export_due = every.is_some_and(|k| next % k == 0 && next != end_step);
+        let frame_due = recorder.as_ref().is_some_and(|r| r.due(next));
+        // A boundary of probe samples alone costs the samples, not a pass over the state.
+        if !(row_due || export_due || frame_due) {
+            continue;
+        }
         let st = solver.stats();
         // A state counts as good only if it is physically sane; the first that is not stops
         // the run, and the outputs hold the last one that was.
@@ -357,7 +499,23 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
                 wrote.extend(fields.iter().map(|f| f.display().to_string()));
                 eprintln!("wrote the last good state to {}", wrote.join(" and "));
             }
+            // The samples and frames of the sane states stay.
+            if let Some(p) = probes.as_mut() {
+                p.back_to_sane();
+                if let Some(csv) = p.write()? {
+                    eprintln!("wrote the probes' samples up to the last sane state to {}", csv.display());
+                }
+            }
+            if let Some(r) = &recorder {
+                r.finish();
+            }
             return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
+        }
+        if let Some(p) = probes.as_mut() {
+            p.sane_at(next);
+        }
+        if let (Some(r), Some(gpu)) = (recorder.as_mut().filter(|_| frame_due), &render_gpu) {
+            r.frame(gpu, solver.as_ref(), &view)?;
         }
         if row_due {
             if let Some(w) = stats_w.as_mut() {
@@ -376,6 +534,9 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             if let Some(c) = &a.checkpoint {
                 solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
             }
+            if let Some(p) = &probes {
+                p.write()?;
+            }
         }
     }
     progress.bar.finish_and_clear();
@@ -387,6 +548,9 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         if let Err(why) = st.sanity(rho0) {
             solver.restore(&last_good)?;
             eprintln!("at step {} {why}; the outputs hold the last good state, step {}", st.step, last_good.step);
+            if let Some(p) = probes.as_mut() {
+                p.back_to_sane();
+            }
         } else if st.step != row_at {
             if let Some(w) = stats_w.as_mut() {
                 w.row(&st, row_updates / row_secs.max(1e-9) / 1e6)?;
@@ -410,9 +574,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     );
     report_solver(solver.as_ref());
     report_forces(&columns, &st, &history, &reference, stats_every);
+    if let Some(p) = &probes {
+        p.report(&reference);
+    }
     if let Some(d) = &a.export {
         written.extend(export_fields(d, solver.as_ref(), "", which)?);
         written.push(d.join("stats.csv"));
+    }
+    if let Some(csv) = probes.as_ref().map(probes::Probes::write).transpose()?.flatten() {
+        written.push(csv);
     }
     if let Some(c) = &a.checkpoint {
         solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
@@ -423,6 +593,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("screenshot {}", p.display()))?;
         eprintln!("rendered {} offscreen on {adapter}", p.display());
         written.push(p.clone());
+    }
+    if let Some(r) = &recorder {
+        written.extend(r.finish());
+        if r.written > 0 {
+            written.push(r.dir.join("frame_*.png"));
+        }
     }
     list_written(&written);
     if stopped {

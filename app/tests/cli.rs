@@ -357,3 +357,150 @@ fn bad_force_reference_keys_give_one_clear_error() {
     assert!(e.contains(&format!("bad.toml:{line}: forces.area: a 2D scene's coefficients are per unit depth")), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
 }
+
+/// The rows of a probes.csv as columns split at commas (header checked).
+fn probe_rows(path: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity"));
+    lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn probes_sample_the_default_scene_into_probes_csv() {
+    let d = tmp("probes");
+    let dir = d.to_str().unwrap();
+    let o = esoflow(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--steps",
+        "200",
+        "--probe",
+        "100,50",
+        "--probe",
+        "cyl=80,52",
+        "--probe-every",
+        "10",
+        "--export",
+        dir,
+        "--export-fields",
+        "none",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let rows = probe_rows(&d.join("probes.csv"));
+    let wake: Vec<&Vec<String>> = rows.iter().filter(|r| r[1] == "probe0").collect();
+    assert_eq!(wake.len(), 21, "steps 0, 10, ..., 200");
+    assert_eq!(rows.len(), 42, "two probes");
+    for (i, r) in wake.iter().enumerate() {
+        assert_eq!(r.len(), 12);
+        assert_eq!((r[0].as_str(), &r[2..5]), ((10 * i).to_string().as_str(), &["100".to_string(), "50".into(), "0".into()][..]));
+        let v: Vec<f64> = r[5..].iter().map(|x| x.parse().unwrap()).collect();
+        let (ux, uy, uz, speed, rho, p, w) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+        // The channel's flow, 1 cell below the centre line 20 cells ahead of the cylinder.
+        assert!(ux > 0.0 && ux < 0.12 && uy.abs() < 0.05 && uz == 0.0, "{r:?}");
+        // The start-up sends a pressure wave through (density 0.92 at step 20).
+        assert!((speed - (ux * ux + uy * uy).sqrt()).abs() < 1e-6 && (rho - 1.0).abs() < 0.15, "{r:?}");
+        assert!((p - (rho - 1.0) / 3.0).abs() < 1e-6 && (0.0..0.05).contains(&w), "{r:?}");
+    }
+    // A probe inside the cylinder samples zeros, with a note.
+    assert!(rows.iter().filter(|r| r[1] == "cyl").all(|r| r[5..8] == ["0", "0", "0"] && r[9] == "1"), "{rows:?}");
+    assert!(e.contains("probe cyl at (80, 52) is inside an obstacle"), "{e}");
+    assert!(e.contains("probe probe0 at (100, 50): steps 100 to 200 (11 samples): |u| mean"), "{e}");
+    assert!(e.contains(&d.join("probes.csv").display().to_string()), "listed as an output: {e}");
+    // A probe outside the domain is refused before anything runs or is written.
+    let none = d.join("never");
+    let o = esoflow(&["run", "--backend", "cpu", "--steps", "10", "--probe", "500,20", "--export", none.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.trim(), "error: --probe 500,20: x = 500 is outside the domain (0 to 399)");
+    assert!(!none.exists());
+    let o = esoflow(&["run", "--steps", "10", "--probe", "10,20,3"]);
+    assert!(stderr(&o).contains("--probe 10,20,3: z = 3 is outside the domain (0 to 0)"), "{}", stderr(&o));
+}
+
+/// A scene's [[probes]] and --probe together; a resumed run continues probes.csv and equals an
+/// uninterrupted one; a blow-up keeps the samples of the sane states.
+#[test]
+fn scene_probes_resume_bit_exact_and_survive_a_blow_up() {
+    let d = tmp("probes-resume");
+    let scene = d.join("cavity.toml");
+    let text = std::fs::read_to_string(common::root().join("scenes/lid_driven_cavity_2d.toml")).unwrap();
+    std::fs::write(&scene, format!("{text}\n[[probes]]\nat = [20, 30]\nname = \"upper\"\n")).unwrap();
+    let p = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let run = |args: &[&str]| {
+        let mut a = vec!["run", scene.to_str().unwrap(), "--backend", "cpu", "--set", "domain.size=[40,40]", "--probe", "10,10"];
+        a.extend_from_slice(&["--probe-every", "7", "--export-fields", "none"]);
+        a.extend_from_slice(args);
+        let o = esoflow(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    run(&["--steps", "120", "--checkpoint", &p("a.ckpt"), "--export", &p("split")]);
+    let e = run(&["--resume", &p("a.ckpt"), "--steps", "80", "--export", &p("split")]);
+    assert!(e.contains("after its samples of 18 steps before step 120"), "{e}");
+    run(&["--steps", "200", "--export", &p("whole")]);
+    let whole = std::fs::read_to_string(d.join("whole/probes.csv")).unwrap();
+    assert_eq!(std::fs::read_to_string(d.join("split/probes.csv")).unwrap(), whole);
+    let rows = probe_rows(&d.join("whole/probes.csv"));
+    assert_eq!(rows.len(), 2 * 29, "steps 0, 7, ..., 196 of two probes");
+    assert_eq!((rows[0][1].as_str(), rows[1][1].as_str()), ("upper", "probe1"), "the scene's probes first");
+    // Another run's probes.csv is not continued: refused before running, and left as it was.
+    let o = esoflow(&[
+        "run",
+        scene.to_str().unwrap(),
+        "--set",
+        "domain.size=[40,40]",
+        "--resume",
+        &p("a.ckpt"),
+        "--probe",
+        "11,10",
+        "--export",
+        &p("whole"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("probes.csv:3: probe \"probe1\" is at (10,10,0) there but at (11,10,0)"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(d.join("whole/probes.csv")).unwrap(), whole);
+    // A blow-up: probes.csv holds the samples up to the last state found sane, all finite.
+    let ls = sim_core::scene::load(&scene, &[("domain.size".to_string(), "[40,40]".to_string())]).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
+    s.step(140).unwrap();
+    let mut ck = s.checkpoint();
+    let off = (500 * 9 + 2) * 4;
+    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    ck.save(&d.join("nan.ckpt")).unwrap();
+    let o = esoflow(&[
+        "run",
+        scene.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--set",
+        "domain.size=[40,40]",
+        "--resume",
+        &p("nan.ckpt"),
+        "--steps",
+        "300",
+        "--export",
+        &p("blown"),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let rows = probe_rows(&d.join("blown/probes.csv"));
+    assert!(!rows.is_empty() && rows.iter().all(|r| r[0] == "140"), "only the first state was checked: {rows:?}");
+    assert!(rows.iter().flat_map(|r| &r[5..]).all(|v| v.parse::<f64>().unwrap().is_finite()), "{rows:?}");
+}
+
+#[test]
+fn a_record_folder_that_is_a_file_is_refused_before_running() {
+    let d = tmp("record-file");
+    let f = d.join("frames");
+    std::fs::write(&f, "not a folder").unwrap();
+    let o = esoflow(&["run", "--backend", "cpu", "--steps", "10", "--record", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("--record") && e.contains("is a file, not a folder") && !e.contains("done:"), "{e}");
+    // --view needs a picture to apply to.
+    let o = esoflow(&["run", "--steps", "10", "--view", "field=speed"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--screenshot") && stderr(&o).contains("--record"), "{}", stderr(&o));
+}

@@ -230,3 +230,78 @@ fn run_screenshot_draws_an_isosurface_and_the_brick_overlay() {
         assert!(!out.status.success() && e.contains(spec) && e.contains(says), "{spec}: {e}");
     }
 }
+
+/// Whether an executable of this name is on the PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+#[test]
+fn run_record_writes_numbered_frames_and_makes_the_video() {
+    let test = "run_record_writes_numbered_frames_and_makes_the_video";
+    let dir = out_dir("run_record");
+    let frames = dir.join("frames");
+    let record = |steps: &str, ffmpeg: Option<&Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_esoflow"));
+        c.args(["run", "--backend", "cpu", "--steps", steps, "--every", "20", "--record"])
+            .arg(&frames)
+            .args(["--view", "size=320x120"])
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY");
+        match ffmpeg {
+            Some(f) => c.env("ESOFLOW_FFMPEG", f),
+            None => c.env_remove("ESOFLOW_FFMPEG"),
+        };
+        let out = c.output().expect("the binary runs");
+        (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (status, err) = record("60", None);
+    if !status.success() && err.contains("no GPU adapter") {
+        return skip(test, &err);
+    }
+    assert!(status.success(), "stderr:\n{err}");
+    // Frames at steps 20, 40 and 60, numbered from 0.
+    for i in 0..3 {
+        let (w, h, colours) = distinct_colours(&frames.join(format!("frame_{i:06}.png")));
+        assert_eq!((w, h), (320, 120));
+        assert!(colours > 50, "frame {i}: {colours} colours");
+    }
+    assert!(!frames.join("frame_000003.png").exists());
+    assert!(err.contains("recorded 3 frames (steps 20 to 60, every 20)"), "{err}");
+    if on_path("ffmpeg") {
+        let video = std::fs::metadata(frames.join("recording.mp4")).map(|m| m.len()).unwrap_or(0);
+        assert!(video > 0, "recording.mp4 is missing or empty; stderr:\n{err}");
+    } else {
+        eprintln!("{test}: ffmpeg is not on the PATH, so the real encoding was not tried");
+        assert!(err.contains("ffmpeg is not on the PATH") && err.contains("-pix_fmt yuv420p"), "{err}");
+        assert!(!frames.join("recording.mp4").exists());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // A stand-in ffmpeg: it notes its arguments and writes its output file.
+        let fake = dir.join("fake-ffmpeg");
+        std::fs::write(&fake, "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args.txt\"\nfor last; do :; done\nprintf mp4 > \"$last\"\n")
+            .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (status, err) = record("40", Some(&fake));
+        assert!(status.success(), "stderr:\n{err}");
+        assert!(err.contains("removed 3 frames of an earlier recording"), "{err}");
+        assert!(frames.join("frame_000001.png").exists() && !frames.join("frame_000002.png").exists(), "a new recording");
+        assert_eq!(std::fs::read(frames.join("recording.mp4")).unwrap(), b"mp4");
+        assert!(err.contains("encoded") && err.contains("recording.mp4"), "{err}");
+        let args = std::fs::read_to_string(dir.join("args.txt")).unwrap();
+        for a in ["-y", "-framerate 30", "frame_%06d.png", "scale=trunc(iw/2)*2:trunc(ih/2)*2", "-c:v libx264", "-pix_fmt yuv420p"] {
+            assert!(args.contains(a), "{a} in {args}");
+        }
+        // A failing ffmpeg is a warning: the run succeeds and the frames stay.
+        let broken = dir.join("broken-ffmpeg");
+        std::fs::write(&broken, "#!/bin/sh\necho 'Unknown encoder libx264' >&2\nexit 1\n").unwrap();
+        std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (status, err) = record("40", Some(&broken));
+        assert!(status.success(), "stderr:\n{err}");
+        assert!(err.contains("warning: no video: ffmpeg failed") && err.contains("Unknown encoder libx264"), "{err}");
+        assert!(frames.join("frame_000001.png").exists() && !frames.join("recording.mp4").exists());
+        assert_eq!(std::fs::read_dir(&frames).unwrap().count(), 2, "no temporary file is left");
+    }
+}

@@ -260,6 +260,19 @@ pub fn default_size(n: [usize; 3]) -> [u32; 2] {
 /// # Errors
 /// Rendering failures, or the file cannot be written.
 pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: &Path) -> anyhow::Result<String> {
+    let img = render_solver(gpu, solver, spec, true)?;
+    save_png(&img, path)?;
+    Ok(gpu.adapter.clone())
+}
+
+/// Render the solver's current state as the view `spec` says, on `gpu`: the picture of
+/// [`screenshot_solver`], not written anywhere. With `notes`, what the view leaves out (an
+/// isosurface in 2D, capped outlines) and the isosurface's triangle count are printed; a
+/// recording prints them for its first frame only.
+///
+/// # Errors
+/// Rendering failures.
+pub fn render_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, notes: bool) -> anyhow::Result<image::RgbaImage> {
     let d = solver.domain();
     let n = d.n;
     let three_d = n[2] > 1;
@@ -275,7 +288,7 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
     params.solids = spec.solids.unwrap_or(true) && three_d;
     params.bricks = spec.bricks;
     let compression = solver.compression().filter(|_| spec.subgrid_outlines && three_d);
-    if spec.subgrid_outlines && compression.is_none() {
+    if notes && spec.subgrid_outlines && compression.is_none() {
         eprintln!("note: outlines=subgrids is ignored: this run is not compressed (or not 3D)");
     }
     params.outlines = (spec.brick_outlines || compression.is_some()) && three_d;
@@ -288,7 +301,7 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
         let color_range = if spec.field == FieldKind::Speed { range } else { auto_range(fluid_min_max(&speed, &solid).0, cmap) };
         (IsoView { kind, threshold, color_range }, iso, speed)
     });
-    if spec.iso.is_some() && !three_d {
+    if notes && spec.iso.is_some() && !three_d {
         eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
     }
     params.iso = iso.as_ref().map(|(v, _, _)| *v);
@@ -298,7 +311,7 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
     }
     let mut outlines = bricks.as_ref().filter(|_| spec.brick_outlines && three_d).map(|b| {
         let o = super::render::brick_outlines(b, n, super::render::MAX_BRICK_OUTLINES);
-        if o.capped() {
+        if notes && o.capped() {
             eprintln!("note: brick outlines capped: {} of {} bricks drawn", o.boxes.len(), o.total);
         }
         o.boxes
@@ -331,15 +344,14 @@ pub fn screenshot_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, path: 
                 }
                 Some(_) => None,
             };
-            if let Some(st) = stats {
+            if let Some(st) = stats.filter(|_| notes) {
                 eprintln!("isosurface {} = {}: {} triangles", v.kind.name(), v.threshold, st.triangles());
             }
             legend.iso = Some(IsoLegend { kind: v.kind, threshold: v.threshold, color_range: v.color_range, note });
         }
         legend
     })?;
-    save_png(&img, path)?;
-    Ok(gpu.adapter.clone())
+    Ok(img)
 }
 
 /// Write an image as PNG, creating the folder; atomically (a temporary file beside it, renamed
