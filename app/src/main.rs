@@ -78,6 +78,8 @@ fn main() -> ExitCode {
                 bench: None,
                 bench_fps: 0.0,
                 frame_path: viewer::frames::FramePath::Auto,
+                record: None,
+                every: None,
             };
             viewer::window::run_window(&a)
         }

@@ -153,6 +153,45 @@ fn window_fits_the_screen_shows_the_flow_first_and_exits_cleanly() {
 }
 
 #[test]
+fn window_records_the_view_as_numbered_frames() {
+    let test = "window_records_the_view_as_numbered_frames";
+    let (_x, display) = match start_xvfb("1280x720") {
+        Ok(x) => x,
+        Err(why) => return skip(test, &why),
+    };
+    let dir = out_dir("window_record");
+    let rec = dir.join("rec");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(["view", "--backend", "cpu", "--frames", "30", "--every", "40", "--record"])
+        .arg(&rec)
+        .env("DISPLAY", &display)
+        .env_remove("WAYLAND_DISPLAY")
+        .env("PATH", "/nonexistent")
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let status = wait_with_limit(&mut child, Duration::from_secs(240));
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    let Some(status) = status else { panic!("the window did not exit within 240 s; stderr:\n{err}") };
+    if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
+        return skip(test, &format!("no adapter or display for the window: {err}"));
+    }
+    assert!(status.success(), "exit {status:?}; stderr:\n{err}");
+    // Frames of the view alone (narrower than the window: no side bar), numbered from 0, and a
+    // note on how to make the video (no ffmpeg on this PATH).
+    let first = rec.join("frame_000000.png");
+    let (w, h, colours) = distinct_colours(&first);
+    assert!(w < 1200 && h > 300 && colours > 50, "{w}x{h}, {colours} colours");
+    assert!(rec.join("frame_000002.png").is_file(), "three frames at least: {err}");
+    assert!(err.contains("recorded ") && err.contains("make the video with: ffmpeg"), "{err}");
+}
+
+#[test]
 fn run_screenshot_renders_offscreen_without_a_window() {
     let test = "run_screenshot_renders_offscreen_without_a_window";
     let dir = out_dir("run_screenshot");

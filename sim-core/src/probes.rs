@@ -196,6 +196,33 @@ pub fn sample_fields(f: &Fields, step: u64, cells: &[[usize; 3]]) -> Vec<ProbeSa
     sample_cells(f.size, step, cells, |i| (f.rho[i], f.u[i], f.solid[i]))
 }
 
+/// One row of probes.csv ([`PROBES_CSV_HEADER`]).
+fn csv_row(w: &mut dyn Write, p: &Probe, s: &ProbeSample) -> std::io::Result<()> {
+    let [x, y, z] = p.cell;
+    let [ux, uy, uz] = s.u;
+    writeln!(w, "{},{},{x},{y},{z},{ux},{uy},{uz},{},{},{},{}", s.step, p.name, s.speed(), s.rho, s.pressure(), s.vorticity)
+}
+
+/// Write the samples of several series (probes placed at different times, each with the steps
+/// it saw) as one probes.csv: the columns of [`ProbeSeries::write_csv`], rows in step order and,
+/// within a step, in the order of the series; atomically.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_csv_of(series: &[ProbeSeries], path: &Path) -> std::io::Result<()> {
+    let mut rows: Vec<(u64, usize, &Probe, &ProbeSample)> = Vec::new();
+    for (k, ps) in series.iter().enumerate() {
+        for (p, q) in ps.probes.iter().zip(&ps.samples) {
+            rows.extend(q.iter().map(|s| (s.step, k, p, s)));
+        }
+    }
+    rows.sort_by_key(|r| (r.0, r.1));
+    crate::atomic_file::write_atomic(path, |w| {
+        writeln!(w, "{PROBES_CSV_HEADER}")?;
+        rows.iter().try_for_each(|(_, _, p, s)| csv_row(w, p, s))
+    })
+}
+
 /// The samples of several probes over a run, each probe's in a ring of at most `capacity`
 /// samples (the oldest go first). Samples come in sets, one per probe at one step, so every
 /// probe holds the same steps.
@@ -307,10 +334,7 @@ impl ProbeSeries {
         writeln!(w, "{PROBES_CSV_HEADER}")?;
         for i in 0..self.len() {
             for (p, q) in self.probes.iter().zip(&self.samples) {
-                let s = q[i];
-                let [x, y, z] = p.cell;
-                let [ux, uy, uz] = s.u;
-                writeln!(w, "{},{},{x},{y},{z},{ux},{uy},{uz},{},{},{},{}", s.step, p.name, s.speed(), s.rho, s.pressure(), s.vorticity)?;
+                csv_row(w, p, &q[i])?;
             }
         }
         Ok(())

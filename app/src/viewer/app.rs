@@ -15,7 +15,7 @@ use sim_core::build::Choice;
 use sim_core::fields::FieldKind;
 use sim_core::scene::LoadedScene;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,6 +126,16 @@ pub enum Tool {
     Draw,
     /// Paint fluid cells (erase obstacles).
     Erase,
+    /// A click places a probe.
+    Probe,
+}
+
+impl Tool {
+    /// Whether a left drag paints cells (Draw, Erase).
+    #[must_use]
+    pub fn is_brush(self) -> bool {
+        matches!(self, Tool::Draw | Tool::Erase)
+    }
 }
 
 /// The Scene panel's editing tools and the stroke in progress.
@@ -220,7 +230,8 @@ pub struct ViewerApp {
     pub(super) messages: Vec<Message>,
     /// A blow-up waiting for a decision.
     pub blowup: Option<BlowUp>,
-    pub(super) history: VecDeque<[f64; 4]>,
+    /// Step and mass drift per snapshot.
+    pub(super) history: VecDeque<[f64; 2]>,
     /// Step, compression ratio, MiB stored and MiB of the DDFs uncompressed, per snapshot.
     pub(super) comp_history: VecDeque<[f64; 4]>,
     /// Forces on each obstacle per snapshot, for the coefficients and Strouhal numbers in Stats.
@@ -239,10 +250,26 @@ pub struct ViewerApp {
     pub(super) sent_slices: Option<[Option<usize>; 3]>,
     /// Help overlay shown.
     pub show_help: bool,
+    /// The presets window shown.
+    pub show_presets: bool,
+    /// The recording in progress.
+    pub recording: Option<super::recording::Recording>,
+    /// A frame of the recording the shell should take at the end of this frame (the view only).
+    pub record_request: Option<PathBuf>,
+    pub(super) record_settings: super::recording::RecordSettings,
+    /// The video being made from a stopped recording (its message).
+    pub(super) video: Option<Receiver<(String, bool)>>,
+    /// The presets' pictures, decoded once shown.
+    pub(super) preset_tex: Vec<Option<egui::TextureHandle>>,
     /// The side bar: shown or not, which sections are unfolded.
     pub sidebar: super::panels::sidebar::SideBar,
     /// Where the legend and the messages were drawn in the last frame (points).
     pub overlays: Overlays,
+    /// Each probe's samples (one series per probe, so that probes come and go on their own).
+    pub(super) probe_series: Vec<sim_core::probes::ProbeSeries>,
+    /// What the probe plots show.
+    pub probe_quantity: super::panels::probes::ProbeQuantity,
+    pub(super) probe_csv_path: String,
     /// Timings from the shell.
     pub times: FrameTimes,
     /// A screenshot the shell should take at the end of this frame.
@@ -254,7 +281,6 @@ pub struct ViewerApp {
     pub(super) pending_scene: Option<Receiver<SceneResult>>,
     /// The pending scene is the running one rebuilt (edited cells carry over).
     pub(super) rebuilding: bool,
-    pub(super) presets: Vec<PathBuf>,
     /// The egui texture of the field view (set by the shell once it exists).
     pub field_texture: Option<egui::TextureId>,
     /// Size in pixels the central view wants (the shell renders at this size).
@@ -318,8 +344,17 @@ impl ViewerApp {
             pending_reference: None,
             keep_state: false,
             show_help: false,
+            show_presets: false,
+            recording: None,
+            record_request: None,
+            record_settings: super::recording::RecordSettings::default(),
+            video: None,
+            preset_tex: Vec::new(),
             sidebar: super::panels::sidebar::SideBar::default(),
             overlays: Overlays::default(),
+            probe_series: Vec::new(),
+            probe_quantity: super::panels::probes::ProbeQuantity::Speed,
+            probe_csv_path: "out/probes.csv".into(),
             times: FrameTimes::default(),
             screenshot_request: None,
             scene_path_edit: String::new(),
@@ -328,7 +363,6 @@ impl ViewerApp {
             dialog: None,
             pending_scene: None,
             rebuilding: false,
-            presets: find_presets(Path::new("scenes")),
             field_texture: None,
             view_px: [0, 0],
             legend_tex: Vec::new(),
@@ -352,6 +386,8 @@ impl ViewerApp {
         for w in app.scene.derived.warnings.clone() {
             app.message(format!("scene warning: {w}"), false);
         }
+        app.probes_from_scene();
+        app.record_settings.dir = format!("recordings/{}", app.scene_stem());
         app
     }
 
@@ -532,19 +568,21 @@ impl ViewerApp {
             }
         }
         if let Some(s) = self.worker.take() {
+            if !s.probes.is_empty() {
+                self.record_probes(&s.probes, &s.probe_cells);
+            }
             if !s.stats.blown_up() {
                 self.forces.push(s.stats.step, &s.stats.forces);
-                let f = s.stats.total_force();
                 let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
                 if self.history.back().is_none_or(|h| h[0] < s.step as f64) {
-                    self.history.push_back([s.step as f64, drift, f[0], f[1]]);
+                    self.history.push_back([s.step as f64, drift]);
                     if self.history.len() > HISTORY {
                         self.history.pop_front();
                     }
                 } else if self.history.back().is_some_and(|h| h[0] > s.step as f64) {
                     // Reset or rollback: the history starts again.
                     self.history.clear();
-                    self.history.push_back([s.step as f64, drift, f[0], f[1]]);
+                    self.history.push_back([s.step as f64, drift]);
                 }
             }
             if self.snap.as_ref().is_none_or(|o| o.solver_serial != s.solver_serial) {
@@ -634,9 +672,15 @@ impl ViewerApp {
         }
     }
 
+    /// The scene's file stem (for file names).
+    #[must_use]
+    pub fn scene_stem(&self) -> String {
+        self.scene.origin.rsplit('/').next().unwrap_or("esoflow").split(['.', ' ']).next().unwrap_or("esoflow").to_string()
+    }
+
     /// Request a screenshot into screenshots/ (named by scene and step).
     pub fn screenshot(&mut self) {
-        let stem = self.scene.origin.rsplit('/').next().unwrap_or("esoflow").split(['.', ' ']).next().unwrap_or("esoflow").to_string();
+        let stem = self.scene_stem();
         self.screenshot_request = Some(PathBuf::from("screenshots").join(format!("{stem}_step{:07}.png", self.step())));
     }
 
@@ -647,18 +691,21 @@ impl ViewerApp {
         self.poll_dialog();
         self.poll_scene();
         self.poll_reference();
+        self.poll_recording();
         self.shortcuts(&ctx);
         self.frame_keys(&ctx);
         self.toolbar_ui(ui);
         self.sidebar_ui(ui);
         egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
         self.help_ui(&ctx);
+        self.presets_ui(&ctx);
         self.blowup_ui(&ctx);
         if self.running
             || self.dialog.is_some()
             || self.pending_scene.is_some()
             || self.pending_reference.is_some()
             || !self.messages.is_empty()
+            || self.video.is_some()
         {
             ctx.request_repaint_after(Duration::from_millis(if self.running { 0 } else { 100 }));
         }
@@ -686,7 +733,9 @@ impl ViewerApp {
         }
         self.camera_input(ui, &resp, rect);
         self.paint_input(ui, &resp);
+        self.probe_input(&resp);
         self.brush_cursor(ui);
+        self.probe_markers(ui);
         let legend = self.legend();
         let tex = self.legend_texture(ui.ctx(), self.view.cmap);
         let legend_rect = legend_ui(ui, rect, &legend, tex);
@@ -755,7 +804,7 @@ impl ViewerApp {
         let is_2d = self.is_2d();
         let ppp = ui.ctx().pixels_per_point();
         let size = [rect.width() * ppp, rect.height() * ppp];
-        let painting = self.edit.tool != Tool::Navigate;
+        let painting = self.edit.tool.is_brush();
         if resp.double_clicked() && !painting {
             self.view.camera.reset();
         }
@@ -784,13 +833,4 @@ pub struct Overlays {
     pub legend: Option<egui::Rect>,
     /// Each status and message line.
     pub messages: Vec<egui::Rect>,
-}
-
-/// Scene files in a folder, sorted.
-#[must_use]
-pub fn find_presets(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut v: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect();
-    v.sort();
-    v
 }

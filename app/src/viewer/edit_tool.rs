@@ -200,7 +200,7 @@ impl ViewerApp {
         let pos = resp.hover_pos().or_else(|| resp.interact_pointer_pos());
         self.edit.hover = pos.and_then(|p| self.world_at(p));
         let down = resp.is_pointer_button_down_on() && ui.input(|i| i.pointer.primary_down());
-        if self.edit.tool == Tool::Navigate || !down {
+        if !self.edit.tool.is_brush() || !down {
             if self.edit.active {
                 self.end_stroke();
             }
@@ -218,7 +218,7 @@ impl ViewerApp {
 
     /// The brush outline at the pointer.
     pub(crate) fn brush_cursor(&self, ui: &Ui) {
-        let (Some(c), true) = (self.edit.hover, self.edit.tool != Tool::Navigate) else { return };
+        let (Some(c), true) = (self.edit.hover, self.edit.tool.is_brush()) else { return };
         let (axis, _, _) = self.paint_plane();
         let (u, v) = match axis {
             0 => (1, 2),

@@ -151,12 +151,13 @@ pub fn render_picture(
     legend: &LegendInfo,
     size: [u32; 2],
 ) -> anyhow::Result<image::RgbaImage> {
-    render_picture_with(gpu, data, params, size, |_| legend.clone())
+    render_picture_with(gpu, data, params, size, true, |_| legend.clone())
 }
 
 /// Draw a field and its legend into an RGBA image of `size` pixels (the field fills the top,
 /// the legend sits in a strip of [`LEGEND_STRIP`] pixels at the bottom), the legend made once
-/// the isosurface's triangles are counted.
+/// the isosurface's triangles are counted; without the legend (`with_legend` false) the field
+/// fills it all.
 ///
 /// # Errors
 /// Rendering or read-back failures.
@@ -165,10 +166,12 @@ pub fn render_picture_with(
     data: &PictureData,
     params: &ViewParams,
     size: [u32; 2],
+    with_legend: bool,
     legend: impl FnOnce(Option<MeshStats>) -> LegendInfo,
 ) -> anyhow::Result<image::RgbaImage> {
     let (device, queue) = (&gpu.device, &gpu.queue);
-    let field_px = [size[0], size[1].saturating_sub(LEGEND_STRIP).max(1)];
+    let strip = if with_legend { LEGEND_STRIP } else { 0 };
+    let field_px = [size[0], size[1].saturating_sub(strip).max(1)];
     let (fr, stats) = draw_offscreen(gpu, data, params, field_px)?;
     let legend = &legend(stats);
     let (_, view) = fr.target().context("no view texture")?;
@@ -192,7 +195,9 @@ pub fn render_picture_with(
             egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
             egui::Color32::WHITE,
         );
-        legend_ui(ui, rect, legend, tex);
+        if with_legend {
+            legend_ui(ui, rect, legend, tex);
+        }
     });
     let prims = ctx.tessellate(std::mem::take(&mut out.shapes), 1.0);
     for (id, deltas) in &out.textures_delta.set {
@@ -328,7 +333,7 @@ pub fn render_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, notes: boo
         ..PictureData::field(n, &values, &solid)
     };
     let size = spec.size.unwrap_or_else(|| default_size(n));
-    let img = render_picture_with(gpu, &data, &params, size, |stats| {
+    let img = render_picture_with(gpu, &data, &params, size, spec.legend, |stats| {
         if let Some((v, i, _)) = &iso {
             let note = match stats {
                 None => Some("this GPU has no compute shaders: no isosurface".to_string()),

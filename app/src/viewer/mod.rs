@@ -22,6 +22,7 @@ pub mod interop;
 pub mod legend;
 pub mod mc;
 pub mod panels;
+pub mod recording;
 pub mod reference;
 pub mod render;
 pub mod window;
@@ -78,6 +79,14 @@ pub struct ViewArgs {
     /// they come).
     #[arg(long, value_name = "FPS", default_value_t = 0.0, requires = "bench", value_parser = bench_fps)]
     pub bench_fps: f64,
+    /// Record the view (the flow and its legend) as numbered PNG frames into this folder while
+    /// the window runs, and a video (DIR/recording.mp4) at the end where ffmpeg is on the PATH;
+    /// F9 or the Record button start and stop recordings too.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+    /// With --record: steps between two frames, 1 to 10^9 (default: every new frame of the view).
+    #[arg(long, value_name = "K", requires = "record", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub every: Option<u64>,
     /// How the fields reach the renderer: `auto` (GPU memory shared between CUDA and Vulkan
     /// where both run on one GPU, else host memory), `shared` (say why when it cannot), `host`.
     #[arg(long, value_enum, default_value = "auto")]
@@ -161,6 +170,8 @@ pub struct ViewSpec {
     pub brick_outlines: bool,
     /// Outlines of a compressed run's subgrids, coloured by compression ratio (3D; default: off).
     pub subgrid_outlines: bool,
+    /// The legend under the picture (default: on; off for a bare picture, e.g. a thumbnail).
+    pub legend: bool,
 }
 
 impl Default for ViewSpec {
@@ -176,13 +187,14 @@ impl Default for ViewSpec {
             bricks: false,
             brick_outlines: false,
             subgrid_outlines: false,
+            legend: true,
         }
     }
 }
 
 impl ViewSpec {
     /// The keys `--view` accepts.
-    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay, outlines";
+    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay, outlines, legend";
 
     /// Parse `key=value` pairs separated by commas.
     ///
@@ -236,6 +248,13 @@ impl ViewSpec {
                         "off" | "false" | "no" | "0" => false,
                         _ => anyhow::bail!("--view solids={val}: expected on or off"),
                     });
+                }
+                "legend" => {
+                    v.legend = match val.trim().to_ascii_lowercase().as_str() {
+                        "on" | "true" | "yes" | "1" => true,
+                        "off" | "false" | "no" | "0" => false,
+                        _ => anyhow::bail!("--view legend={val}: expected on or off"),
+                    };
                 }
                 "overlay" => {
                     v.bricks = match val.trim().to_ascii_lowercase().as_str() {

@@ -1291,7 +1291,10 @@ fn ui_stats_show_drag_and_lift_coefficients_and_the_strouhal_number() {
     // The rows "C_D, C_L" and "mean C_D, C_L", the mean's swing, and St.
     assert!(h.query_all_by_label_contains("C_D, C_L").count() >= 2 && h.query_by_label_contains("(swing +-").is_some());
     assert!(h.query_by_label_contains("no shedding").is_some());
-    assert!(h.query_by_label("drag and lift coefficients (C_D along x, C_L along y)").is_some());
+    // The coefficients over time are plotted in the Probes and forces panel, axes labelled.
+    assert!(h.query_by_label("drag and lift coefficients over time: the Probes and forces panel (3)").is_some());
+    unfold(&mut h, Section::Probes);
+    assert!(h.query_by_label("Forces on disc").is_some(), "a plot per obstacle, under its name");
 }
 
 #[test]
@@ -1966,4 +1969,172 @@ fn the_window_fits_the_screen() {
     let [w, h] = fit_window(None);
     assert!(w <= 1280.0 && h <= 720.0);
     assert_eq!(fit_window(Some([320.0, 200.0])), [640.0, 400.0]);
+}
+
+/// A click of the left button at `at` (press and release without moving).
+fn click_at(h: &mut Harness, at: egui::Pos2) {
+    h.hover_at(at);
+    h.step();
+    h.drag_at(at);
+    h.step();
+    h.drop_at(at);
+    h.run_steps(2);
+}
+
+#[test]
+fn ui_probe_tool_places_probes_that_plot_and_export_over_time() {
+    use super::app::Tool;
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.run_steps(2);
+    assert!(h.state().probes().is_empty());
+    // p picks the Probe tool; a click behind the disc places a probe at that cell.
+    h.key_press(egui::Key::P);
+    h.run_steps(1);
+    assert_eq!(h.state().edit.tool, Tool::Probe);
+    let at = screen(&h, [30.5, 12.5, 0.5]);
+    click_at(&mut h, at);
+    let probes = h.state().probes();
+    assert_eq!(probes.len(), 1, "one click, one probe: {probes:?}");
+    assert_eq!(probes[0].cell, [30, 12, 0]);
+    assert!(h.state().sidebar.is_open(Section::Probes), "the panel opens with the first probe");
+    assert!(h.query_by_label_contains("probe1 at (30, 12)").is_some());
+    // Running: one sample per snapshot, steps increasing, the channel's flow at that cell.
+    h.get_by_label("Run").click();
+    run_until(&mut h, "30 samples", |a| a.probe_series(0).is_some_and(|s| s.len() >= 30));
+    h.get_by_label("Pause").click();
+    h.run_steps(2);
+    let s = h.state().probe_series(0).expect("series").clone();
+    let v: Vec<_> = s.samples(0).iter().copied().collect();
+    assert!(v.windows(2).all(|w| w[1].step > w[0].step), "steps increase");
+    let last = v.last().copied().expect("samples");
+    assert!(last.u[0] > 0.005 && (0.9..1.1).contains(&last.rho) && last.vorticity.is_finite(), "{last:?}");
+    assert!(h.query_all_by_label_contains("|u| ").next().is_some(), "the latest values are shown");
+    // CSV: a header and one row per sample.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("probes.csv");
+    h.state().export_probes(&csv).expect("written");
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    assert!(text.starts_with("step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity"), "{text}");
+    assert_eq!(text.lines().count(), 1 + s.len());
+    assert!(text.lines().nth(1).is_some_and(|l| l.contains(",probe1,30,12,0,")), "{text}");
+    // A second probe (paused: sampled at once); removing the first keeps the second's samples.
+    h.state_mut().add_probe([40, 5, 0], Some("corner".into()));
+    run_until(&mut h, "the second probe's sample", |a| a.probe_series(1).is_some_and(|s| !s.is_empty()));
+    h.run_steps(2);
+    h.get_all_by_label("Remove").next().expect("a Remove button").click();
+    h.run_steps(2);
+    let probes = h.state().probes();
+    assert_eq!(probes.len(), 1);
+    assert_eq!(probes[0].name, "corner");
+    assert!(h.state().probe_series(0).is_some_and(|s| !s.is_empty()));
+    // Outside the domain: refused with a message.
+    h.state_mut().add_probe([48, 0, 0], None);
+    assert!(has_message(h.state(), "outside the domain"));
+    // Reset: the samples start again from step 0.
+    h.key_press(egui::Key::R);
+    run_until(&mut h, "reset", |a| a.step() == 0 && a.probe_series(0).is_some_and(|s| s.samples(0).back().is_some_and(|x| x.step <= 1)));
+}
+
+#[test]
+fn ui_scene_probes_are_there_at_start_and_probes_go_on_a_3d_slice() {
+    use super::app::Tool;
+    let text = format!("{SMALL_SCENE}\n[[probes]]\nat = [20, 12]\nname = \"wake\"\n");
+    let ls = sim_core::scene::from_str(&text, "test", PathBuf::from("."), &[]).expect("scene");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
+    let mut h = harness(ViewerApp::new(ls, solver, BackendChoice::Cpu, false));
+    run_until(&mut h, "the scene probe's first sample", |a| a.probe_series(0).is_some_and(|s| !s.is_empty()));
+    assert_eq!(h.state().probes()[0].name, "wake");
+    assert_eq!(h.state().probes()[0].cell, [20, 12, 0]);
+    // 3D: a click lands on the slice painted on (z at its index).
+    let mut h = harness(small_3d_app());
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.state_mut().set_tool(Tool::Probe);
+    let k = h.state().view.slices[2];
+    h.run_steps(2);
+    let at = screen(&h, [10.5, 6.5, k as f32 + 0.5]);
+    click_at(&mut h, at);
+    let probes = h.state().probes();
+    assert_eq!(probes.len(), 1, "{probes:?}");
+    assert_eq!(probes[0].cell, [10, 6, k]);
+    run_until(&mut h, "a 3D sample", |a| a.probe_series(0).is_some_and(|s| !s.is_empty()));
+}
+
+#[test]
+fn presets_are_every_shipped_scene_with_a_picture_and_a_card() {
+    use super::panels::presets::PRESETS;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenes");
+    let mut shipped: Vec<String> = std::fs::read_dir(&dir)
+        .expect("scenes/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().to_string()))
+        .collect();
+    shipped.sort();
+    let mut listed: Vec<String> = PRESETS.iter().map(|p| p.stem.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, shipped, "every scene in scenes/ has a card (and a picture: scripts/make-thumbnails.sh)");
+    for p in &PRESETS {
+        let img = image::load_from_memory(p.picture).unwrap_or_else(|e| panic!("{}: picture: {e}", p.stem)).to_rgba8();
+        assert_eq!((img.width(), img.height()), (320, 180), "{}", p.stem);
+        let distinct: std::collections::HashSet<_> = img.pixels().map(|px| px.0).collect();
+        assert!(distinct.len() > 10, "{}: the picture shows a flow ({} colours)", p.stem, distinct.len());
+        let c = p.card();
+        assert!(!c.name.is_empty() && !c.shows.is_empty() && !c.try_this.is_empty(), "{}: {c:?}", p.stem);
+        // The built-in copy loads as a scene.
+        sim_core::scene::from_str(p.toml, p.stem, PathBuf::from("scenes"), &[]).unwrap_or_else(|e| panic!("{}: {e}", p.stem));
+    }
+}
+
+#[test]
+fn ui_presets_window_shows_the_cards_and_opens_a_scene() {
+    let mut h = harness_sized(small_app(false), 1280.0, 720.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.key_press(egui::Key::O);
+    h.run_steps(2);
+    assert!(h.state().show_presets);
+    assert!(h.query_by_label("Open cylinder_2d").is_some() && h.query_all_by_label_contains("Try: ").next().is_some());
+    h.get_by_label("Open lid_driven_cavity_2d").click();
+    h.run_steps(1);
+    assert!(!h.state().show_presets, "the window closes on opening a scene");
+    run_until(&mut h, "the cavity", |a| !a.loading() && a.scene.scene.name.starts_with("Lid-driven cavity 2D"));
+}
+
+#[test]
+fn ui_recording_asks_for_a_frame_every_k_steps_and_stops_with_the_video_note() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rec = dir.path().join("rec");
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    // The shell's texture of the view (frames are taken only once the view is drawn).
+    h.state_mut().field_texture = Some(egui::TextureId::default());
+    h.state_mut().start_recording(&rec, 40);
+    assert!(rec.is_dir() && h.state().recording.is_some());
+    h.get_by_label("Run").click();
+    let mut taken = Vec::new();
+    while taken.len() < 4 {
+        run_until(&mut h, "a frame request", |a| a.record_request.is_some());
+        // What the shell does: take the picture (here: note it).
+        let p = h.state_mut().record_request.take().expect("request");
+        taken.push((p, h.state().step()));
+    }
+    for (k, (p, step)) in taken.iter().enumerate() {
+        assert_eq!(p, &crate::run::record::frame_path(&rec, k as u64), "frames are numbered in order");
+        if k > 0 {
+            assert!(step - taken[k - 1].1 >= 40, "at least 40 steps apart: {taken:?}");
+        }
+    }
+    assert!(h.query_by_label_contains("REC ").is_some(), "the toolbar shows the recording");
+    // F9 stops; the video is made on a thread, and a message says what became of it.
+    h.key_press(egui::Key::F9);
+    h.run_steps(1);
+    assert!(h.state().recording.is_none());
+    run_until(&mut h, "the video's message", |a| a.messages().iter().any(|m| m.text.contains("video") || m.text.contains("ffmpeg")));
+    // A folder that cannot be written: refused with a message.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").expect("file");
+    h.state_mut().start_recording(&file, 10);
+    assert!(h.state().recording.is_none());
+    assert!(has_message(h.state(), "not recording: cannot write into"));
 }

@@ -58,6 +58,8 @@ struct Shell {
     drawn: Option<(u64, u64, [u32; 2], super::render::ViewParams)>,
     surface_events: Shared<String>,
     shots: Shared<Result<PathBuf, String>>,
+    /// Frames of the recording written (or why not).
+    recorded: Shared<Result<PathBuf, String>>,
     frames: u64,
     max_frames: Option<u64>,
     final_shot: Option<PathBuf>,
@@ -112,6 +114,12 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         app.view.brick_outlines = s.brick_outlines;
         app.view.subgrid_outlines = s.subgrid_outlines;
     }
+    if let Some(dir) = &args.record {
+        app.start_recording(dir, args.every.unwrap_or(0));
+        if app.recording.is_none() {
+            anyhow::bail!("--record {}: cannot write into this folder", dir.display());
+        }
+    }
     let max_frames = args.frames.or(args.screenshot.as_ref().map(|_| DEFAULT_SHOT_FRAMES));
     let mut shell = Shell {
         app,
@@ -128,6 +136,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         drawn: None,
         surface_events: Arc::default(),
         shots: Arc::default(),
+        recorded: Arc::default(),
         frames: 0,
         max_frames,
         final_shot: args.screenshot.clone(),
@@ -272,6 +281,11 @@ impl Shell {
         for m in drain(&self.surface_events) {
             self.app.message(m, false);
         }
+        for r in drain(&self.recorded) {
+            if let Err(e) = r {
+                self.app.recording_failed(&e);
+            }
+        }
         for r in drain(&self.shots) {
             let done = match r {
                 Ok(p) => {
@@ -408,6 +422,9 @@ impl Shell {
         if let Some(p) = self.app.screenshot_request.take() {
             captures.push(screenshot_callback(p, Arc::clone(&self.shots)));
         }
+        if let (Some(p), Some(view)) = (self.app.record_request.take(), self.app.view_rect) {
+            captures.push(view_callback(p, view * out.pixels_per_point, Arc::clone(&self.recorded)));
+        }
         if let (Some(p), Some(n)) = (&self.final_shot, self.max_frames) {
             if self.frames >= n && !self.final_shot_requested {
                 self.final_shot_requested = true;
@@ -448,6 +465,22 @@ impl Shell {
             event_loop.set_control_flow(ControlFlow::WaitUntil(Instant::now() + delay));
         }
     }
+}
+
+/// Save the part `view` (pixels) of the window's picture: a frame of a recording.
+fn view_callback(path: PathBuf, view: egui::Rect, done: Shared<Result<PathBuf, String>>) -> egui::ScreenshotCallback {
+    egui::ScreenshotCallback::new(move |img: Arc<egui::ColorImage>| {
+        let full = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(img.size[0] as f32, img.size[1] as f32));
+        let part = view.intersect(full);
+        let r = if part.width() >= 1.0 && part.height() >= 1.0 {
+            save_color_image(&img.region(&part, None), &path)
+                .map(|()| path.clone())
+                .map_err(|e| format!("frame {} not written: {e:#}", path.display()))
+        } else {
+            Err("the view has no pixels (is the window minimised?)".to_string())
+        };
+        done.lock().unwrap_or_else(PoisonError::into_inner).push(r);
+    })
 }
 
 fn screenshot_callback(path: PathBuf, shots: Shared<Result<PathBuf, String>>) -> egui::ScreenshotCallback {
@@ -515,6 +548,9 @@ impl ApplicationHandler for Shell {
     }
 
     fn exiting(&mut self, _event_loop: &ActiveEventLoop) {
+        if let Some(said) = self.app.finish_recording() {
+            eprintln!("{said}");
+        }
         if let Some(g) = self.gfx.as_mut() {
             g.painter.destroy();
         }

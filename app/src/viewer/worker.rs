@@ -38,6 +38,9 @@ pub enum Command {
     /// an isosurface carry only the lattice of every such cell and the slice planes
     /// ([`FrameRegion::Sampled`]), 1/s^3 of the volume.
     SetIsoStride(u32),
+    /// Sample the flow at these cells of the solver's grid with every snapshot (probes; empty:
+    /// none).
+    SetProbes(Vec<[usize; 3]>),
     /// Write frames into these buffers shared with the renderer's GPU (empty: host memory).
     SharedFrames(Vec<Arc<SharedSlot>>),
     /// Keep a rollback checkpoint every K steps.
@@ -210,6 +213,11 @@ pub struct Snapshot {
     pub edit_seq: u64,
     /// Strokes that can be undone.
     pub undo_depth: usize,
+    /// The probes' samples of this state, one per cell of `probe_cells` (empty where none were
+    /// taken with this snapshot: see [`PROBE_SHARE`]).
+    pub probes: Vec<sim_core::probes::ProbeSample>,
+    /// The cells sampled (the solver's grid).
+    pub probe_cells: Vec<[usize; 3]>,
 }
 
 impl Snapshot {
@@ -302,6 +310,9 @@ struct Stroke {
 
 /// Strokes kept for undo.
 const UNDO_DEPTH: usize = 64;
+/// Most of the wall time probes may take (a probe read that takes 1 ms is repeated at most
+/// every 50 ms).
+pub const PROBE_SHARE: f64 = 0.02;
 /// Largest grid whose frames in GPU memory get a percentile colour range (read back whole).
 const SHARED_RANGE_CELLS: usize = 1 << 22;
 /// How often that range is taken at most.
@@ -355,6 +366,10 @@ struct Worker {
     /// and how long that took (such frames have no host copy, so it comes from the field
     /// itself, at most a few times a second).
     robust: Option<(FieldKind, Instant, Duration, (f32, f32))>,
+    /// Cells the probes sample (the solver's grid).
+    probe_cells: Vec<[usize; 3]>,
+    /// When the probes were last sampled and how long that took.
+    probe_cost: Option<(Instant, Duration)>,
 }
 
 /// The solid mask the renderer draws: 0 fluid, 1 solid wall (domain walls, moving walls), 2 solid
@@ -438,6 +453,8 @@ impl Worker {
             rate_steps0: t,
             steps_per_sec: 0.0,
             robust: None,
+            probe_cells: Vec::new(),
+            probe_cost: None,
         }
     }
 
@@ -494,6 +511,12 @@ impl Worker {
             }
             Command::SetStepsPerBatch(n) => self.steps_per_batch = n.clamp(1, 1_000_000),
             Command::SetField(f) => self.field = f,
+            Command::SetProbes(cells) => {
+                self.probe_cells = cells;
+                self.probe_cost = None;
+                // A paused view samples the new probes at once.
+                self.dirty = true;
+            }
             Command::SetIso(k) => {
                 self.iso = k;
                 self.update_fusion();
@@ -1030,6 +1053,34 @@ impl Worker {
         Some(r)
     }
 
+    /// The probes' samples of the current state: with every snapshot where sampling is cheap
+    /// (a CPU grid reads just the probed cells), less often where it is not (a GPU backend
+    /// without its own probe reads the whole field), so that it takes at most [`PROBE_SHARE`]
+    /// of the time; none while the last sampling is too recent. A failure is said once and
+    /// the probes are dropped.
+    fn sample_probes(&mut self) -> Vec<sim_core::probes::ProbeSample> {
+        if self.probe_cells.is_empty() {
+            return Vec::new();
+        }
+        if let Some((at, took)) = self.probe_cost {
+            if at.elapsed().as_secs_f64() * PROBE_SHARE < took.as_secs_f64() {
+                return Vec::new();
+            }
+        }
+        let t = Instant::now();
+        match self.solver.probe(&self.probe_cells) {
+            Ok(s) => {
+                self.probe_cost = Some((Instant::now(), t.elapsed()));
+                s
+            }
+            Err(e) => {
+                self.probe_cells.clear();
+                self.event(Event::Error(format!("the probes could not be sampled ({e}): removed")));
+                Vec::new()
+            }
+        }
+    }
+
     fn publish(&mut self) {
         let t = Instant::now();
         let kinds = self.frame_kinds();
@@ -1049,6 +1100,7 @@ impl Worker {
         let lag = frame.ranges.lag;
         let min_max = frame.range(self.field).unwrap_or((0.0, 0.0));
         let robust = self.robust_range(&frame);
+        let probes = self.sample_probes();
         let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| IsoData {
             kind,
             min_max: frame.range(kind).unwrap_or((0.0, 0.0)),
@@ -1101,6 +1153,8 @@ impl Worker {
             steps_per_sec: if self.running { self.steps_per_sec } else { 0.0 },
             edit_seq: self.edit_seq,
             undo_depth: self.strokes.len(),
+            probes,
+            probe_cells: self.probe_cells.clone(),
         };
         self.serial += 1;
         *self.mailbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(snap);

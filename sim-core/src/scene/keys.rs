@@ -78,9 +78,10 @@ const fn cat<const A: usize, const B: usize, const C: usize>(a: [KeyDoc; A], b: 
     out
 }
 
-const BASE: [KeyDoc; 32] = [
+const BASE: [KeyDoc; 33] = [
     k!("name", "string", "\"\"", "", "display name"),
     k!("description", "string", "\"\"", "", "what the scene shows"),
+    k!("try", "string", "\"\"", "", "what to try with the scene in the viewer (the presets window shows it)"),
     k!("domain", "table", "", "", "grid"),
     k!("domain.size", "[nx, ny] or [nx, ny, nz], each >= 3", "(required)", "cells", "cells per axis, boundary layers included"),
     k!("domain.lattice", "\"D2Q9\" | \"D3Q19\" | \"D3Q27\"", "D2Q9 in 2D, D3Q19 in 3D", "", "velocity set"),
@@ -288,7 +289,7 @@ const FACES: [KeyDoc; 36] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 100] = cat::<97, 3, 100>(
-    cat::<90, 7, 97>(cat::<54, 36, 90>(cat::<42, 12, 54>(cat::<37, 5, 42>(cat::<32, 5, 37>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES),
+pub static KEYS: [KeyDoc; 101] = cat::<98, 3, 101>(
+    cat::<91, 7, 98>(cat::<55, 36, 91>(cat::<43, 12, 55>(cat::<38, 5, 43>(cat::<33, 5, 38>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES),
     PROBES,
 );

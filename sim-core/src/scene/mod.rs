@@ -51,6 +51,9 @@ pub struct Scene {
     /// One or two sentences about the scene.
     #[serde(default)]
     pub description: String,
+    /// What to try with the scene in the viewer (one sentence; the presets window shows it).
+    #[serde(default, rename = "try", skip_serializing_if = "String::is_empty")]
+    pub try_this: String,
     /// Grid size and lattice.
     pub domain: DomainSpec,
     /// Boundary type of each face.

@@ -1,4 +1,4 @@
-//! The Export panel: screenshots, VTK export, checkpoints.
+//! The Export panel: screenshots, recordings, VTK export, checkpoints.
 
 use crate::viewer::app::{Dialog, ViewerApp};
 use crate::viewer::worker::Command;
@@ -15,6 +15,9 @@ impl ViewerApp {
                 self.file_dialog(Dialog::SaveScreenshot);
             }
         });
+        ui.separator();
+        self.recording_ui(ui);
+        ui.separator();
         ui.horizontal(|ui| {
             ui.add(egui::TextEdit::singleline(&mut self.vtk_path).id(egui::Id::unique("esoflow.vtk_path")).desired_width(160.0));
             if ui.button("Export VTK").clicked() {

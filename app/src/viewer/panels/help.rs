@@ -35,7 +35,8 @@ impl ViewerApp {
         if undo {
             self.undo_stroke();
         }
-        for (pressed, t) in [(n, Tool::Navigate), (d, Tool::Draw), (e, Tool::Erase)] {
+        let p = ctx.input(|i| i.key_pressed(Key::P));
+        for (pressed, t) in [(n, Tool::Navigate), (d, Tool::Draw), (e, Tool::Erase), (p, Tool::Probe)] {
             if pressed {
                 self.set_tool(t);
             }
@@ -78,16 +79,18 @@ impl ViewerApp {
                         ("r", "reset to step 0 (parameters kept)"),
                         ("h", "this help"),
                         ("b", "show / hide the side bar of panels"),
-                        ("1 … 7", "unfold / fold a panel: Simulation, Visualization, Adaptive blocks, Compression, Stats, Scene, Export"),
+                        ("o", "presets: every shipped scene with a picture, what it shows and what to try"),
+                        ("1 … 8", "unfold / fold a panel: Simulation, Visualization, Probes and forces, Adaptive blocks, Compression, Stats, Scene, Export"),
                         ("f / c", "next field / next colour map"),
                         ("tab", "move between the controls of the panels (enter / space to use one)"),
                         ("i", "isosurface on / off (3D)"),
                         ("F12", "screenshot into screenshots/"),
+                        ("F9", "start / stop recording the view (PNG frames, a video with ffmpeg; Export panel)"),
                         ("drag", "3D: orbit · 2D: pan"),
                         ("right/middle drag", "pan"),
                         ("scroll", "zoom"),
                         ("double-click", "reset the camera"),
-                        ("n / d / e", "tool: navigate / draw obstacles / erase obstacles (Scene panel)"),
+                        ("n / p / d / e", "tool: navigate / probe (a click places one) / draw obstacles / erase obstacles"),
                         ("left drag (draw, erase)", "paint on the 2D view, or on the chosen slice in 3D"),
                         ("[ / ]", "smaller / larger brush"),
                         ("ctrl+z", "undo the last stroke or STL load"),

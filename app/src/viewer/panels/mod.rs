@@ -4,6 +4,8 @@ pub mod adaptive;
 pub mod compression;
 pub mod export;
 pub mod help;
+pub mod presets;
+pub mod probes;
 pub mod scene;
 pub mod sidebar;
 pub mod simulation;

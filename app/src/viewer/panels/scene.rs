@@ -13,16 +13,28 @@ impl ViewerApp {
     /// and its solver built on a helper thread; the old scene runs on until the new one is ready,
     /// and stays if the new one fails (with a message).
     pub fn open_scene(&mut self, path: Option<&Path>) {
+        let path = path.map(Path::to_path_buf);
+        let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
+        self.load_in_background(what, move || load_scene(path.as_deref(), &[]));
+    }
+
+    /// Replace the scene with one given as text (a preset built into the binary), named
+    /// `origin` in messages, its relative paths resolved against `base`; as [`Self::open_scene`].
+    pub fn open_scene_text(&mut self, text: &'static str, origin: &str, base: PathBuf) {
+        let name = origin.to_string();
+        self.load_in_background(origin.to_string(), move || Ok(sim_core::scene::from_str(text, &name, base, &[])?));
+    }
+
+    /// Read a scene and build its solver on a thread of their own (`poll_scene` takes it).
+    fn load_in_background(&mut self, what: String, load: impl FnOnce() -> anyhow::Result<LoadedScene> + Send + 'static) {
         if self.pending_scene.is_some() {
             self.message("a scene is already loading", false);
             return;
         }
-        let path = path.map(Path::to_path_buf);
         let choice = self.choice;
         let (tx, rx) = mpsc::channel();
-        let what = path.as_ref().map_or_else(|| "the built-in scene".to_string(), |p| p.display().to_string());
         let spawned = std::thread::Builder::new().name("scene-loader".into()).spawn(move || {
-            let r = load_scene(path.as_deref(), &[]).map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
+            let r = load().map_err(|e| format!("cannot open the scene: {e:#}")).and_then(|ls| {
                 let s = build_solver(&ls, &choice).map_err(|e| format!("cannot build a solver for {}: {e:#}", ls.origin))?;
                 Ok((ls, s))
             });
@@ -147,6 +159,12 @@ impl ViewerApp {
         self.edit.frame.clear();
         self.edit.preview.clear();
         self.scene = ls;
+        // The same scene rebuilt keeps the probes placed so far; another scene brings its own.
+        if self.rebuilding {
+            self.send_probes();
+        } else {
+            self.probes_from_scene();
+        }
         self.snap = None;
         self.blowup = None;
         self.history.clear();
@@ -180,32 +198,14 @@ impl ViewerApp {
                 self.open_scene(Some(&p));
             }
         });
-        ui.label("presets");
-        if ui.button("cylinder_2d (built in)").clicked() {
-            self.open_scene(None);
-        }
-        for p in self.presets.clone() {
-            let name = p.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-            if ui.button(name).on_hover_text(p.display().to_string()).clicked() {
-                self.open_scene(Some(&p));
-            }
-        }
-        if self.presets.is_empty() {
-            ui.label(RichText::new("(no scenes/ folder here: run from the repository to list the presets)").small());
+        if ui.button("Presets…").on_hover_text("o: every shipped scene, with a picture, what it shows and what to try").clicked() {
+            self.show_presets = true;
         }
     }
 
     /// Draw / erase tools and the STL obstacle loader (top of the Scene panel).
     fn edit_ui(&mut self, ui: &mut Ui) {
-        ui.horizontal(|ui| {
-            let mut t = self.edit.tool;
-            ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
-            ui.selectable_value(&mut t, Tool::Draw, "Draw").on_hover_text("d: left-drag paints solid cells (obstacle \"drawn\")");
-            ui.selectable_value(&mut t, Tool::Erase, "Erase").on_hover_text("e: left-drag turns solid cells into fluid");
-            if t != self.edit.tool {
-                self.set_tool(t);
-            }
-        });
+        ui.label(RichText::new("Draw (d) and Erase (e) are in the toolbar.").small());
         ui.horizontal(|ui| {
             let label = ui.label("brush radius");
             ui.add(egui::DragValue::new(&mut self.edit.brush).range(0.5..=100.0).speed(0.1).max_decimals(1).suffix(" cells"))
@@ -232,7 +232,7 @@ impl ViewerApp {
             });
             ui.label(RichText::new(format!("(at index {}: move it in Visualization)", self.view.slices[self.edit.axis])).small());
         }
-        if self.edit.tool != Tool::Navigate {
+        if self.edit.tool.is_brush() {
             ui.label(RichText::new("left-drag on the view paints · right/middle drag pans · scroll zooms").small());
         }
         ui.separator();

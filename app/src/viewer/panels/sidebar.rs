@@ -2,18 +2,20 @@
 //! its colour map) and the side bar of panels, which takes at most a quarter of the window by
 //! default, can be resized and hidden, and opens with only Simulation unfolded.
 
-use crate::viewer::app::ViewerApp;
+use crate::viewer::app::{Tool, ViewerApp};
 use crate::viewer::colormap::ColorMap;
 use egui::{Key, RichText, Ui};
 use sim_core::fields::FieldKind;
 
-/// The side bar's panels, top to bottom; keys 1 to 7 unfold and fold them.
+/// The side bar's panels, top to bottom; keys 1 to 8 unfold and fold them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Section {
     /// Run control, solver settings, tau and boundary velocities.
     Simulation,
     /// Range, slices, isosurfaces, overlays.
     Visualization,
+    /// Probes and the forces on obstacles, over time.
+    Probes,
     /// The adaptive blocks' settings (adaptive runs only).
     Adaptive,
     /// Compressed subgrids (says why not where a run cannot compress).
@@ -28,9 +30,10 @@ pub enum Section {
 
 impl Section {
     /// Every section, in the side bar's order.
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::Simulation,
         Section::Visualization,
+        Section::Probes,
         Section::Adaptive,
         Section::Compression,
         Section::Stats,
@@ -44,6 +47,7 @@ impl Section {
         match self {
             Section::Simulation => "Simulation",
             Section::Visualization => "Visualization",
+            Section::Probes => "Probes and forces",
             Section::Adaptive => "Adaptive blocks",
             Section::Compression => "Compression",
             Section::Stats => "Stats",
@@ -55,7 +59,7 @@ impl Section {
     /// The key that unfolds and folds it (1 for the first).
     #[must_use]
     pub fn key(self) -> Key {
-        const KEYS: [Key; 7] = [Key::Num1, Key::Num2, Key::Num3, Key::Num4, Key::Num5, Key::Num6, Key::Num7];
+        const KEYS: [Key; 8] = [Key::Num1, Key::Num2, Key::Num3, Key::Num4, Key::Num5, Key::Num6, Key::Num7, Key::Num8];
         KEYS[Section::ALL.iter().position(|&s| s == self).unwrap_or(0)]
     }
 
@@ -74,7 +78,7 @@ pub struct SideBar {
     /// Shown (b or the toolbar's Panels button hides and shows it).
     pub shown: bool,
     /// Unfolded sections, by [`Section::ALL`] index.
-    pub open: [bool; 7],
+    pub open: [bool; 8],
 }
 
 impl Default for SideBar {
@@ -103,13 +107,19 @@ impl ViewerApp {
         s != Section::Adaptive || self.amr_info().is_some()
     }
 
-    /// Keys of the frame: b shows and hides the side bar, 1 to 7 unfold and fold a section,
+    /// Keys of the frame: b shows and hides the side bar, 1 to 8 unfold and fold a section,
     /// f and c step through the fields and colour maps.
     pub(crate) fn frame_keys(&mut self, ctx: &egui::Context) {
         if ctx.egui_wants_keyboard_input() {
             return;
         }
-        let (b, f, c) = ctx.input(|i| (i.key_pressed(Key::B), i.key_pressed(Key::F), i.key_pressed(Key::C)));
+        let (b, f, c, o) = ctx.input(|i| (i.key_pressed(Key::B), i.key_pressed(Key::F), i.key_pressed(Key::C), i.key_pressed(Key::O)));
+        if o {
+            self.show_presets = !self.show_presets;
+        }
+        if ctx.input(|i| i.key_pressed(Key::F9)) {
+            self.toggle_recording();
+        }
         if b {
             self.sidebar.shown = !self.sidebar.shown;
         }
@@ -129,7 +139,8 @@ impl ViewerApp {
         }
     }
 
-    /// The toolbar: the side bar's switch, run / pause, step, reset, the field and colour map.
+    /// The toolbar: the side bar's switch, run / pause, step, reset, the field and colour map,
+    /// the mouse's tool.
     pub(crate) fn toolbar_ui(&mut self, ui: &mut Ui) {
         egui::Panel::top("toolbar").show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
@@ -173,6 +184,31 @@ impl ViewerApp {
                     .labelled_by(label.id)
                     .on_hover_text("c: next colour map");
                 ui.separator();
+                let mut t = self.edit.tool;
+                ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
+                ui.selectable_value(&mut t, Tool::Probe, "Probe")
+                    .on_hover_text("p: a click on the view places a probe (plots in Probes and forces)");
+                ui.selectable_value(&mut t, Tool::Draw, "Draw").on_hover_text("d: left-drag paints solid cells (obstacle \"drawn\")");
+                ui.selectable_value(&mut t, Tool::Erase, "Erase").on_hover_text("e: left-drag turns solid cells into fluid");
+                if t != self.edit.tool {
+                    self.set_tool(t);
+                }
+                let mut rec = self.recording.is_some();
+                let label = match &self.recording {
+                    Some(r) => format!("REC {}", r.frames),
+                    None => "Record".to_string(),
+                };
+                if ui
+                    .toggle_value(&mut rec, label)
+                    .on_hover_text("F9: record the view as PNG frames (and a video with ffmpeg); settings in Export")
+                    .changed()
+                {
+                    self.toggle_recording();
+                }
+                ui.separator();
+                if ui.button("Presets").on_hover_text("o: every shipped scene, with a picture, what it shows and what to try").clicked() {
+                    self.show_presets = !self.show_presets;
+                }
                 if ui.button("? Help").on_hover_text("h: every key and mouse action").clicked() {
                     self.show_help = !self.show_help;
                 }
@@ -207,6 +243,7 @@ impl ViewerApp {
         let r = egui::CollapsingHeader::new(s.title()).open(Some(open)).show(ui, |ui| match s {
             Section::Simulation => self.simulation_ui(ui),
             Section::Visualization => self.visualization_ui(ui),
+            Section::Probes => self.probes_ui(ui),
             Section::Adaptive => self.amr_ui(ui),
             Section::Compression => self.compression_ui(ui),
             Section::Stats => self.stats_ui(ui),

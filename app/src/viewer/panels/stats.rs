@@ -76,41 +76,22 @@ impl ViewerApp {
                 row("frame path", self.frame_note.clone());
             }
         });
-        let pts = |k: usize| -> Vec<[f64; 2]> { self.history.iter().map(|h| [h[0], h[k]]).collect() };
-        ui.label("mass drift");
-        egui_plot::Plot::new("mass").height(90.0).show_x(false).allow_scroll(false).show(ui, |p| {
-            p.line(egui_plot::Line::new("mass drift", pts(1)));
-        });
-        if reference.values.is_some() && !self.forces.is_empty() {
-            ui.label(format!("drag and lift coefficients (C_D along {}, C_L along {})", reference.drag.name(), reference.lift.name()));
-            egui_plot::Plot::new("coefficients").height(110.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
-                for (k, name) in s.obstacles.iter().enumerate() {
-                    let series = |i: usize| -> Vec<[f64; 2]> {
-                        let f = self.forces.forces(k);
-                        let steps = self.forces.steps();
-                        let from = steps.len().saturating_sub(HISTORY_POINTS);
-                        steps[from..]
-                            .iter()
-                            .zip(&f[from..])
-                            .filter_map(|(&t, &v)| reference.coefficients(v).map(|c| [t as f64, c[i]]))
-                            .collect()
-                    };
-                    p.line(egui_plot::Line::new(format!("{name} C_D"), series(0)));
-                    p.line(egui_plot::Line::new(format!("{name} C_L"), series(1)));
-                }
-            });
-        } else if !s.obstacles.is_empty() {
-            ui.label("force on obstacles (fx, fy)");
-            egui_plot::Plot::new("force").height(90.0).allow_scroll(false).legend(egui_plot::Legend::default()).show(ui, |p| {
-                p.line(egui_plot::Line::new("fx", pts(2)));
-                p.line(egui_plot::Line::new("fy", pts(3)));
+        let drift: Vec<[f64; 2]> = self.history.iter().map(|h| [h[0], h[1]]).collect();
+        crate::viewer::panels::probes::time_plot(
+            ui,
+            "mass",
+            "mass drift [relative]",
+            vec![("mass drift".into(), egui::Color32::LIGHT_BLUE, drift)],
+        );
+        if !s.obstacles.is_empty() {
+            ui.label(if reference.values.is_some() {
+                "drag and lift coefficients over time: the Probes and forces panel (3)"
+            } else {
+                "forces over time: the Probes and forces panel (3)"
             });
         }
     }
 }
-
-/// Points of each line in the coefficient plot (the latest snapshots).
-const HISTORY_POINTS: usize = 2000;
 
 /// The Stats rows of obstacle `k` under its force: C_D and C_L now and their means with the
 /// Strouhal number over the second half of the snapshots kept, or what the scene lacks for them.
