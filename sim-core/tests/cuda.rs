@@ -244,6 +244,34 @@ fn gpu_derived_fields_match_cpu() {
     }
 }
 
+fn gpu_probes_match_cpu() {
+    // The device's probe (field planes made on the GPU, a few cells read back) against the CPU
+    // reference's: cells in the flow, at the domain's edges (neighbours wrap), next to and in
+    // an obstacle.
+    for (text, cells) in [
+        (SCENE_3D, vec![[10, 11, 10], [0, 0, 0], [47, 21, 19], [30, 5, 12], [24, 11, 10], [16, 11, 10]]),
+        (SCENE_2D, vec![[20, 18, 0], [26, 18, 0], [50, 20, 0], [0, 39, 0], [69, 0, 0]]),
+    ] {
+        let ls = scene(text, &[]);
+        let mut c = sim_core::build::cpu(&ls).unwrap();
+        let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
+        c.step(200).unwrap();
+        g.step(200).unwrap();
+        let (a, b) = (g.probe(&cells).unwrap(), c.probe(&cells).unwrap());
+        for ((x, y), cell) in a.iter().zip(&b).zip(&cells) {
+            assert_eq!(x.step, y.step);
+            let close = |p: f32, q: f32, scale: f32| (p - q).abs() <= 1e-4 * scale.max(1e-3);
+            assert!(close(x.rho, y.rho, 1.0), "{cell:?}: rho gpu {} cpu {}", x.rho, y.rho);
+            for k in 0..3 {
+                assert!(close(x.u[k], y.u[k], 0.05), "{cell:?}: u gpu {:?} cpu {:?}", x.u, y.u);
+            }
+            assert!(close(x.vorticity, y.vorticity, 0.01), "{cell:?}: vorticity gpu {} cpu {}", x.vorticity, y.vorticity);
+        }
+        // A cell outside the grid is refused.
+        assert!(g.probe(&[[1000, 0, 0]]).is_err());
+    }
+}
+
 fn gpu_frames_match_cpu() {
     // One frame of several fields, padded rows, into host memory (pinned, through the GPU's
     // staging buffer) and into device memory (the shared-buffer path), against the CPU's.
@@ -1532,6 +1560,7 @@ fn main() {
         test(gpu_checkpoints_are_the_cpu_format),
         test(gpu_reports_out_of_memory_and_blow_up_clearly),
         test(gpu_derived_fields_match_cpu),
+        test(gpu_probes_match_cpu),
         test(gpu_frames_match_cpu),
         test(gpu_plane_frames_equal_whole_frames_on_their_planes),
         test(gpu_fields_fused_into_the_last_step_equal_a_separate_pass),
