@@ -86,6 +86,32 @@ fn start_xvfb(screen: &str) -> Result<(Xvfb, String), String> {
     Err("Xvfb did not start".into())
 }
 
+/// Run the window (`esoflow ARGS` in `dir` on X display `display`, with PATH set to `path`
+/// where given) and wait at most 240 s for it to exit: its stdout and stderr. It must exit
+/// with success; `Err` says why it could not run at all (no adapter or display: skipped).
+fn run_window(display: &str, dir: &Path, args: &[&str], path: Option<&str>) -> Result<(String, String), String> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_esoflow"));
+    cmd.args(args).env("DISPLAY", display).env_remove("WAYLAND_DISPLAY").env_remove("ESOFLOW_LOG").current_dir(dir);
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
+    let status = wait_with_limit(&mut child, Duration::from_secs(240));
+    let (mut err, mut out) = (String::new(), String::new());
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    if let Some(mut o) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut o, &mut out);
+    }
+    let Some(status) = status else { panic!("{args:?}: the window did not exit within 240 s; stderr:\n{err}") };
+    if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
+        return Err(format!("no adapter or display for the window: {err}"));
+    }
+    assert!(status.success(), "{args:?}: exit {status:?}; stderr:\n{err}");
+    Ok((out, err))
+}
+
 /// The numbers of a `layout:` line: window width and height, the view's left, right, top,
 /// bottom and share of the width, the legend's left, right, top, bottom.
 fn parse_layout(line: &str) -> Vec<f64> {
@@ -102,30 +128,11 @@ fn window_fits_the_screen_shows_the_flow_first_and_exits_cleanly() {
         };
         let dir = out_dir(&format!("window_smoke_{screen}"));
         let shot = dir.join("window.png");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_esoflow"))
-            .args(["view", "--backend", "cpu", "--frames", "20", "--screenshot"])
-            .arg(&shot)
-            .env("DISPLAY", &display)
-            .env_remove("WAYLAND_DISPLAY")
-            .env_remove("ESOFLOW_LOG")
-            .current_dir(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let status = wait_with_limit(&mut child, Duration::from_secs(240));
-        let (mut err, mut out) = (String::new(), String::new());
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut err);
-        }
-        if let Some(mut o) = child.stdout.take() {
-            let _ = std::io::Read::read_to_string(&mut o, &mut out);
-        }
-        let Some(status) = status else { panic!("{screen}: the window did not exit within 240 s; stderr:\n{err}") };
-        if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
-            return skip(test, &format!("no adapter or display for the window: {err}"));
-        }
-        assert!(status.success(), "{screen}: exit {status:?}; stderr:\n{err}");
+        let args = ["view", "--backend", "cpu", "--frames", "20", "--screenshot", "window.png"];
+        let (out, err) = match run_window(&display, &dir, &args, None) {
+            Ok(o) => o,
+            Err(why) => return skip(test, &why),
+        };
         let (w, h, colours) = distinct_colours(&shot);
         assert!(colours > 100, "{screen}: the screenshot shows a field and panels ({colours} colours)");
         // The window fits the screen; the view takes at least 70 % of its width with the
@@ -161,27 +168,11 @@ fn window_records_the_view_as_numbered_frames() {
     };
     let dir = out_dir("window_record");
     let rec = dir.join("rec");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_esoflow"))
-        .args(["view", "--backend", "cpu", "--frames", "30", "--every", "40", "--record"])
-        .arg(&rec)
-        .env("DISPLAY", &display)
-        .env_remove("WAYLAND_DISPLAY")
-        .env("PATH", "/nonexistent")
-        .current_dir(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let status = wait_with_limit(&mut child, Duration::from_secs(240));
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut err);
-    }
-    let Some(status) = status else { panic!("the window did not exit within 240 s; stderr:\n{err}") };
-    if !status.success() && (err.contains("no GPU adapter") || err.contains("cannot open a window")) {
-        return skip(test, &format!("no adapter or display for the window: {err}"));
-    }
-    assert!(status.success(), "exit {status:?}; stderr:\n{err}");
+    let args = ["view", "--backend", "cpu", "--frames", "30", "--every", "40", "--record", "rec"];
+    let (_, err) = match run_window(&display, &dir, &args, Some("/nonexistent")) {
+        Ok(o) => o,
+        Err(why) => return skip(test, &why),
+    };
     // Frames of the view alone (narrower than the window: no side bar), numbered from 0, and a
     // note on how to make the video (no ffmpeg on this PATH).
     let first = rec.join("frame_000000.png");
