@@ -84,7 +84,7 @@ pub struct RunArgs {
     /// (3D isosurface at threshold T), solids=on|off (3D obstacle surfaces), overlay=bricks (the
     /// bricks on the slices), outlines=bricks (3D: boundary and all-solid bricks as boxes),
     /// outlines=subgrids (3D, compressed runs: subgrids coloured by compression ratio) or
-    /// outlines=bricks+subgrids.
+    /// outlines=bricks+subgrids, legend=on|off (the legend strip; off for a bare picture).
     #[arg(long, value_name = "SPEC", requires = "picture")]
     pub view: Option<String>,
     /// Where stderr is not a terminal (a log file, a pipe), print a progress line every SECONDS
