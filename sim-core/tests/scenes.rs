@@ -351,7 +351,7 @@ at = [8, 10, 8]
             ));
         }
         match key {
-            "name" | "description" => Some((key.into(), "\"x\"")),
+            "name" | "description" | "try" => Some((key.into(), "\"x\"")),
             "domain.size" => Some((key.into(), "[24, 20, 16]")),
             "domain.lattice" => Some((key.into(), "D3Q27")),
             "fluid.tau" => Some((key.into(), "0.7")),
