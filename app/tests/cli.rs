@@ -77,19 +77,24 @@ fn checkpoint_and_resume_are_bit_exact_through_the_cli() {
     assert!(stderr(&o).contains("checksum"), "{}", stderr(&o));
 }
 
+/// A checkpoint of `scene` at 40 x 40 cells after `steps` steps with one distribution function
+/// made NaN, saved to `path`: resuming it blows up at once.
+fn poisoned_checkpoint(scene: &Path, steps: u64, path: &Path) {
+    let ls = sim_core::scene::load(scene, &[("domain.size".to_string(), "[40,40]".to_string())]).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
+    s.step(steps).unwrap();
+    let mut ck = s.checkpoint();
+    let off = (500 * 9 + 2) * 4;
+    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    ck.save(path).unwrap();
+}
+
 #[test]
 fn a_blow_up_stops_with_the_last_good_step_and_a_non_zero_exit() {
     let d = tmp("blowup");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let scene = root.join("scenes/lid_driven_cavity_2d.toml");
-    let ov = vec![("domain.size".to_string(), "[40,40]".to_string())];
-    let ls = sim_core::scene::load(&scene, &ov).unwrap();
-    let mut s = sim_core::build::cpu(&ls).unwrap();
-    s.step(10).unwrap();
-    let mut ck = s.checkpoint();
-    let off = (500 * 9 + 2) * 4;
-    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    ck.save(&d.join("nan.ckpt")).unwrap();
+    poisoned_checkpoint(&scene, 10, &d.join("nan.ckpt"));
     let o = esoflow(&[
         "run",
         scene.to_str().unwrap(),
@@ -463,13 +468,7 @@ fn scene_probes_resume_bit_exact_and_survive_a_blow_up() {
     assert!(stderr(&o).contains("probes.csv:3: probe \"probe1\" is at (10,10,0) there but at (11,10,0)"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(d.join("whole/probes.csv")).unwrap(), whole);
     // A blow-up: probes.csv holds the samples up to the last state found sane, all finite.
-    let ls = sim_core::scene::load(&scene, &[("domain.size".to_string(), "[40,40]".to_string())]).unwrap();
-    let mut s = sim_core::build::cpu(&ls).unwrap();
-    s.step(140).unwrap();
-    let mut ck = s.checkpoint();
-    let off = (500 * 9 + 2) * 4;
-    ck.data[off..off + 4].copy_from_slice(&f32::NAN.to_le_bytes());
-    ck.save(&d.join("nan.ckpt")).unwrap();
+    poisoned_checkpoint(&scene, 140, &d.join("nan.ckpt"));
     let o = esoflow(&[
         "run",
         scene.to_str().unwrap(),
