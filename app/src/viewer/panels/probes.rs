@@ -56,17 +56,31 @@ impl ProbeQuantity {
         }
     }
 
-    /// The lines of a sample: (label, value) per line.
-    fn values(self, s: &ProbeSample, dims: usize) -> Vec<(&'static str, f64)> {
+    /// The names of the plot's lines (one per velocity component in a `dims`-D run).
+    fn lines(self, dims: usize) -> &'static [&'static str] {
         match self {
-            ProbeQuantity::Speed => vec![("|u|", f64::from(s.speed()))],
-            ProbeQuantity::Velocity => ["ux", "uy", "uz"].into_iter().zip(s.u).take(dims).map(|(n, v)| (n, f64::from(v))).collect(),
-            ProbeQuantity::Pressure => vec![("p", f64::from(s.pressure()))],
-            ProbeQuantity::Density => vec![("rho", f64::from(s.rho))],
-            ProbeQuantity::Vorticity => vec![("|curl u|", f64::from(s.vorticity))],
+            ProbeQuantity::Speed => &["|u|"],
+            ProbeQuantity::Velocity => &VELOCITY_LINES[..dims.min(3)],
+            ProbeQuantity::Pressure => &["p"],
+            ProbeQuantity::Density => &["rho"],
+            ProbeQuantity::Vorticity => &["|curl u|"],
         }
     }
+
+    /// The value of line `i` of a sample.
+    fn value(self, s: &ProbeSample, i: usize) -> f64 {
+        f64::from(match self {
+            ProbeQuantity::Speed => s.speed(),
+            ProbeQuantity::Velocity => s.u[i],
+            ProbeQuantity::Pressure => s.pressure(),
+            ProbeQuantity::Density => s.rho,
+            ProbeQuantity::Vorticity => s.vorticity,
+        })
+    }
 }
+
+/// The velocity plot's lines.
+static VELOCITY_LINES: [&str; 3] = ["ux", "uy", "uz"];
 
 /// Colours of the probes' markers and plot lines, by probe number.
 const PROBE_COLORS: [Color32; 8] = [
@@ -283,10 +297,10 @@ impl ViewerApp {
                 }
             }
             let mut lines: Vec<(String, Color32, Vec<[f64; 2]>)> = Vec::new();
-            let names = samples.back().map(|s| q.values(s, dims)).unwrap_or_default();
-            for (i, (name, _)) in names.iter().enumerate() {
+            let names = q.lines(dims);
+            for (i, name) in names.iter().enumerate() {
                 let color = if names.len() > 1 { PROBE_COLORS[(k + i) % PROBE_COLORS.len()] } else { probe_color(k) };
-                let pts = samples.iter().map(|s| [s.step as f64, q.values(s, dims)[i].1]).collect();
+                let pts = samples.iter().map(|s| [s.step as f64, q.value(s, i)]).collect();
                 lines.push(((*name).to_string(), color, pts));
             }
             time_plot(ui, &format!("probe plot {k}"), q.axis(), lines);
