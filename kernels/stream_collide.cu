@@ -567,7 +567,8 @@ __device__ __forceinline__ u32 float_key(const float v) {
 // `fl`, into `out`: field k's plane starts at k * plane floats, its rows (x fastest) `pitch`
 // floats apart. Derived fields are 0 in solid cells. Per field, range[2k] and range[2k + 1]
 // take the keys (float_key) of the smallest and largest finite fluid value (start them at
-// 0xffffffff and 0), and range[8] counts non-finite fluid values.
+// 0xffffffff and 0), and range[12] counts non-finite fluid values (at most 6 fields, as
+// MAX_FRAME_FIELDS in sim-core/src/frame.rs).
 // Every thread of a warp calls it (`live` false past the end), as the ranges are reduced
 // across the warp.
 __device__ __forceinline__ void frame_cell(const idx_t n, const bool live, const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,
@@ -602,7 +603,7 @@ __device__ __forceinline__ void frame_cell(const idx_t n, const bool live, const
         }
     }
     bad = __any_sync(0xffffffffu, bad) ? 1u : 0u;
-    if (lane == 0u && bad) atomicAdd(&range[8], 1u);
+    if (lane == 0u && bad) atomicAdd(&range[12], 1u);
 }
 
 extern "C" __global__ void frame_fields(const float* __restrict__ fl, const unsigned char* __restrict__ flags, const u32 kinds, const u32 nk,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The viewer's pipeline timed on a GPU host without a display (esoflow view --bench): a
 # Taylor-Green box on --backend cuda (256^3 D3Q19 unless SIZE is set), drawn offscreen by wgpu
-# on the host's Vulkan driver, with one slice and a |vorticity| isosurface (and one slice alone),
+# on the host's Vulkan driver, with one slice and a |vorticity| isosurface (and one slice alone,
+# and one slice with TRACERS tracers, 100,000 unless set, moved through every frame),
 # frames through host memory (staging) and through GPU memory shared by CUDA and Vulkan
 # (interop: the shaders read the shared buffers in place): first as fast as frames come (FPS),
 # then paced at 60 FPS (the solver's MLUPS while drawing). Run from
@@ -28,10 +29,14 @@ run() { # name, extra args
   echo "== $S^3 $name: $*"
   grep -E "frames drawn|frame path|per frame|MLUPS" "$OUT/render-$S-$name.log"
 }
-# VIEWS: iso (slice + isosurface) and/or slice (one slice).
+# VIEWS: iso (slice + isosurface), slice (one slice), tracers (one slice and tracers).
 for path in ${PATHS:-shared host}; do
   for view in ${VIEWS:-iso slice}; do
-    if [ "$view" = iso ]; then extra=(--view "$ISO"); else extra=(); fi
+    case "$view" in
+      iso) extra=(--view "$ISO") ;;
+      tracers) extra=(--view "tracers=${TRACERS:-100000}") ;;
+      *) extra=() ;;
+    esac
     run "$path-$view" "${extra[@]}" --frame-path "$path"
     run "$path-$view-60" "${extra[@]}" --frame-path "$path" --bench-fps 60
   done

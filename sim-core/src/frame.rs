@@ -10,9 +10,9 @@ use crate::domain::Domain;
 use crate::error::SolverError;
 use crate::fields::FieldKind;
 
-/// Most fields one frame carries (the slice field, the isosurface's field and the speed that
-/// colours it, and one spare).
-pub const MAX_FRAME_FIELDS: usize = 4;
+/// Most fields one frame carries: the slice field, the isosurface's field and the speed that
+/// colours it, and the three velocity components that move tracers and trace streamlines.
+pub const MAX_FRAME_FIELDS: usize = 6;
 
 /// Which cells a frame must hold. A view that draws only slice planes needs only their cells:
 /// a frame of three planes of a 256^3 grid costs the solver a few hundredths of a millisecond,

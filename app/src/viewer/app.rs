@@ -63,6 +63,10 @@ pub struct ViewSettings {
     pub block_outlines: bool,
     /// The slices show the density difference against the uncompressed reference run.
     pub diff: bool,
+    /// Tracers carried by the flow.
+    pub tracers: super::panels::tracers::TracerSettings,
+    /// Streamlines.
+    pub streamlines: super::panels::tracers::StreamlineSettings,
 }
 
 impl ViewSettings {
@@ -86,6 +90,8 @@ impl ViewSettings {
             subgrid_outlines: false,
             block_outlines: true,
             diff: false,
+            tracers: super::panels::tracers::TracerSettings::default(),
+            streamlines: super::panels::tracers::StreamlineSettings::default(),
         }
     }
 
@@ -128,6 +134,8 @@ pub enum Tool {
     Erase,
     /// A click places a probe.
     Probe,
+    /// A click releases tracers there and centres the streamlines' seeds.
+    Seed,
 }
 
 impl Tool {
@@ -300,6 +308,10 @@ pub struct ViewerApp {
     /// thread, whose frames then sample just that lattice).
     pub iso_stride: Option<u32>,
     pub(super) sent_iso_stride: Option<u32>,
+    /// Whether the worker was last asked for the velocity (tracers, streamlines).
+    sent_velocity: bool,
+    /// Physical pixels per point of the view (tracer dots are sized in points).
+    pub(crate) pixels_per_point: f32,
     /// GPU times of the view (from the shell's renderer).
     pub gpu_timing: GpuTiming,
     /// Whether the shell's GPU can make surfaces (compute shaders).
@@ -372,6 +384,8 @@ impl ViewerApp {
             iso_stats: None,
             iso_stride: None,
             sent_iso_stride: None,
+            sent_velocity: false,
+            pixels_per_point: 1.0,
             sent_slices: None,
             solid_stats: None,
             gpu_timing: GpuTiming::Unknown,
@@ -543,6 +557,8 @@ impl ViewerApp {
             solids: self.view.solids && three_d,
             bricks: self.view.bricks,
             outlines: (self.view.brick_outlines || subgrids || self.block_outlines().is_some()) && three_d,
+            tracers: self.tracer_view(),
+            streamlines: self.streamline_view(),
         }
     }
 
@@ -551,6 +567,10 @@ impl ViewerApp {
         if planes != self.sent_slices {
             self.sent_slices = planes;
             self.worker.send(Command::SetSlices(planes));
+        }
+        if self.wants_velocity() != self.sent_velocity {
+            self.sent_velocity = self.wants_velocity();
+            self.worker.send(Command::SetVelocity(self.sent_velocity));
         }
         if self.iso_stride.is_some() && self.iso_stride != self.sent_iso_stride {
             self.sent_iso_stride = self.iso_stride;
@@ -714,6 +734,7 @@ impl ViewerApp {
     fn central_ui(&mut self, ui: &mut Ui) {
         let rect = ui.available_rect_before_wrap();
         let ppp = ui.ctx().pixels_per_point();
+        self.pixels_per_point = ppp;
         self.view_px = [(rect.width() * ppp).round().max(0.0) as u32, (rect.height() * ppp).round().max(0.0) as u32];
         self.view_rect = Some(rect);
         let resp = ui.allocate_rect(rect, egui::Sense::click_and_drag());
@@ -734,8 +755,10 @@ impl ViewerApp {
         self.camera_input(ui, &resp, rect);
         self.paint_input(ui, &resp);
         self.probe_input(&resp);
+        self.seed_input(&resp);
         self.brush_cursor(ui);
         self.probe_markers(ui);
+        self.seed_marker(ui);
         let legend = self.legend();
         let tex = self.legend_texture(ui.ctx(), self.view.cmap);
         let legend_rect = legend_ui(ui, rect, &legend, tex);

@@ -18,9 +18,16 @@ use std::sync::Arc;
 /// transactions.
 pub const SHARED_ROW_ALIGN: usize = 256;
 
-/// Most fields a frame carries in the viewer: the slice field, the isosurface's field and the
-/// speed that colours it.
+/// Fields a frame carries in the viewer besides the velocity: the slice field, the isosurface's
+/// field and the speed that colours it.
 pub const VIEW_PLANES: usize = 3;
+
+/// Fields a frame carries at most in the viewer: with the velocity components that move the
+/// tracers and trace the streamlines.
+pub const VIEW_PLANES_WITH_VELOCITY: usize = sim_core::frame::MAX_FRAME_FIELDS;
+
+/// The velocity components, in the order the renderer takes them.
+pub const VELOCITY: [FieldKind; 3] = [FieldKind::Ux, FieldKind::Uy, FieldKind::Uz];
 
 /// Which way frames travel (`--frame-path`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -322,6 +329,8 @@ pub struct FrameView<'a> {
     pub size: [usize; 3],
     /// The isosurface's field, when an isosurface is on.
     pub iso: Option<FieldKind>,
+    /// Whether the velocity components go too (tracers, streamlines).
+    pub velocity: bool,
 }
 
 /// Give a snapshot's frame to the renderer: the slices' field, the isosurface's data when the
@@ -346,6 +355,8 @@ pub fn upload_snapshot(
     if snap.iso.is_some() && iso.is_none() {
         problems.push("isosurface: its fields are missing from the frame".into());
     }
+    let velocity = VELOCITY.map(|k| frame.plane(k));
+    let velocity = snap.velocity.then_some(velocity).and_then(|v| Some([v[0]?, v[1]?, v[2]?]));
     match &frame.data {
         FrameData::Host(_) => {
             let values = frame.host_values(snap.field).ok_or("the frame's host data is not laid out for upload")?;
@@ -359,12 +370,19 @@ pub fn upload_snapshot(
                     _ => problems.push("isosurface: its fields are missing from the frame".into()),
                 }
             }
+            let values = velocity.and_then(|_| {
+                let [x, y, z] = VELOCITY.map(|k| frame.host_values(k));
+                Some([x?, y?, z?])
+            });
+            if let Err(e) = fr.upload_velocity(device, queue, snap.size, values, frame.layout.region.lattice() as u32) {
+                problems.push(format!("tracers: {e}"));
+            }
         }
         FrameData::Shared(slot) => {
             // The renderer holds the slot while it binds it: the solver thread writes the buffer
             // again only once it is released and the GPU is done with it.
             let keep: super::render::Keep = Arc::clone(slot) as _;
-            fr.upload_from_buffer(device, queue, slot.buffer.buffer(), &frame.layout, field, iso, solid, Some(keep))
+            fr.upload_from_buffer(device, queue, slot.buffer.buffer(), &frame.layout, field, iso, velocity, solid, Some(keep))
                 .map_err(|e| e.to_string())?;
             // The next submit reads this frame: on the GPU it waits until the solver has written
             // it, and it tells the solver when the buffers bound before are free.
@@ -387,13 +405,14 @@ pub fn hand_over_note(slots: &[Arc<SharedSlot>]) -> &'static str {
     }
 }
 
-/// Shared buffers for frames of a grid `n` (room for [`VIEW_PLANES`] fields each) on the
-/// renderer's device, imported into CUDA: `count` of them. Works where the renderer runs on
-/// Vulkan on the same GPU as CUDA device 0.
+/// Shared buffers for frames of a grid `n` (room for `planes` fields each: [`VIEW_PLANES`], or
+/// [`VIEW_PLANES_WITH_VELOCITY`] for a view with tracers) on the renderer's device, imported
+/// into CUDA: `count` of them. Works where the renderer runs on Vulkan on the same GPU as CUDA
+/// device 0.
 ///
 /// # Errors
 /// Why interop cannot be had here (other backend, other GPU, missing extension, driver refusal).
-pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize) -> Result<Vec<Arc<SharedSlot>>, String> {
+pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize, planes: usize) -> Result<Vec<Arc<SharedSlot>>, String> {
     use super::interop::{device_uuid, interop_support, SharedBuffer};
     interop_support(device).map_err(|e| e.to_string())?;
     let cuda = sim_core::backend::cuda::device_uuid().ok_or("no CUDA device to share memory with")?;
@@ -401,7 +420,7 @@ pub fn make_shared_slots(device: &wgpu::Device, n: [usize; 3], count: usize) -> 
     if cuda != vk {
         return Err("the renderer runs on another GPU than CUDA device 0".into());
     }
-    let bytes = FrameLayout::new(n, VIEW_PLANES, SHARED_ROW_ALIGN).bytes() as u64;
+    let bytes = FrameLayout::new(n, planes.clamp(1, VIEW_PLANES_WITH_VELOCITY), SHARED_ROW_ALIGN).bytes() as u64;
     // Timeline semaphores where the device can export them; host-synchronised otherwise.
     let sync = match SharedSync::new(device) {
         Ok(s) => Some(Arc::new(s)),
@@ -475,7 +494,7 @@ mod tests {
         let g = cuda_gpu("gpu_shared_buffers_carry_cuda_writes_to_wgpu");
         // One 256^2 slice up to a 512^3 volume (the first plane of a frame buffer).
         for n in [[256, 256, 1], [100, 30, 7], [64, 64, 64], [256, 256, 256], [512, 512, 512]] {
-            let slots = make_shared_slots(&g.device, n, 1).expect("shared buffers on the CUDA GPU");
+            let slots = make_shared_slots(&g.device, n, 1, VIEW_PLANES).expect("shared buffers on the CUDA GPU");
             let layout = FrameLayout::new(n, 1, SHARED_ROW_ALIGN);
             let want = pattern(layout.floats());
             slots[0].import.write_floats(&want).expect("CUDA writes");
@@ -512,7 +531,7 @@ mod tests {
         let h = host.write(solver.as_mut(), &kinds, FrameRegion::All).expect("host frame").expect("a free frame");
         assert!(!h.is_shared());
         let mut shared = FramePool::default();
-        shared.set_shared(make_shared_slots(&g.device, ls.derived.size, POOL).expect("shared buffers"));
+        shared.set_shared(make_shared_slots(&g.device, ls.derived.size, POOL, VIEW_PLANES).expect("shared buffers"));
         let s = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("shared frame").expect("a free frame");
         let FrameData::Shared(slot) = &s.data else { panic!("the frame is not in a shared buffer") };
         assert_eq!(h.ranges, s.ranges, "same ranges both ways");
@@ -539,7 +558,7 @@ mod tests {
         let g = cuda_gpu("gpu_frames_hand_over_on_the_gpu_through_timeline_semaphores");
         let (ls, mut solver) = sphere_channel();
         solver.fuse_frame_fields(true);
-        let slots = make_shared_slots(&g.device, ls.derived.size, POOL).expect("shared buffers");
+        let slots = make_shared_slots(&g.device, ls.derived.size, POOL, VIEW_PLANES).expect("shared buffers");
         let sync =
             Arc::clone(slots[0].sync.as_ref().expect("this device shares timeline semaphores with CUDA (VK_KHR_external_semaphore_fd)"));
         let mut shared = FramePool::default();
@@ -583,7 +602,7 @@ mod tests {
         let mut host = FramePool::default();
         let h = host.write(solver.as_mut(), &kinds, FrameRegion::All).expect("host frame").expect("a free frame");
         let mut shared = FramePool::default();
-        shared.set_shared(make_shared_slots(&g.device, n, POOL).expect("shared buffers"));
+        shared.set_shared(make_shared_slots(&g.device, n, POOL, VIEW_PLANES).expect("shared buffers"));
         let s = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("shared frame").expect("a free frame");
         let FrameData::Shared(slot) = &s.data else { panic!("the frame is not in a shared buffer") };
         assert!(!s.layout.is_tight());
@@ -615,7 +634,9 @@ mod tests {
         let mut in_place = FieldRenderer::new(&g.device, &g.queue);
         let keep: Keep = Arc::clone(slot) as _;
         let iso = Some((FieldKind::Vorticity, 1, 0));
-        in_place.upload_from_buffer(&g.device, &g.queue, slot.buffer.buffer(), &s.layout, 0, iso, Some(&solid), Some(keep)).expect("bind");
+        in_place
+            .upload_from_buffer(&g.device, &g.queue, slot.buffer.buffer(), &s.layout, 0, iso, None, Some(&solid), Some(keep))
+            .expect("bind");
         let (a, sa) = draw(&mut from_host);
         let (b, sb) = draw(&mut in_place);
         assert!(sa.is_some_and(|st| st.triangles() > 0), "{sa:?}");

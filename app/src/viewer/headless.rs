@@ -90,13 +90,15 @@ pub struct PictureData<'a> {
     pub bricks: Option<&'a BrickMap>,
     /// Boxes to outline (drawn where the view's `outlines` is on).
     pub outlines: Option<&'a [OutlineBox]>,
+    /// Velocity components x, y, z (tracers, streamlines).
+    pub velocity: Option<[&'a [f32]; 3]>,
 }
 
 impl<'a> PictureData<'a> {
     /// A field and its solid mask alone.
     #[must_use]
     pub fn field(n: [usize; 3], values: &'a [f32], solid: &'a [u8]) -> PictureData<'a> {
-        PictureData { n, values, solid, iso: None, bricks: None, outlines: None }
+        PictureData { n, values, solid, iso: None, bricks: None, outlines: None, velocity: None }
     }
 }
 
@@ -124,6 +126,33 @@ pub fn draw_offscreen(
     if let Some(o) = data.outlines {
         fr.set_outlines(device, queue, o);
     }
+    if data.velocity.is_some() {
+        fr.upload_velocity(device, queue, data.n, data.velocity, 1)?;
+    }
+    // Tracers in a picture: carried through the velocity for their life first, in passes of a
+    // few cells each, so that the picture shows them spread along the flow.
+    if let Some(t) = params.tracers {
+        let passes = TRACER_WARMUP_PASSES;
+        let per_pass = (t.life.min(1e6) / passes as f32).max(1.0) as u64;
+        for k in 0..passes {
+            let p = ViewParams { tracers: Some(super::render::TracerView { step: k * per_pass, ..t }), ..params.clone() };
+            let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tracers") });
+            fr.render(device, queue, &mut encoder, [8, 8], &p);
+            queue.submit([encoder.finish()]);
+        }
+        let last = ViewParams { tracers: Some(super::render::TracerView { step: passes * per_pass, ..t }), ..params.clone() };
+        return draw_final(gpu, fr, &last, size);
+    }
+    draw_final(gpu, fr, params, size)
+}
+
+/// Passes that carry a picture's tracers through the velocity before it is drawn.
+pub const TRACER_WARMUP_PASSES: u64 = 96;
+
+/// Draw at `size`, waiting for the surfaces' triangle counts (and drawing again if a
+/// surface's buffer had to grow).
+fn draw_final(gpu: &Gpu, mut fr: FieldRenderer, params: &ViewParams, size: [u32; 2]) -> anyhow::Result<(FieldRenderer, Option<MeshStats>)> {
+    let (device, queue) = (&gpu.device, &gpu.queue);
     // A surface too large for its first buffer grows (at most ~10 times to the device's limit).
     for _ in 0..12 {
         let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("picture") });
@@ -310,6 +339,28 @@ pub fn render_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, notes: boo
         eprintln!("note: iso= is ignored for a 2D scene (isosurfaces need 3D)");
     }
     params.iso = iso.as_ref().map(|(v, _, _)| *v);
+    let velocity = (spec.tracers.is_some() || spec.streamlines.is_some())
+        .then(|| super::frames::VELOCITY.map(|k| if k == spec.field { values.clone() } else { solver.scalar_field(k) }));
+    if let Some(v) = &velocity {
+        let speed = v[0].iter().zip(&v[1]).zip(&v[2]).zip(&solid).filter(|(_, &s)| s == 0).fold(0.0f32, |m, (((x, y), z), _)| {
+            let s = (x * x + y * y + z * z).sqrt();
+            if s.is_finite() {
+                m.max(s)
+            } else {
+                m
+            }
+        });
+        let speed = speed.clamp(1e-3, 0.5);
+        let inlet = super::worker::inlet_box(d);
+        params.tracers = spec.tracers.map(|(count, seeding)| {
+            let t = super::panels::tracers::TracerSettings { on: true, count, seeding, ..Default::default() };
+            super::panels::tracers::tracer_view_of(&t, n, inlet, speed, 0)
+        });
+        params.streamlines = spec.streamlines.map(|seeds| {
+            let s = super::panels::tracers::StreamlineSettings { on: true, seeds, ..Default::default() };
+            super::panels::tracers::streamline_view_of(&s, n, inlet, speed)
+        });
+    }
     let bricks = (spec.bricks || (spec.brick_outlines && three_d)).then(|| solver.bricks());
     if let Some(b) = &bricks {
         legend.bricks = Some(BrickLegend::of(b));
@@ -330,6 +381,7 @@ pub fn render_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, notes: boo
         iso: iso.as_ref().map(|(v, i, s)| (v.kind, i.as_slice(), s.as_slice())),
         bricks: bricks.as_ref(),
         outlines: outlines.as_deref(),
+        velocity: velocity.as_ref().map(|v| [v[0].as_slice(), v[1].as_slice(), v[2].as_slice()]),
         ..PictureData::field(n, &values, &solid)
     };
     let size = spec.size.unwrap_or_else(|| default_size(n));
@@ -435,12 +487,14 @@ pub fn render_bench(
     if let Some(k) = std::env::var("ESOFLOW_GPU_TIMER_EVERY").ok().and_then(|v| v.parse().ok()) {
         fr.sample_gpu_every(k);
     }
+    let velocity = spec.tracers.is_some() || spec.streamlines.is_some();
+    let planes = if velocity { super::frames::VIEW_PLANES_WITH_VELOCITY } else { super::frames::VIEW_PLANES };
     let shared = if how.path == FramePath::Host {
         Err("host memory asked for (--frame-path host)".to_string())
     } else if info.backend != "cuda" {
         Err(format!("the {} backend computes fields in host memory", info.backend))
     } else {
-        super::frames::make_shared_slots(&gpu.device, n, super::frames::POOL)
+        super::frames::make_shared_slots(&gpu.device, n, super::frames::POOL, planes)
     };
     let path_note = match &shared {
         Ok(slots) => format!(
@@ -462,6 +516,9 @@ pub fn render_bench(
     let iso = spec.iso.filter(|_| n[2] > 1);
     if let Some((kind, _)) = iso {
         worker.send(super::worker::Command::SetIso(Some(kind)));
+    }
+    if velocity {
+        worker.send(super::worker::Command::SetVelocity(true));
     }
     // One x slice, as the window's solver thread learns it: without an isosurface, frames carry
     // only that plane.
@@ -538,6 +595,17 @@ pub fn render_bench(
             let color_range = snap.iso.as_ref().map_or((0.0, 0.1), |d| auto_range(d.speed_min_max, cmap));
             IsoView { kind, threshold, color_range }
         });
+        // With tracers=... or streamlines=...: the tracers move with every frame, the lines are
+        // traced again through every new velocity.
+        let speed = (snap.stats.max_u as f32).clamp(1e-3, 0.5);
+        params.tracers = spec.tracers.map(|(count, seeding)| {
+            let t = super::panels::tracers::TracerSettings { on: true, count, seeding, ..Default::default() };
+            super::panels::tracers::tracer_view_of(&t, n, snap.inlet, speed, snap.step)
+        });
+        params.streamlines = spec.streamlines.map(|seeds| {
+            let s = super::panels::tracers::StreamlineSettings { on: true, seeds, ..Default::default() };
+            super::panels::tracers::streamline_view_of(&s, n, snap.inlet, speed)
+        });
         fr.render(&gpu.device, &gpu.queue, &mut enc, size, &params);
         fr.end_gpu_frame(&mut enc);
         gpu.queue.submit([enc.finish()]);
@@ -586,6 +654,22 @@ pub fn render_bench(
             format!("one x slice and the isosurface {} = {t}, {triangles} triangles, {vertices} vertices at the end (cubes of {iso_stride} cells)", kind.name())
         }
         None => "one x slice".into(),
+    };
+    let what = match (spec.tracers, spec.streamlines) {
+        (None, None) => what,
+        (t, l) => {
+            let (dots, lines) = fr.tracers_drawn();
+            let region = if n[2] > 1 {
+                format!("velocity every {} cells", super::worker::velocity_stride(n.iter().product()))
+            } else {
+                "velocity every cell".into()
+            };
+            format!(
+                "{what}, {dots} tracers{}, {lines} streamlines{} ({region})",
+                t.map_or(String::new(), |(_, s)| format!(" released {}", s.name())),
+                l.map_or(String::new(), |k| format!(" from {k} seeds per edge")),
+            )
+        }
     };
     println!(
         "per frame: fields {:.2} ms (solver thread: computed, and on the host path copied to the host), upload {:.2} ms, draw {:.2} ms ({}x{} px, {what})",

@@ -32,6 +32,8 @@ pub mod worker;
 mod soak_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tracer_tests;
 
 use colormap::ColorMap;
 use egui::{Color32, Rect, Ui};
@@ -172,6 +174,13 @@ pub struct ViewSpec {
     pub subgrid_outlines: bool,
     /// The legend under the picture (default: on; off for a bare picture, e.g. a thumbnail).
     pub legend: bool,
+    /// Tracers: how many and where they are released (default: none). A picture shows them
+    /// after they were carried through the state's velocity for a while; a bench moves them
+    /// with every frame.
+    pub tracers: Option<(u32, panels::tracers::Seeding)>,
+    /// Streamlines: seeds along each edge of the seed line (2D) or plane (3D) in front of the
+    /// inlet (default: none).
+    pub streamlines: Option<u32>,
 }
 
 impl Default for ViewSpec {
@@ -188,13 +197,15 @@ impl Default for ViewSpec {
             brick_outlines: false,
             subgrid_outlines: false,
             legend: true,
+            tracers: None,
+            streamlines: None,
         }
     }
 }
 
 impl ViewSpec {
     /// The keys `--view` accepts.
-    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay, outlines, legend";
+    pub const KEYS: &'static str = "field, cmap, range, slices, size, iso, solids, overlay, outlines, legend, tracers, streamlines";
 
     /// Parse `key=value` pairs separated by commas.
     ///
@@ -272,11 +283,45 @@ impl ViewSpec {
                         _ => anyhow::bail!("--view outlines={val}: expected bricks, subgrids, bricks+subgrids or none"),
                     };
                 }
+                "tracers" => v.tracers = parse_tracers(val).map_err(|e| anyhow::anyhow!("--view tracers={val}: {e}"))?,
+                "streamlines" => {
+                    v.streamlines = match val.trim().to_ascii_lowercase().as_str() {
+                        "off" | "none" | "0" => None,
+                        "on" => Some(panels::tracers::StreamlineSettings::default().seeds),
+                        x => match x.parse::<u32>() {
+                            Ok(k) if (1..=256).contains(&k) => Some(k),
+                            _ => anyhow::bail!(
+                                "--view streamlines={val}: expected the seeds along each edge, 1 to 256 (e.g. streamlines=16), on or off"
+                            ),
+                        },
+                    };
+                }
                 other => anyhow::bail!("--view {other}: unknown key ({})", ViewSpec::KEYS),
             }
         }
         Ok(v)
     }
+}
+
+/// `20000`, `20000:inlet`, `20000:everywhere` or `off`.
+fn parse_tracers(val: &str) -> Result<Option<(u32, panels::tracers::Seeding)>, String> {
+    use panels::tracers::Seeding;
+    let forms =
+        format!("expected COUNT[:inlet|everywhere] with COUNT 1 to {} (e.g. tracers=20000:everywhere), or off", render::MAX_TRACERS);
+    let (count, seeding) = match val.split_once(':') {
+        Some((c, s)) => (c.trim(), Some(s.trim().to_ascii_lowercase())),
+        None => (val.trim(), None),
+    };
+    if count.eq_ignore_ascii_case("off") || count.eq_ignore_ascii_case("none") {
+        return if seeding.is_none() { Ok(None) } else { Err(forms) };
+    }
+    let count = count.parse::<u32>().ok().filter(|c| (1..=render::MAX_TRACERS).contains(c)).ok_or_else(|| forms.clone())?;
+    let seeding = match seeding.as_deref() {
+        None | Some("inlet") => Seeding::Inlet,
+        Some("everywhere" | "all") => Seeding::Everywhere,
+        Some(_) => return Err(forms),
+    };
+    Ok(Some((count, seeding)))
 }
 
 /// `vorticity:0.01`, `q:1e-5`, `vorticity` (the default threshold) or `off`.

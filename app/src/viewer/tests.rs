@@ -60,7 +60,7 @@ fn every_shader_parses_and_validates_with_naga() {
 }
 
 /// A GPU adapter, or None (the test is skipped) unless ESOFLOW_REQUIRE_ADAPTER=1.
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
+pub(super) fn gpu_or_skip(test: &str) -> Option<Gpu> {
     match headless::gpu() {
         Ok(g) => Some(g),
         Err(e) => {
@@ -664,7 +664,7 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
             let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
             fr.begin_gpu_frame();
             let iso = Some((FieldKind::Vorticity, 1, 2));
-            fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, (k == 0).then_some(solid.as_slice()), None).expect("upload");
+            fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, None, (k == 0).then_some(solid.as_slice()), None).expect("upload");
             fr.render(dev, queue, &mut enc, [96, 64], &p);
             fr.end_gpu_frame(&mut enc);
             queue.submit([enc.finish()]);
@@ -714,7 +714,7 @@ fn gpu_times_are_finite_where_supported_and_reported_where_not() {
 
 /// A storage buffer holding `planes` as a frame of padded rows (`SHARED_ROW_ALIGN`, as the CUDA
 /// solver writes shared frames), the padding NaN (magenta if a shader read it).
-fn padded_frame(gpu: &Gpu, n: [usize; 3], planes: &[&[f32]]) -> (wgpu::Buffer, sim_core::frame::FrameLayout) {
+pub(super) fn padded_frame(gpu: &Gpu, n: [usize; 3], planes: &[&[f32]]) -> (wgpu::Buffer, sim_core::frame::FrameLayout) {
     let layout = sim_core::frame::FrameLayout::new(n, planes.len(), super::frames::SHARED_ROW_ALIGN);
     let mut floats = vec![f32::NAN; layout.floats()];
     for (p, v) in planes.iter().enumerate() {
@@ -774,7 +774,7 @@ fn storage_buffer_frames_with_padded_rows_draw_the_known_field() {
     let keep: render::Keep = std::sync::Arc::new(());
     let mut fr = FieldRenderer::new(dev, queue);
     let iso = Some((FieldKind::Vorticity, 1, 2));
-    fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, Some(&solid), Some(std::sync::Arc::clone(&keep))).expect("bind");
+    fr.upload_from_buffer(dev, queue, &buffer, &layout, 0, iso, None, Some(&solid), Some(std::sync::Arc::clone(&keep))).expect("bind");
     assert_eq!(std::sync::Arc::strong_count(&keep), 2, "held while bound");
     // Each slice plane alone: the pixel over a cell centre has that cell's colour.
     for (axis, slices) in [(0usize, [20usize, 0, 0]), (1, [0, 7, 0]), (2, [0, 0, 5])] {
@@ -844,7 +844,7 @@ fn storage_buffer_frames_of_2d_scenes_draw_the_known_field() {
     let solid: Vec<u8> = (0..70 * 30).map(|i| u8::from(i / 70 < 2)).collect();
     let (buffer, layout) = padded_frame(&gpu, n, &[&values]);
     let mut fr = FieldRenderer::new(&gpu.device, &gpu.queue);
-    fr.upload_from_buffer(&gpu.device, &gpu.queue, &buffer, &layout, 0, None, Some(&solid), None).expect("bind");
+    fr.upload_from_buffer(&gpu.device, &gpu.queue, &buffer, &layout, 0, None, None, Some(&solid), None).expect("bind");
     let size = [700, 300];
     let img = render_with(&gpu, &mut fr, &params(ColorMap::Viridis, (0.0, 1.1)), size);
     for i in [0usize, 13, 35, 64, 69] {
@@ -896,19 +896,19 @@ center = [14, 12]
 radius = 3.0
 "#;
 
-fn small_app(running: bool) -> ViewerApp {
+pub(super) fn small_app(running: bool) -> ViewerApp {
     let ls = sim_core::scene::from_str(SMALL_SCENE, "test", PathBuf::from("."), &[]).expect("scene");
     let solver = sim_core::build::cpu(&ls).expect("solver");
     ViewerApp::new(ls, solver, BackendChoice::Cpu, running)
 }
 
-type Harness = egui_kittest::Harness<'static, ViewerApp>;
+pub(super) type Harness = egui_kittest::Harness<'static, ViewerApp>;
 
-fn harness(app: ViewerApp) -> Harness {
+pub(super) fn harness(app: ViewerApp) -> Harness {
     harness_sized(app, 1200.0, 900.0)
 }
 
-fn harness_sized(app: ViewerApp, w: f32, h: f32) -> Harness {
+pub(super) fn harness_sized(app: ViewerApp, w: f32, h: f32) -> Harness {
     egui_kittest::Harness::builder().with_size(egui::vec2(w, h)).build_ui_state(|ui, app: &mut ViewerApp| app.ui(ui), app)
 }
 
@@ -916,7 +916,7 @@ fn harness_sized(app: ViewerApp, w: f32, h: f32) -> Harness {
 /// Step the harness until `cond` holds. The limit only catches a wait that never ends: on a
 /// loaded 2-core machine (a build beside the tests) a compressed solver's rebuild and batches
 /// took over 30 s twice, so it is two minutes.
-fn run_until(h: &mut Harness, what: &str, cond: impl Fn(&ViewerApp) -> bool) {
+pub(super) fn run_until(h: &mut Harness, what: &str, cond: impl Fn(&ViewerApp) -> bool) {
     let t0 = Instant::now();
     while !cond(h.state()) {
         assert!(
@@ -1097,7 +1097,7 @@ center = [8, 8, 8]
 radius = 3.0
 "#;
 
-fn small_3d_app() -> ViewerApp {
+pub(super) fn small_3d_app() -> ViewerApp {
     let ls = sim_core::scene::from_str(SMALL_3D_SCENE, "test3d", PathBuf::from("."), &[]).expect("scene");
     let solver = sim_core::build::cpu(&ls).expect("solver");
     ViewerApp::new(ls, solver, BackendChoice::Cpu, false)
@@ -1320,7 +1320,7 @@ fn solid_count(a: &ViewerApp) -> usize {
     a.snap.as_ref().map_or(0, |s| s.solid.iter().filter(|&&v| v != 0).count())
 }
 
-fn screen(h: &Harness, p: [f32; 3]) -> egui::Pos2 {
+pub(super) fn screen(h: &Harness, p: [f32; 3]) -> egui::Pos2 {
     h.state().screen_of(glam::Vec3::from(p)).expect("the view is laid out")
 }
 
@@ -1839,7 +1839,7 @@ fn unfold_panels(h: &mut Harness) {
 }
 
 /// Unfold a side-bar section (as its key or header would) and draw a frame.
-fn unfold(h: &mut Harness, s: Section) {
+pub(super) fn unfold(h: &mut Harness, s: Section) {
     h.state_mut().sidebar.set_open(s, true);
     h.run_steps(2);
 }
@@ -1972,7 +1972,7 @@ fn the_window_fits_the_screen() {
 }
 
 /// A click of the left button at `at` (press and release without moving).
-fn click_at(h: &mut Harness, at: egui::Pos2) {
+pub(super) fn click_at(h: &mut Harness, at: egui::Pos2) {
     h.hover_at(at);
     h.step();
     h.drag_at(at);

@@ -51,10 +51,10 @@ struct Shell {
     bricks_uploaded: Option<u64>,
     /// What the outline boxes were last set for ([`super::app::ViewerApp::outline_key`]).
     outlines_for: Option<(u64, u64, bool, bool)>,
-    /// How frames should reach the renderer, and the grid shared buffers were last made (or
-    /// tried) for.
+    /// How frames should reach the renderer, and the grid and field count shared buffers were
+    /// last made (or tried) for.
     frame_path: super::frames::FramePath,
-    shared_for: Option<[usize; 3]>,
+    shared_for: Option<([usize; 3], usize)>,
     drawn: Option<(u64, u64, [u32; 2], super::render::ViewParams)>,
     surface_events: Shared<String>,
     shots: Shared<Result<PathBuf, String>>,
@@ -155,6 +155,7 @@ fn shared_frames(
     path: super::frames::FramePath,
     device: &wgpu::Device,
     snap: &super::worker::Snapshot,
+    planes: usize,
 ) -> (Option<Vec<Arc<super::frames::SharedSlot>>>, String) {
     use super::frames::FramePath;
     if path == FramePath::Host {
@@ -163,7 +164,7 @@ fn shared_frames(
     if snap.info.backend != "cuda" {
         return (None, format!("host memory (the {} backend computes there)", snap.info.backend));
     }
-    match super::frames::make_shared_slots(device, snap.size, super::frames::POOL) {
+    match super::frames::make_shared_slots(device, snap.size, super::frames::POOL, planes) {
         Ok(slots) => {
             let note = format!("shared GPU memory (CUDA writes, the shaders read in place; {})", super::frames::hand_over_note(&slots));
             (Some(slots), note)
@@ -313,10 +314,13 @@ impl Shell {
         // The field view: upload a new snapshot, draw when something changed.
         let tr = Instant::now();
         let (device, queue) = (&g.render.device, &g.render.queue);
-        // Frames in GPU memory shared with CUDA where that can be had (made once per grid size).
-        if let Some(snap) = self.app.snap.as_ref().filter(|s| self.shared_for != Some(s.size)) {
-            self.shared_for = Some(snap.size);
-            let (slots, note) = shared_frames(self.frame_path, device, snap);
+        // Frames in GPU memory shared with CUDA where that can be had: made once per grid size,
+        // and made larger once the view wants the velocity too (tracers), never smaller.
+        let planes = if self.app.wants_velocity() { super::frames::VIEW_PLANES_WITH_VELOCITY } else { super::frames::VIEW_PLANES };
+        let due = |s: &super::worker::Snapshot, had: Option<([usize; 3], usize)>| had.is_none_or(|(n, p)| n != s.size || p < planes);
+        if let Some(snap) = self.app.snap.as_ref().filter(|s| due(s, self.shared_for)) {
+            self.shared_for = Some((snap.size, planes));
+            let (slots, note) = shared_frames(self.frame_path, device, snap, planes);
             if let Some(slots) = slots {
                 self.app.worker.send(super::worker::Command::SharedFrames(slots));
             }

@@ -38,6 +38,10 @@ pub enum Command {
     /// an isosurface carry only the lattice of every such cell and the slice planes
     /// ([`FrameRegion::Sampled`]), 1/s^3 of the volume.
     SetIsoStride(u32),
+    /// Publish the velocity components with every snapshot (tracers and streamlines move
+    /// through them), or stop. 3D frames then carry the whole volume: every cell of grids up to
+    /// [`VELOCITY_FULL_CELLS`], a lattice of every 2nd or 4th cell beyond.
+    SetVelocity(bool),
     /// Sample the flow at these cells of the solver's grid with every snapshot (probes; empty:
     /// none).
     SetProbes(Vec<[usize; 3]>),
@@ -218,14 +222,56 @@ pub struct Snapshot {
     pub probes: Vec<sim_core::probes::ProbeSample>,
     /// The cells sampled (the solver's grid).
     pub probe_cells: Vec<[usize; 3]>,
+    /// The box (cells) in front of the first velocity inlet, where tracers are released when
+    /// they are seeded at the inlet (`None`: the scene has no inlet).
+    pub inlet: Option<[[f32; 3]; 2]>,
 }
 
 impl Snapshot {
     /// What of this snapshot's frame the renderer is given.
     #[must_use]
     pub fn view(&self) -> super::frames::FrameView<'_> {
-        super::frames::FrameView { frame: &self.frame, field: self.field, size: self.size, iso: self.iso.map(|d| d.kind) }
+        super::frames::FrameView {
+            frame: &self.frame,
+            field: self.field,
+            size: self.size,
+            iso: self.iso.map(|d| d.kind),
+            velocity: super::frames::VELOCITY.iter().all(|&k| self.frame.plane(k).is_some()),
+        }
     }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The box of cells one cell deep in front of the first velocity inlet (past its absorbing
+/// layer), across the inlet's open cells: where tracers seeded at the inlet are released.
+#[must_use]
+pub fn inlet_box(d: &Domain) -> Option<[[f32; 3]; 2]> {
+    let i = d.inlets.first()?;
+    let dims = d.lattice.dims();
+    let mut lo = [0.0f32; 3];
+    let mut hi = [0.0f32; 3];
+    for a in 0..3 {
+        let (first, last) = i.open[a];
+        lo[a] = first as f32;
+        hi[a] = (last + 1) as f32;
+    }
+    let a = i.axis;
+    let depth = (i.sponge + 1).min(d.n[a].saturating_sub(1)) as i64;
+    let layer = (i.layer as i64 + i64::from(i.inward) * depth).clamp(0, d.n[a] as i64 - 1) as f32;
+    lo[a] = layer;
+    hi[a] = layer + 1.0;
+    if dims == 2 {
+        lo[2] = 0.0;
+        hi[2] = 1.0;
+    }
+    Some([lo, hi])
 }
 
 /// The mailbox the solver thread writes and the UI takes from.
@@ -319,6 +365,25 @@ const SHARED_RANGE_CELLS: usize = 1 << 22;
 const SHARED_RANGE_EVERY: Duration = Duration::from_millis(500);
 /// Stats (mass, forces: sums over the grid) are taken at most this often.
 const STATS_EVERY: Duration = Duration::from_millis(100);
+/// Grids up to this many cells carry the velocity of every cell to the tracers; larger ones a
+/// lattice of every 2nd cell (every 4th beyond [`VELOCITY_HALF_CELLS`]): a 256^3 grid's three
+/// components at every cell are 200 MB a frame, on the lattice 25 MB, and a tracer between
+/// lattice points moves with the trilinear mean of their velocities.
+pub const VELOCITY_FULL_CELLS: usize = 1 << 22;
+/// Grids up to this many cells carry the velocity of every 2nd cell.
+pub const VELOCITY_HALF_CELLS: usize = 1 << 25;
+
+/// Spacing of the cells whose velocity a 3D frame of `cells` cells carries for tracers.
+#[must_use]
+pub fn velocity_stride(cells: usize) -> usize {
+    if cells <= VELOCITY_FULL_CELLS {
+        1
+    } else if cells <= VELOCITY_HALF_CELLS {
+        2
+    } else {
+        4
+    }
+}
 
 struct Worker {
     solver: Box<dyn Solver>,
@@ -338,6 +403,7 @@ struct Worker {
     iso: Option<FieldKind>,
     slices: Option<[Option<usize>; 3]>,
     iso_stride: u32,
+    velocity: bool,
     steps_per_batch: u64,
     checkpoint_every: u64,
     initial: Arc<Saved>,
@@ -430,6 +496,7 @@ impl Worker {
             iso: None,
             slices: None,
             iso_stride: 1,
+            velocity: false,
             steps_per_batch: spb.max(1),
             checkpoint_every: 1000,
             initial,
@@ -532,6 +599,13 @@ impl Worker {
             Command::SetIsoStride(s) => {
                 if s != self.iso_stride {
                     self.iso_stride = s.max(1);
+                    self.update_fusion();
+                    self.dirty = true;
+                }
+            }
+            Command::SetVelocity(on) => {
+                if on != self.velocity {
+                    self.velocity = on;
                     self.update_fusion();
                     self.dirty = true;
                 }
@@ -991,16 +1065,26 @@ impl Worker {
     }
 
     /// The cells a frame carries (3D, planes known): the slice planes alone when the view
-    /// draws nothing else; with an isosurface marched on cubes of 2 cells or more, the lattice
-    /// it reads and the slice planes; else every cell.
+    /// draws nothing else; with an isosurface marched on cubes of 2 cells or more, or with
+    /// the velocity for tracers of a large grid, the lattice they read (the finer of the two:
+    /// both strides are powers of two or the isosurface's stride is a multiple of the
+    /// velocity's) and the slice planes; else every cell.
     fn frame_region(&self) -> FrameRegion {
         let n = self.solver.domain().n;
         let Some(k) = self.slices.filter(|_| n[2] > 1) else { return FrameRegion::All };
         let planes = std::array::from_fn(|a| k[a].map(|i| i.min(n[a] - 1)));
-        match self.iso {
-            None if k.iter().any(Option::is_some) => FrameRegion::Planes(planes),
-            Some(_) if self.iso_stride >= 2 => FrameRegion::Sampled { stride: self.iso_stride as usize, planes },
-            _ => FrameRegion::All,
+        let iso = self.iso.map(|_| self.iso_stride as usize);
+        let velocity = self.velocity.then(|| velocity_stride(n.iter().product()));
+        let stride = match (iso, velocity) {
+            (None, None) if k.iter().any(Option::is_some) => return FrameRegion::Planes(planes),
+            (None, None) => 1,
+            (Some(a), Some(b)) => gcd(a, b),
+            (Some(a), None) | (None, Some(a)) => a,
+        };
+        if stride >= 2 {
+            FrameRegion::Sampled { stride, planes }
+        } else {
+            FrameRegion::All
         }
     }
 
@@ -1013,15 +1097,15 @@ impl Worker {
         self.solver.fuse_frame_fields(whole || stats_due);
     }
 
-    /// The fields a frame carries: the slices' field, and with an isosurface on (3D) its field
-    /// and the speed that colours it, each once.
+    /// The fields a frame carries: the slices' field, with an isosurface on (3D) its field and
+    /// the speed that colours it, with tracers the velocity components, each once.
     fn frame_kinds(&self) -> Vec<FieldKind> {
         let mut kinds = vec![self.field];
-        if let Some(k) = self.iso.filter(|_| self.solver.domain().n[2] > 1) {
-            for k in [k, FieldKind::Speed] {
-                if !kinds.contains(&k) {
-                    kinds.push(k);
-                }
+        let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|k| [k, FieldKind::Speed]);
+        let velocity = self.velocity.then_some(super::frames::VELOCITY);
+        for k in iso.iter().flatten().chain(velocity.iter().flatten()) {
+            if !kinds.contains(k) {
+                kinds.push(*k);
             }
         }
         kinds
@@ -1155,6 +1239,7 @@ impl Worker {
             undo_depth: self.strokes.len(),
             probes,
             probe_cells: self.probe_cells.clone(),
+            inlet: inlet_box(d),
         };
         self.serial += 1;
         *self.mailbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(snap);

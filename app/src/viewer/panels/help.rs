@@ -35,8 +35,14 @@ impl ViewerApp {
         if undo {
             self.undo_stroke();
         }
-        let p = ctx.input(|i| i.key_pressed(Key::P));
-        for (pressed, t) in [(n, Tool::Navigate), (d, Tool::Draw), (e, Tool::Erase), (p, Tool::Probe)] {
+        let (p, g, t, l) = ctx.input(|i| (i.key_pressed(Key::P), i.key_pressed(Key::G), i.key_pressed(Key::T), i.key_pressed(Key::L)));
+        if t {
+            self.set_tracers(!self.view.tracers.on);
+        }
+        if l {
+            self.set_streamlines(!self.view.streamlines.on);
+        }
+        for (pressed, t) in [(n, Tool::Navigate), (d, Tool::Draw), (e, Tool::Erase), (p, Tool::Probe), (g, Tool::Seed)] {
             if pressed {
                 self.set_tool(t);
             }
@@ -84,13 +90,15 @@ impl ViewerApp {
                         ("f / c", "next field / next colour map"),
                         ("tab", "move between the controls of the panels (enter / space to use one)"),
                         ("i", "isosurface on / off (3D)"),
+                        ("t", "tracers on / off: particles carried by the flow (Visualization panel: how many, where released)"),
+                        ("l", "streamlines on / off: lines along the flow from a line or plane of seeds"),
                         ("F12", "screenshot into screenshots/"),
                         ("F9", "start / stop recording the view (PNG frames, a video with ffmpeg; Export panel)"),
                         ("drag", "3D: orbit · 2D: pan"),
                         ("right/middle drag", "pan"),
                         ("scroll", "zoom"),
                         ("double-click", "reset the camera"),
-                        ("n / p / d / e", "tool: navigate / probe (a click places one) / draw obstacles / erase obstacles"),
+                        ("n / p / g / d / e", "tool: navigate / probe (a click places one) / seed (a click releases tracers there and centres the streamlines) / draw obstacles / erase obstacles"),
                         ("left drag (draw, erase)", "paint on the 2D view, or on the chosen slice in 3D"),
                         ("[ / ]", "smaller / larger brush"),
                         ("ctrl+z", "undo the last stroke or STL load"),

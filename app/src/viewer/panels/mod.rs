@@ -10,6 +10,7 @@ pub mod scene;
 pub mod sidebar;
 pub mod simulation;
 pub mod stats;
+pub mod tracers;
 pub mod view;
 
 /// Whether the user just left a text field (Enter, Tab, a click elsewhere): `focused` is the

@@ -188,6 +188,8 @@ impl ViewerApp {
                 ui.selectable_value(&mut t, Tool::Navigate, "Navigate").on_hover_text("n: the mouse moves the view");
                 ui.selectable_value(&mut t, Tool::Probe, "Probe")
                     .on_hover_text("p: a click on the view places a probe (plots in Probes and forces)");
+                ui.selectable_value(&mut t, Tool::Seed, "Seed")
+                    .on_hover_text("g: a click on the view releases tracers there and centres the streamlines' seeds");
                 ui.selectable_value(&mut t, Tool::Draw, "Draw").on_hover_text("d: left-drag paints solid cells (obstacle \"drawn\")");
                 ui.selectable_value(&mut t, Tool::Erase, "Erase").on_hover_text("e: left-drag turns solid cells into fluid");
                 if t != self.edit.tool {

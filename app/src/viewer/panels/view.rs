@@ -201,6 +201,8 @@ impl ViewerApp {
         }
         ui.separator();
         self.surfaces_ui(ui);
+        ui.separator();
+        self.tracers_ui(ui);
     }
 
     fn surfaces_ui(&mut self, ui: &mut Ui) {

@@ -51,8 +51,11 @@ impl FieldRenderer {
             self.target = Some(Target { size, color, view, depth_view });
             reallocated = true;
         }
-        // Make the surfaces that are shown and out of date (before the render pass).
+        // Make the surfaces that are shown and out of date, move the tracers and trace the
+        // streamlines (compute passes before the render pass).
         let (draw_iso, draw_solids) = self.update_surfaces(device, queue, encoder, p);
+        let clip = self.field.as_ref().map(|f| p.camera.clip_from_world(f.size, size[0] as f32 / size[1] as f32, f.size[2] == 1));
+        let tracers = clip.and_then(|clip| self.update_tracers(device, queue, encoder, p, size, clip));
         let Some(t) = &self.target else { return reallocated };
         let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
             label: Some("field view"),
@@ -122,6 +125,10 @@ impl FieldRenderer {
                 }
             }
         });
+        if let Some(t) = &tracers {
+            self.draw_tracers(&mut pass, t);
+            pass.set_bind_group(0, bind_group, &[]);
+        }
         if !is_2d {
             pass.set_pipeline(&self.box_pipeline);
             pass.draw(0..24, 0..1);

@@ -36,8 +36,16 @@ impl FieldRenderer {
         if self.field.as_ref().is_none_or(|f| f.size != size) {
             // New textures start zeroed: no solid cells until a mask arrives.
             let solid = texture_3d(device, "solid", size, wgpu::TextureFormat::R8Uint);
-            self.field =
-                Some(FieldData { size, field: None, solid, iso: None, bricks: None, host: HostBuffers::default(), bind_group: None });
+            self.field = Some(FieldData {
+                size,
+                field: None,
+                solid,
+                iso: None,
+                bricks: None,
+                velocity: None,
+                host: HostBuffers::default(),
+                bind_group: None,
+            });
             self.iso_kind = None;
             self.iso_serial += 1;
             self.solid_serial += 1;
@@ -66,7 +74,7 @@ impl FieldRenderer {
 
     /// Write `values` (a field of the current grid, tight rows) into the host buffer `slot`.
     fn write_host(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, slot: usize, values: &[f32]) -> Option<FieldBinding> {
-        const LABELS: [&str; 3] = ["field", "isosurface field", "speed"];
+        const LABELS: [&str; 6] = ["field", "isosurface field", "speed", "velocity x", "velocity y", "velocity z"];
         let f = self.field.as_mut()?;
         let bytes = std::mem::size_of_val(values) as u64;
         let buffer = f.host.0[slot].get_or_insert_with(|| {
@@ -121,10 +129,13 @@ impl FieldRenderer {
         let binding = self.write_host(device, queue, 0, values);
         if let Some(f) = self.field.as_mut() {
             f.field = binding;
-            // Isosurface data in a shared buffer is not held any longer.
+            // Isosurface data and velocity in a shared buffer are not held any longer.
             if f.iso.as_ref().is_some_and(|(b, _)| b.shared) {
                 f.iso = None;
                 self.iso_kind = None;
+            }
+            if f.velocity.as_ref().is_some_and(|v| v[0].shared) {
+                f.velocity = None;
             }
             if let Some(s) = solid {
                 write_3d(queue, &f.solid, size, 1, s);
@@ -181,9 +192,53 @@ impl FieldRenderer {
         Ok(())
     }
 
+    /// Upload the velocity components x, y, z (tight rows, the grid of the last
+    /// [`FieldRenderer::upload`]) that move the tracers and trace the streamlines; `lattice` as
+    /// in [`FieldRenderer::set_iso_lattice`] (1: every cell holds its value). `None`: no velocity
+    /// any more (tracers and lines are not drawn).
+    ///
+    /// # Errors
+    /// No field uploaded for this size, or data of the wrong length.
+    pub fn upload_velocity(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        size: [usize; 3],
+        velocity: Option<[&[f32]; 3]>,
+        lattice: u32,
+    ) -> Result<(), RenderError> {
+        let have = self.field.as_ref().map(|f| f.size);
+        if have != Some(size) {
+            return Err(RenderError::NoField(size, have));
+        }
+        let Some(v) = velocity else {
+            if let Some(f) = self.field.as_mut() {
+                f.velocity = None;
+            }
+            return Ok(());
+        };
+        let cells = size[0] * size[1] * size[2];
+        if let Some(bad) = v.iter().find(|c| c.len() != cells) {
+            return Err(RenderError::Length(bad.len(), cells));
+        }
+        Self::check_binding(device, size, size[0], 0)?;
+        let mut bound = Vec::with_capacity(3);
+        for (k, c) in v.iter().enumerate() {
+            let Some(mut b) = self.write_host(device, queue, 3 + k, c) else { return Ok(()) };
+            b.lattice = lattice.max(1);
+            bound.push(b);
+        }
+        if let (Some(f), Ok(b)) = (self.field.as_mut(), <[FieldBinding; 3]>::try_from(bound)) {
+            f.velocity = Some(b);
+            self.velocity_serial += 1;
+        }
+        Ok(())
+    }
+
     /// Take a frame's fields from a GPU buffer (one shared with the solver) where they lie: the
     /// shaders read the planes of `buffer` straight (no copy). The slices' field is plane
-    /// `field`; with `iso` = (kind, its plane, the speed's plane) the isosurface's data. `solid`
+    /// `field`; with `iso` = (kind, its plane, the speed's plane) the isosurface's data; with
+    /// `velocity` the planes of the velocity components x, y, z (tracers, streamlines). `solid`
     /// as in [`FieldRenderer::upload`]. `keep` is held as long as the buffer is bound (give the
     /// frame's owner, so that nobody writes it meanwhile); what was held before comes back from
     /// [`FieldRenderer::take_released`].
@@ -200,6 +255,7 @@ impl FieldRenderer {
         layout: &sim_core::frame::FrameLayout,
         field: usize,
         iso: Option<(FieldKind, usize, usize)>,
+        velocity: Option<[usize; 3]>,
         solid: Option<&[u8]>,
         keep: Option<Keep>,
     ) -> Result<(), RenderError> {
@@ -208,7 +264,8 @@ impl FieldRenderer {
         if solid.is_some_and(|s| s.len() != cells) {
             return Err(RenderError::Length(solid.map_or(0, <[u8]>::len), cells));
         }
-        let planes = [Some(field), iso.map(|i| i.1), iso.map(|i| i.2)];
+        let planes =
+            [Some(field), iso.map(|i| i.1), iso.map(|i| i.2), velocity.map(|v| v[0]), velocity.map(|v| v[1]), velocity.map(|v| v[2])];
         if (layout.bytes() as u64) > buffer.size() || planes.iter().flatten().any(|&p| p >= layout.planes) {
             return Err(RenderError::Length(buffer.size() as usize / 4, layout.floats()));
         }
@@ -226,6 +283,11 @@ impl FieldRenderer {
             Some((kind, ip, sp)) if layout.region.lattice() > 0 => Some((kind, bind(ip)?, bind(sp)?)),
             _ => None,
         };
+        // Velocity for tracers needs values in the whole volume (every cell or a lattice).
+        let velocity_bindings = match velocity {
+            Some(v) if layout.region.lattice() > 0 => Some([bind(v[0])?, bind(v[1])?, bind(v[2])?]),
+            _ => None,
+        };
         self.ensure_size(device, size);
         if let Some(f) = self.field.as_mut() {
             f.field = Some(field_binding);
@@ -240,6 +302,14 @@ impl FieldRenderer {
                     f.iso = None;
                     self.iso_kind = None;
                 }
+                None => {}
+            }
+            match velocity_bindings {
+                Some(v) => {
+                    f.velocity = Some(v);
+                    self.velocity_serial += 1;
+                }
+                None if f.velocity.as_ref().is_some_and(|v| v[0].shared) => f.velocity = None,
                 None => {}
             }
             if let Some(s) = solid {

@@ -17,9 +17,13 @@ mod field;
 mod mesh;
 mod outlines;
 mod readback;
+mod tracers;
 
 pub use outlines::*;
 pub use readback::*;
+pub use tracers::{StreamlineView, TracerView, MAX_TRACERS};
+#[cfg(test)]
+pub use tracers::{TRACERS_DRAW_WGSL, TRACERS_WGSL};
 
 use super::camera::Camera;
 use super::colormap::{self, ColorMap, LUT_SIZE};
@@ -151,13 +155,29 @@ pub struct ViewParams {
     pub bricks: bool,
     /// The outline boxes of [`FieldRenderer::set_outlines`] (3D).
     pub outlines: bool,
+    /// Tracers carried by the flow (with a velocity field: [`FieldRenderer::upload_velocity`]).
+    pub tracers: Option<TracerView>,
+    /// Streamlines from a rectangle of seeds.
+    pub streamlines: Option<StreamlineView>,
 }
 
 impl ViewParams {
     /// Slices and box only: no isosurface, no solid surfaces, no overlay, no outlines.
     #[must_use]
     pub fn plain(cmap: ColorMap, range: (f32, f32), slices: [usize; 3], show: [bool; 3], camera: Camera) -> ViewParams {
-        ViewParams { cmap, range, slices, show, camera, iso: None, solids: false, bricks: false, outlines: false }
+        ViewParams {
+            cmap,
+            range,
+            slices,
+            show,
+            camera,
+            iso: None,
+            solids: false,
+            bricks: false,
+            outlines: false,
+            tracers: None,
+            streamlines: None,
+        }
     }
 }
 
@@ -226,9 +246,10 @@ impl FieldBinding {
 pub type Keep = Arc<dyn Any + Send + Sync>;
 
 /// Buffers for fields uploaded from host memory: the slices' field, the isosurface's field and
-/// the speed (made on first use, kept while the grid's size stays).
+/// the speed, the three velocity components (made on first use, kept while the grid's size
+/// stays).
 #[derive(Default)]
-struct HostBuffers([Option<wgpu::Buffer>; 3]);
+struct HostBuffers([Option<wgpu::Buffer>; 6]);
 
 struct FieldData {
     size: [usize; 3],
@@ -239,6 +260,9 @@ struct FieldData {
     iso: Option<(FieldBinding, FieldBinding)>,
     /// Brick classes and the brick size.
     bricks: Option<(wgpu::Texture, [usize; 3])>,
+    /// Velocity components x, y, z (z of a 2D grid: a zeroed stand-in), for tracers and
+    /// streamlines.
+    velocity: Option<[FieldBinding; 3]>,
     host: HostBuffers,
     /// Made by [`FieldRenderer::rebind`] whenever a binding changes.
     bind_group: Option<wgpu::BindGroup>,
@@ -293,6 +317,11 @@ pub struct FieldRenderer {
     target: Option<Target>,
     /// GPU timestamps of the frames (where the device has them).
     timer: Option<GpuTimer>,
+    /// Tracers and streamlines (where the device runs compute shaders).
+    tracer_pipelines: Option<tracers::TracerPipelines>,
+    tracer_state: tracers::TracerState,
+    /// Counts velocity uploads (what the streamlines were traced through).
+    velocity_serial: u64,
 }
 
 /// Errors the renderer reports (shown in the window).
@@ -571,6 +600,7 @@ impl FieldRenderer {
         };
         let (iso_mesh, solid_mesh) =
             if mc.is_some() { (Some(Mesh::new(device, 0, iso_capacity)), Some(Mesh::new(device, 1, max_capacity))) } else { (None, None) };
+        let tracer_pipelines = mc.is_some().then(|| tracers::TracerPipelines::new(device));
         FieldRenderer {
             slice_pipeline,
             box_pipeline,
@@ -596,6 +626,9 @@ impl FieldRenderer {
             released: Vec::new(),
             target: None,
             timer: GpuTimer::new(device, queue),
+            tracer_pipelines,
+            tracer_state: tracers::TracerState::default(),
+            velocity_serial: 0,
         }
     }
 

@@ -683,7 +683,7 @@ impl CudaSolver {
         sync: Option<crate::frame::FrameSync<'_>>,
     ) -> Result<FrameRanges, SolverError> {
         if self.frame_range.is_none() {
-            self.frame_range = Some(self.stream.alloc_zeros::<u32>(9).map_err(derr("allocating frame ranges"))?);
+            self.frame_range = Some(self.stream.alloc_zeros::<u32>(FRAME_RANGE_WORDS).map_err(derr("allocating frame ranges"))?);
         }
         let range = self.frame_range.as_mut().ok_or_else(|| SolverError::Backend("no frame range buffer".into()))?;
         self.stream.memcpy_htod(&FRAME_RANGE_INIT, range).map_err(derr("clearing frame ranges"))?;

@@ -4,7 +4,7 @@
 use super::*;
 use crate::collision::Collision;
 use crate::fields::FieldKind;
-use crate::frame::{FrameLayout, FrameRanges, FrameRegion, HostFloats};
+use crate::frame::{FrameLayout, FrameRanges, FrameRegion, HostFloats, MAX_FRAME_FIELDS};
 use crate::lattice::Lattice;
 use crate::precision::Precision;
 use crate::schemes::Scheme;
@@ -19,8 +19,20 @@ pub(super) struct FrameKernels<'a> {
     pub frame_lattice: &'a CudaFunction,
 }
 
-/// The start of a frame's range buffer (9 words; see frame_cell in stream_collide.cu).
-pub(super) const FRAME_RANGE_INIT: [u32; 9] = [u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, u32::MAX, 0, 0];
+/// Words of a frame's range buffer: a smallest and a largest key per field, then the count of
+/// non-finite values (see frame_cell in stream_collide.cu).
+pub(super) const FRAME_RANGE_WORDS: usize = 2 * MAX_FRAME_FIELDS + 1;
+
+/// The start of a frame's range buffer.
+pub(super) const FRAME_RANGE_INIT: [u32; FRAME_RANGE_WORDS] = {
+    let mut w = [0u32; FRAME_RANGE_WORDS];
+    let mut k = 0;
+    while k < MAX_FRAME_FIELDS {
+        w[2 * k] = u32::MAX;
+        k += 1;
+    }
+    w
+};
 
 /// Launch the frame kernels of a grid `n` for `kinds` from the field planes (rho, ux, uy, uz,
 /// ... of every cell) into `out` (a device address) as `layout` says: every cell, the slice
@@ -47,7 +59,7 @@ pub(super) fn launch_frame(
             let mut b = stream.launch_builder(k.frame);
             b.arg(planes).arg(flags).arg(&codes).arg(&nk).arg(&pitch).arg(&plane).arg(&out).arg(range);
             // SAFETY: arguments match frame_fields; `out` holds the layout's floats (checked by
-            // the caller), the planes hold 4 x cells floats at least, the range buffer 9 words.
+            // the caller), the planes hold 4 x cells floats at least, the range buffer FRAME_RANGE_WORDS words.
             unsafe { b.launch(threads(n.iter().product())) }.map_err(derr("launching frame_fields"))?;
         }
         FrameRegion::Planes(_) | FrameRegion::Sampled { .. } => {
@@ -77,7 +89,7 @@ pub(super) fn launch_frame(
 pub(super) fn frame_ranges(keys: &[u32], nk: usize, lag: u64) -> FrameRanges {
     let min_max =
         (0..nk).map(|k| if keys[2 * k] == u32::MAX { (0.0, 0.0) } else { (key_float(keys[2 * k]), key_float(keys[2 * k + 1])) }).collect();
-    FrameRanges { min_max, finite: keys[8] == 0, lag }
+    FrameRanges { min_max, finite: keys[2 * MAX_FRAME_FIELDS] == 0, lag }
 }
 
 /// Compile the uniform-grid kernels of `lattice` for a grid `n` and take their frame kernels

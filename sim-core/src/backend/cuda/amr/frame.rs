@@ -7,7 +7,9 @@
 
 use super::AmrGpu;
 use crate::amr::{AmrLbm, BLOCK};
-use crate::backend::cuda::{derr, device_info, frame_ranges, launch_frame, load_frame_module, threads, FrameKernels, FRAME_RANGE_INIT};
+use crate::backend::cuda::{
+    derr, device_info, frame_ranges, launch_frame, load_frame_module, threads, FrameKernels, FRAME_RANGE_INIT, FRAME_RANGE_WORDS,
+};
 use crate::domain::Domain;
 use crate::fields::FieldKind;
 use crate::frame::{FrameLayout, FrameRanges, FrameTarget};
@@ -131,7 +133,7 @@ impl AmrGpu {
             n: dom.n,
             planes: self.stream.alloc_zeros::<f32>(4 * cells).map_err(&a)?,
             flags: d_flags,
-            range: self.stream.alloc_zeros::<u32>(9).map_err(&a)?,
+            range: self.stream.alloc_zeros::<u32>(FRAME_RANGE_WORDS).map_err(&a)?,
             staging: None,
         })
     }
