@@ -23,6 +23,7 @@ use sim_core::schemes::Scheme;
 use sim_core::{Params, Solver};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 #[derive(Args, Debug)]
@@ -209,20 +210,8 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         let size = box_size(l, a.size);
         for &s in &schemes {
             for &p in &precisions {
-                // Set-up: the grid, its initial state and (CUDA) the kernels and the upload,
-                // until the solver is ready to step.
-                let setup_t = Instant::now();
-                let (dom, params) = (Domain::periodic(l, size), box_params());
-                let init = box_init(size);
-                let mut solver: Box<dyn sim_core::Solver> = if cuda {
-                    Box::new(sim_core::backend::cuda::CudaSolver::new(dom, s, p, params, init)?)
-                } else {
-                    cpu::build(dom, s, p, params, 16, init)
-                };
-                solver.synchronize()?;
-                let setup = setup_t.elapsed().as_secs_f64();
-                let (steps, mlups) = time_steps(solver.as_mut(), cuda, a.seconds)?;
-                let info = solver.info();
+                let case = BoxCase { lattice: l, scheme: s, precision: p, size, ghost_block: 16, collision: Collision::Bgk, cuda };
+                let Measured { info, steps, mlups, setup } = measure_box(&case, a.seconds, &NO_STOP)?;
                 let gbs = mlups * info.bytes_moved_per_cell / 1e3;
                 println!(
                     "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
@@ -294,6 +283,64 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Never set: the bench's own timings run their full time.
+static NO_STOP: AtomicBool = AtomicBool::new(false);
+
+/// One bench box: an empty periodic box with a Taylor-Green shear, on one GPU or the CPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BoxCase {
+    /// Velocity set.
+    pub lattice: Lattice,
+    /// Streaming scheme.
+    pub scheme: Scheme,
+    /// DDF storage precision.
+    pub precision: Precision,
+    /// Cells per axis ([`box_size`]).
+    pub size: [usize; 3],
+    /// Block edge of LBM-Ghost (clamped to the box by the solver).
+    pub ghost_block: usize,
+    /// Collision operator.
+    pub collision: Collision,
+    /// On one GPU (CUDA) rather than the CPU.
+    pub cuda: bool,
+}
+
+/// What timing a bench box gave.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// The box's solver as it describes itself (bytes per cell, bytes moved, device).
+    pub info: sim_core::SolverInfo,
+    /// Steps timed.
+    pub steps: u64,
+    /// Million lattice-cell updates per second.
+    pub mlups: f64,
+    /// Seconds from nothing to a solver ready to step: the grid, its initial state and (CUDA)
+    /// the kernels and the upload.
+    pub setup: f64,
+}
+
+/// Set up the box `c` and time it after a warm-up for `seconds` (and at least 3 steps); `stop`
+/// ends the timing early once 3 steps are done. `esoflow bench` and the viewer's streaming
+/// schemes window measure with this.
+///
+/// # Errors
+/// A GPU solver that does not start (no device, a kernel, the device's memory, an LBM-Ghost
+/// block the CUDA backend does not run), a failed step.
+pub fn measure_box(c: &BoxCase, seconds: f64, stop: &AtomicBool) -> anyhow::Result<Measured> {
+    let setup_t = Instant::now();
+    let (dom, params) = (Domain::periodic(c.lattice, c.size), box_params(c.collision));
+    let init = box_init(c.size);
+    let mut solver: Box<dyn Solver> = if c.cuda {
+        Box::new(sim_core::backend::cuda::CudaSolver::with_ghost_block(dom, c.scheme, c.precision, params, c.ghost_block, init)?)
+    } else {
+        cpu::build(dom, c.scheme, c.precision, params, c.ghost_block, init)
+    };
+    solver.synchronize()?;
+    let setup = setup_t.elapsed().as_secs_f64();
+    let (steps, mlups) = time_steps(solver.as_mut(), c.cuda, seconds, stop)?;
+    Ok(Measured { info: solver.info(), steps, mlups, setup })
+}
+
 /// The memory plan of a bench box, checked before it is allocated: one clear error with what
 /// it needs, what is free and the largest --size that fits.
 fn box_fits(l: Lattice, s: Scheme, p: Precision, size: [usize; 3], place: Place) -> anyhow::Result<()> {
@@ -328,7 +375,7 @@ fn edge_of(l: Lattice, size: [usize; 3]) -> usize {
 }
 
 /// The bench box of a lattice: `edge`^3 cells in 3D, the same count in 2D.
-fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
+pub(crate) fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
     if l.dims() == 2 {
         let e = ((edge * edge * edge) as f64).sqrt() as usize;
         [e, e, 1]
@@ -337,14 +384,9 @@ fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
     }
 }
 
-/// BGK at tau 0.6, no walls, inlets or outlets.
-fn box_params() -> Params {
-    Params {
-        collide: CollideParams { kind: Collision::Bgk, tau: 0.6, cs: 0.1, force: [0.0; 3] },
-        walls: vec![[0.0; 3]],
-        inlets: vec![],
-        outlets: vec![],
-    }
+/// Collision `kind` at tau 0.6, no walls, inlets or outlets.
+fn box_params(kind: Collision) -> Params {
+    Params { collide: CollideParams { kind, tau: 0.6, cs: 0.1, force: [0.0; 3] }, walls: vec![[0.0; 3]], inlets: vec![], outlets: vec![] }
 }
 
 /// A Taylor-Green shear over the box (so the collision does real work).
@@ -357,14 +399,15 @@ fn box_init(size: [usize; 3]) -> impl Fn([usize; 3]) -> (f32, [f32; 3]) + Copy +
     }
 }
 
-/// Warm up, then step for at least `seconds` (and 3 steps): (steps timed, MLUPS).
-fn time_steps(solver: &mut dyn Solver, device: bool, seconds: f64) -> anyhow::Result<(u64, f64)> {
+/// Warm up, then step for at least `seconds` (and 3 steps), or until `stop` is set once 3 steps
+/// are done: (steps timed, MLUPS).
+fn time_steps(solver: &mut dyn Solver, device: bool, seconds: f64, stop: &AtomicBool) -> anyhow::Result<(u64, f64)> {
     solver.step(if device { 20 } else { 2 })?; // warm up (page faults, caches, module load)
     solver.synchronize()?;
     let batch = if device { 50 } else { 1 };
     let t = Instant::now();
     let mut steps = 0u64;
-    while steps < 3 || t.elapsed().as_secs_f64() < seconds {
+    while steps < 3 || (t.elapsed().as_secs_f64() < seconds && !stop.load(Ordering::Relaxed)) {
         solver.step(batch)?;
         solver.synchronize()?;
         steps += batch;
@@ -414,8 +457,9 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         let size = box_size(l, a.size);
         for &p in &precisions {
             let (one_mlups, moved) = {
-                let mut s = cuda::CudaSolver::new(Domain::periodic(l, size), Scheme::EsotericPull, p, box_params(), box_init(size))?;
-                let (_, m) = time_steps(&mut s, true, a.seconds)?;
+                let mut s =
+                    cuda::CudaSolver::new(Domain::periodic(l, size), Scheme::EsotericPull, p, box_params(Collision::Bgk), box_init(size))?;
+                let (_, m) = time_steps(&mut s, true, a.seconds, &NO_STOP)?;
                 (m, s.info().bytes_moved_per_cell)
             };
             let setup_t = Instant::now();
@@ -423,13 +467,13 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 Domain::periodic(l, size),
                 Scheme::EsotericPull,
                 p,
-                box_params(),
+                box_params(Collision::Bgk),
                 &devices,
                 box_init(size),
             )?;
             s.synchronize()?;
             eprintln!("{} {}: {n} GPUs ready to step after {:.2} s of set-up", l.name(), p.name(), setup_t.elapsed().as_secs_f64());
-            let (steps, multi) = time_steps(&mut s, true, a.seconds)?;
+            let (steps, multi) = time_steps(&mut s, true, a.seconds, &NO_STOP)?;
             let speedup = multi / one_mlups;
             let eff = speedup / n as f64;
             let pct = 100.0 * one_mlups * moved / 1e3 / copy;

@@ -260,6 +260,8 @@ pub struct ViewerApp {
     pub show_help: bool,
     /// The presets window shown.
     pub show_presets: bool,
+    /// The streaming schemes window: shown or not, its measurement.
+    pub schemes: super::panels::schemes::SchemesWindow,
     /// The recording in progress.
     pub recording: Option<super::recording::Recording>,
     /// A frame of the recording the shell should take at the end of this frame (the view only).
@@ -357,6 +359,7 @@ impl ViewerApp {
             keep_state: false,
             show_help: false,
             show_presets: false,
+            schemes: super::panels::schemes::SchemesWindow::default(),
             recording: None,
             record_request: None,
             record_settings: super::recording::RecordSettings::default(),
@@ -719,6 +722,7 @@ impl ViewerApp {
         egui::CentralPanel::default().frame(egui::Frame::NONE.fill(Color32::from_gray(4))).show(ui, |ui| self.central_ui(ui));
         self.help_ui(&ctx);
         self.presets_ui(&ctx);
+        self.schemes_ui(&ctx);
         self.blowup_ui(&ctx);
         if self.running
             || self.dialog.is_some()

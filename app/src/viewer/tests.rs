@@ -2101,6 +2101,67 @@ fn ui_presets_window_shows_the_cards_and_opens_a_scene() {
     run_until(&mut h, "the cavity", |a| !a.loading() && a.scene.scene.name.starts_with("Lid-driven cavity 2D"));
 }
 
+/// Whether a label reading `text` sits on the row of the label `row` (a grid lays a row's
+/// cells out on one line).
+fn on_row(h: &Harness, row: &str, text: &str) -> bool {
+    let y = h.get_by_label(row).rect().center().y;
+    h.query_all_by_label(text).any(|n| (n.rect().center().y - y).abs() < 6.0)
+}
+
+#[test]
+fn ui_schemes_window_lists_measures_and_switches_the_scheme() {
+    use super::panels::schemes::{mlups_text, per_cell, rows, size_text, title};
+    use sim_core::schemes::Scheme;
+    let mut h = harness_sized(small_app(true), 1280.0, 900.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.key_press(egui::Key::K);
+    h.run_steps(2);
+    assert!(h.state().schemes.shown, "k opens the window");
+    // Every scheme has a row with the memory and traffic sim-core gives for this run.
+    let (l, p, g) = {
+        let a = h.state();
+        (a.scene.derived.lattice, a.scene.scene.solver.precision, a.scene.scene.solver.ghost_block)
+    };
+    let cells = 48 * 24;
+    for (row, s) in rows(l, p, g, cells).iter().zip(Scheme::ALL) {
+        assert_eq!((row.scheme, row.stored, row.moved), (s, s.bytes_stored(l, p, g), s.bytes_moved(l, p, g)));
+        assert_eq!(row.grid_bytes, s.bytes_stored(l, p, g) * cells as f64);
+        for text in [per_cell(row.stored), size_text(row.grid_bytes), per_cell(row.moved)] {
+            assert!(on_row(&h, title(s), &text), "{}: {text} on its row", title(s));
+        }
+    }
+    assert!(on_row(&h, "Esoteric Pull", "running"), "the running scheme is marked");
+    // Measure (m): every scheme timed on a tiny box of this lattice on the CPU, the run paused
+    // meanwhile and running again after.
+    h.state_mut().schemes.seconds = 0.05;
+    h.state_mut().schemes.edge = Some(8);
+    h.key_press(egui::Key::M);
+    h.run_steps(1);
+    assert!(h.state().schemes.measuring() && !h.state().running, "measuring, the run paused");
+    run_until(&mut h, "the measurement", |a| !a.schemes.measuring());
+    assert!(h.state().running, "the run resumes");
+    h.run_steps(1);
+    for (k, s) in Scheme::ALL.into_iter().enumerate() {
+        let m = match &h.state().schemes.results[k] {
+            Some(Ok(m)) => *m,
+            other => panic!("{}: {other:?}", title(s)),
+        };
+        assert!(m.mlups > 0.0 && m.mlups.is_finite() && m.steps >= 3, "{}: {m:?}", title(s));
+        assert_eq!(m.moved, s.bytes_moved(l, p, g), "{}: the box moves what the table says", title(s));
+        assert!(on_row(&h, title(s), &mlups_text(m.mlups)), "{}: MLUPS on its row", title(s));
+        assert!(on_row(&h, title(s), &format!("{:.2}", m.gbs())), "{}: GB/s on its row", title(s));
+    }
+    // A row's button switches the run.
+    h.get_by_label("Use AA").click();
+    run_until(&mut h, "the AA solver", |a| !a.loading() && a.snap.as_ref().is_some_and(|s| s.info.scheme == Scheme::Aa));
+    h.run_steps(2);
+    assert_eq!(h.state().scene.scene.solver.scheme, Scheme::Aa);
+    assert!(on_row(&h, "AA", "running") && !on_row(&h, "Esoteric Pull", "running"), "the mark moves");
+    h.key_press(egui::Key::K);
+    h.run_steps(1);
+    assert!(!h.state().schemes.shown, "k closes it");
+}
+
 #[test]
 fn ui_recording_asks_for_a_frame_every_k_steps_and_stops_with_the_video_note() {
     let dir = tempfile::tempdir().expect("temp dir");

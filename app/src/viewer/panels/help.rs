@@ -86,6 +86,7 @@ impl ViewerApp {
                         ("h", "this help"),
                         ("b", "show / hide the side bar of panels"),
                         ("o", "presets: every shipped scene with a picture, what it shows and what to try"),
+                        ("k", "streaming schemes: memory, traffic and measured MLUPS of each, side by side (m there: measure)"),
                         ("1 … 8", "unfold / fold a panel: Simulation, Visualization, Probes and forces, Adaptive blocks, Compression, Stats, Scene, Export"),
                         ("f / c", "next field / next colour map"),
                         ("tab", "move between the controls of the panels (enter / space to use one)"),

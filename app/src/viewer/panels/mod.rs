@@ -7,6 +7,7 @@ pub mod help;
 pub mod presets;
 pub mod probes;
 pub mod scene;
+pub mod schemes;
 pub mod sidebar;
 pub mod simulation;
 pub mod stats;

@@ -117,6 +117,9 @@ impl ViewerApp {
         if o {
             self.show_presets = !self.show_presets;
         }
+        if ctx.input(|i| i.key_pressed(Key::K)) {
+            self.toggle_schemes();
+        }
         if ctx.input(|i| i.key_pressed(Key::F9)) {
             self.toggle_recording();
         }
@@ -210,6 +213,9 @@ impl ViewerApp {
                 ui.separator();
                 if ui.button("Presets").on_hover_text("o: every shipped scene, with a picture, what it shows and what to try").clicked() {
                     self.show_presets = !self.show_presets;
+                }
+                if ui.button("Schemes").on_hover_text("k: the streaming schemes side by side: memory, traffic, measured MLUPS").clicked() {
+                    self.toggle_schemes();
                 }
                 if ui.button("? Help").on_hover_text("h: every key and mouse action").clicked() {
                     self.show_help = !self.show_help;
