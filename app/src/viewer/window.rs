@@ -113,6 +113,15 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         app.view.bricks = s.bricks;
         app.view.brick_outlines = s.brick_outlines;
         app.view.subgrid_outlines = s.subgrid_outlines;
+        if let Some((count, seeding)) = s.tracers {
+            app.view.tracers.count = count;
+            app.view.tracers.seeding = seeding;
+            app.set_tracers(true);
+        }
+        if let Some(seeds) = s.streamlines {
+            app.view.streamlines.seeds = seeds;
+            app.set_streamlines(true);
+        }
     }
     if let Some(dir) = &args.record {
         app.start_recording(dir, args.every.unwrap_or(0));
