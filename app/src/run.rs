@@ -14,6 +14,7 @@ use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsColumns, StatsWriter};
 use sim_core::forces::{ForceHistory, Keep, NoShedding};
 use sim_core::scene::human_bytes;
+use sim_core::units::{si, Units};
 use sim_core::Solver;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -386,6 +387,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         info.backend,
         info.device
     );
+    let units = ls.derived.units;
+    if let Some(u) = &units {
+        report_units(u, ls.derived.viscosity(), steps);
+    }
     // Before stats.csv is continued: a probes.csv of other probes stops the resume with both
     // files as they were.
     if let Some(p) = probes.as_mut() {
@@ -410,6 +415,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    // The factors that turn the lattice values of the exported files into SI units.
+    if let (Some(d), Some(u)) = (&a.export, &units) {
+        let p = d.join("units.toml");
+        sim_core::export::write_units_toml(&p, u).with_context(|| format!("writing {}", p.display()))?;
+    }
     let mut recorder = a.record.as_deref().map(|d| Recorder::new(d, a.every.unwrap_or(RECORD_EVERY), a.resume.is_some()));
     let stats_every = ls.scene.solver.stats_every;
     let every = a.every;
@@ -572,14 +582,20 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         st.mass,
         st.max_u
     );
+    if let Some(u) = &units {
+        eprintln!("  in SI units: {} s of flow at step {}, max |u| {} m/s", si(u.time(st.step as f64)), st.step, si(u.velocity(st.max_u)));
+    }
     report_solver(solver.as_ref());
-    report_forces(&columns, &st, &history, &reference, stats_every);
+    report_forces(&columns, &st, &history, &reference, stats_every, units.as_ref());
     if let Some(p) = &probes {
         p.report(&reference);
     }
     if let Some(d) = &a.export {
         written.extend(export_fields(d, solver.as_ref(), "", which)?);
         written.push(d.join("stats.csv"));
+        if units.is_some() {
+            written.push(d.join("units.toml"));
+        }
     }
     if let Some(csv) = probes.as_ref().map(probes::Probes::write).transpose()?.flatten() {
         written.push(csv);
@@ -606,6 +622,29 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_STOPPED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The scene's SI units at the start of a run: what a cell, a step and each lattice unit stand
+/// for, the viscosity (`nu`, cells^2/step) and Reynolds number, and how long `steps` steps are.
+fn report_units(u: &Units, nu: f32, steps: u64) {
+    let rows: Vec<String> = u.rows().into_iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    eprintln!("SI units ([units]): {}", rows.join(", "));
+    let r = u.reference;
+    eprintln!(
+        "  viscosity {} m²/s, Re {} ({} m over {} cells, {} m/s for {} cells/step); {steps} steps are {} s",
+        si(u.viscosity(f64::from(nu))),
+        si(u.reynolds(f64::from(nu))),
+        si(r.length),
+        si(r.cells),
+        si(r.velocity),
+        si(r.lattice_velocity),
+        si(u.time(steps as f64))
+    );
+}
+
+/// A force in SI units for the summary: its components in N (3D) or N/m (2D).
+fn si_force(u: &Units, f: [f64; 3]) -> String {
+    format!("({}, {}, {}) {}", si(u.force(f[0])), si(u.force(f[1])), si(u.force(f[2])), u.force_unit())
 }
 
 /// What the compressed and adaptive solvers report at the end of a run.
@@ -643,18 +682,21 @@ fn report_solver(solver: &dyn Solver) {
 const FORCE_SAMPLES: usize = 1 << 16;
 
 /// The force on each obstacle at the end of a run, and over the second half of its stats rows
-/// the mean force, drag and lift coefficients and the Strouhal number of the lift.
+/// the mean force, drag and lift coefficients and the Strouhal number of the lift; with SI
+/// `units`, the forces in N (N/m in 2D) and the lift's frequency in Hz too.
 fn report_forces(
     columns: &StatsColumns,
     st: &sim_core::Stats,
     history: &ForceHistory,
     reference: &sim_core::scene::ForceReference,
     stats_every: u64,
+    units: Option<&Units>,
 ) {
     let e = |v: f64| format!("{v:.4e}");
+    let in_si = |what: &str, f: [f64; 3]| units.map(|u| format!("; {what} in SI units {}", si_force(u, f))).unwrap_or_default();
     for (k, (name, f)) in columns.names().iter().zip(&st.forces).enumerate() {
         let [cd, cl] = reference.coefficients(*f).map(|[d, l]| [format!(", C_D {d:.4}"), format!(", C_L {l:.4}")]).unwrap_or_default();
-        eprintln!("force on {name} at step {}: ({}, {}, {}){cd}{cl}", st.step, e(f[0]), e(f[1]), e(f[2]));
+        eprintln!("force on {name} at step {}: ({}, {}, {}){cd}{cl}{}", st.step, e(f[0]), e(f[1]), e(f[2]), in_si("force", *f));
         let Some(s) = history.summary(k, reference).filter(|s| s.samples >= 2) else { continue };
         let mut line = format!(
             "  steps {} to {} ({} rows): mean force ({}, {}, {})",
@@ -670,8 +712,9 @@ fn report_forces(
         }
         match &s.shedding {
             Ok(sh) => {
+                let hz = units.map(|u| format!(" = {} Hz", si(u.rate(1.0 / sh.period)))).unwrap_or_default();
                 let period =
-                    format!("lift period {:.1} steps over {} periods, {:.0} to {:.0}", sh.period, sh.periods, sh.range.0, sh.range.1);
+                    format!("lift period {:.1} steps{hz} over {} periods, {:.0} to {:.0}", sh.period, sh.periods, sh.range.0, sh.range.1);
                 match sh.strouhal {
                     Some(v) => line.push_str(&format!(", St {v:.4} ({period})")),
                     None => line.push_str(&format!(", {period}")),
@@ -687,6 +730,7 @@ fn report_forces(
         if reference.values.is_none() {
             line.push_str("; C_D, C_L and St need a reference length and velocity (fluid.length and fluid.velocity, or [forces])");
         }
+        line.push_str(&in_si("mean force", s.mean));
         eprintln!("{line}");
     }
 }

@@ -32,6 +32,7 @@ fn run_exports_fields_csv_vti_and_stats() {
     let vti = std::fs::read_to_string(d.join("fields.vti")).unwrap();
     assert!(vti.contains("ImageData") && vti.contains("velocity") && vti.contains("rho"));
     assert!(stderr(&o).contains("fields.csv"), "says where the output went");
+    assert!(!d.join("units.toml").exists(), "a scene without [units] stays in lattice units");
 }
 
 #[test]
@@ -502,4 +503,66 @@ fn a_record_folder_that_is_a_file_is_refused_before_running() {
     let o = esoflow(&["run", "--steps", "10", "--view", "field=speed"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--screenshot") && stderr(&o).contains("--record"), "{}", stderr(&o));
+}
+
+/// A scene with `[units]`: the summary gives SI values beside the lattice ones, probes.csv gets
+/// SI columns after its usual ones, and units.toml holds the factors.
+#[test]
+fn a_scene_with_si_units_reports_and_exports_them() {
+    let d = tmp("units");
+    let scene = d.join("channel.toml");
+    // 6 cells are 3 cm (dx = 5 mm); the inlet's 0.05 cells/step is 0.25 m/s (dt = 1 ms);
+    // nu = 2e-4 m^2/s is 0.008 cells^2/step, tau 0.524, Re = 0.25 * 0.03 / 2e-4 = 37.5.
+    std::fs::write(
+        &scene,
+        "name = \"units\"\n[domain]\nsize = [60, 24]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0] }\n\
+         x_max = \"outlet\"\ny_min = \"wall\"\ny_max = \"wall\"\n[fluid]\nlength = 6\nvelocity = 0.05\n[initial]\nvelocity = [0.05, 0.0]\n\
+         [[obstacles]]\nname = \"disc\"\nshape = \"cylinder\"\ncenter = [15, 12]\nradius = 3\n[[probes]]\nat = [30, 12]\nname = \"wake\"\n\
+         [units]\nlength = 0.03\nvelocity = 0.25\nviscosity = 2e-4\ndensity = 1.2\n",
+    )
+    .unwrap();
+    let out = d.join("out");
+    let o = esoflow(&[
+        "run",
+        scene.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--steps",
+        "40",
+        "--probe-every",
+        "10",
+        "--export",
+        out.to_str().unwrap(),
+        "--export-fields",
+        "none",
+    ]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    for want in [
+        "tau 0.5240",
+        "SI units ([units]): 1 cell = 0.005 m, 1 step = 0.001 s, velocity 1 cell/step = 5 m/s, density 1 = 1.2 kg/m³",
+        "force 1 = 0.15 N/m (per metre of depth)",
+        "viscosity 2e-4 m²/s, Re 37.5 (0.03 m over 6 cells, 0.25 m/s for 0.05 cells/step); 40 steps are 0.04 s",
+        "in SI units: 0.04 s of flow at step 40, max |u| ",
+        "; force in SI units (",
+        "probe wake at (30, 12): steps 20 to 40 (3 samples): |u| mean ",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    assert!(e.lines().any(|l| l.starts_with("probe wake") && l.contains(" m/s, ")), "{e}");
+    assert!(e.contains(&out.join("units.toml").display().to_string()), "listed as an output: {e}");
+    // probes.csv: the usual columns, then the SI ones; the time of step 40 is 40 ms.
+    let text = std::fs::read_to_string(out.join("probes.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity,time_s,ux_m_s,uy_m_s,uz_m_s,speed_m_s,rho_kg_m3,pressure_pa,vorticity_1_s")
+    );
+    let last: Vec<f64> = lines.last().unwrap().split(',').enumerate().filter(|(i, _)| *i != 1).map(|(_, v)| v.parse().unwrap()).collect();
+    assert_eq!(last[0], 40.0);
+    assert!((last[11] - 0.04).abs() < 1e-8, "time_s {last:?}");
+    assert!((last[12] - 5.0 * last[4]).abs() < 1e-6 && (last[16] - 1.2 * last[8]).abs() < 1e-6, "{last:?}");
+    // units.toml: the factors, as TOML.
+    let units = std::fs::read_to_string(out.join("units.toml")).unwrap();
+    assert!(units.contains("dx = 0.005  # m per cell") && units.contains("[reference]"), "{units}");
 }

@@ -1,9 +1,11 @@
 //! Output files of `esoflow run --export DIR`: `fields.csv`, `fields.vti` (VTK XML image data,
-//! for ParaView) and `stats.csv`.
+//! for ParaView) and `stats.csv`, all in lattice units, and where the scene gives SI units,
+//! `units.toml` with the factors that turn them into SI.
 
 use crate::fields;
 use crate::scene::ForceReference;
 use crate::solver::{Fields, Stats};
+use crate::units::Units;
 use std::io::Write;
 use std::path::Path;
 
@@ -89,6 +91,48 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
     };
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     crate::atomic_file::write_atomic(path, |w| vtk.write_xml(w).map_err(|e| std::io::Error::other(e.to_string()))).map_err(io)
+}
+
+/// Write `units.toml` (atomically): the factors that turn the lattice values of the exported
+/// files into SI units (multiply: `ux [m/s] = ux * velocity`), and the scene's reference values
+/// they come from. The other files stay in lattice units, so readers of them are unaffected.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_units_toml(path: &Path, u: &Units) -> std::io::Result<()> {
+    crate::atomic_file::write_atomic(path, |w| units_toml(w, u))
+}
+
+fn units_toml(w: &mut dyn Write, u: &Units) -> std::io::Result<()> {
+    let r = &u.reference;
+    let force = if u.dims == 2 { "N/m (per metre of depth: a 2D run)" } else { "N" };
+    writeln!(w, "# What one lattice unit of the exported files stands for in SI units (the scene's [units]).")?;
+    writeln!(w, "# Multiply a lattice value by its factor, e.g. ux [m/s] = ux * velocity.")?;
+    for (key, v, what) in [
+        ("dx", u.dx, "m per cell".to_string()),
+        ("dt", u.dt, "s per step".into()),
+        ("velocity", u.velocity(1.0), "m/s per cell/step".into()),
+        ("density", u.density(1.0), "kg/m^3 per unit of lattice density".into()),
+        ("pressure", u.pressure(1.0), "Pa per unit of lattice pressure c_s^2 (rho - 1)".into()),
+        ("force", u.force(1.0), format!("{force} per unit of lattice force")),
+        ("viscosity", u.viscosity(1.0), "m^2/s per cell^2/step".into()),
+        ("vorticity", u.rate(1.0), "1/s per 1/step".into()),
+    ] {
+        writeln!(w, "{key} = {v:?}  # {what}")?;
+    }
+    writeln!(w, "dims = {}", u.dims)?;
+    writeln!(w, "\n[reference]")?;
+    for (key, v, what) in [
+        ("length", r.length, "m spanned by `cells` cells"),
+        ("cells", r.cells, "cells"),
+        ("velocity", r.velocity, "m/s that `lattice_velocity` stands for"),
+        ("lattice_velocity", r.lattice_velocity, "cells/step"),
+        ("density", r.density, "kg/m^3 of the fluid at rest"),
+        ("lattice_density", r.lattice_density, "its lattice density"),
+    ] {
+        writeln!(w, "{key} = {v:?}  # {what}")?;
+    }
+    Ok(())
 }
 
 /// The columns of stats.csv: [`STATS_CSV_HEADER`] (the force there is the total on all
@@ -247,6 +291,22 @@ mod tests {
         assert!((v[10] - 2.0).abs() < 1e-9 && (v[11] + 0.1).abs() < 1e-9, "{row}");
         assert_eq!(columns(&["cylinder"], false).header(), "step,mass,max_u,fx,fy,fz,mlups,cylinder.fx,cylinder.fy,cylinder.fz");
         assert_eq!(columns(&[], true).header(), STATS_CSV_HEADER);
+    }
+
+    #[test]
+    fn units_toml_holds_the_factors_and_parses() {
+        use crate::units::Reference;
+        let r = Reference { length: 0.1, cells: 20.0, velocity: 0.5, lattice_velocity: 0.1, density: 1.2, lattice_density: 1.0 };
+        let u = Units::new(r, 2).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("units.toml");
+        write_units_toml(&p, &u).unwrap();
+        let t: toml::Table = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let f = |k: &str| t[k].as_float().unwrap();
+        assert_eq!((f("dx"), f("dt"), f("velocity")), (u.dx, u.dt, u.velocity(1.0)));
+        assert!((f("force") - 1.2 * 1.25e-7 / 1e-6).abs() < 1e-12, "{t:?}");
+        assert_eq!(t["dims"].as_integer(), Some(2));
+        assert_eq!(t["reference"]["length"].as_float(), Some(0.1));
     }
 
     #[test]

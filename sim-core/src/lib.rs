@@ -25,6 +25,7 @@ pub mod probes;
 pub mod scene;
 pub mod schemes;
 pub mod solver;
+pub mod units;
 pub mod walls;
 
 pub use bricks::{BrickClass, BrickMap};

@@ -10,10 +10,13 @@
 //!
 //! Everything is in lattice units: cells, steps, cells per step, lattice density; the pressure
 //! is the lattice one, `c_s^2 (rho - 1)` with `c_s^2 = 1/3`, about the reference density 1.
+//! Where the scene gives SI units ([`crate::units`]), probes.csv has the same columns followed
+//! by their SI values ([`PROBES_CSV_SI_COLUMNS`]).
 
 use crate::fields::{curl_of_gradient, gradient_at, Fields};
 use crate::forces::{oscillation, NoShedding};
 use crate::solver::SolverError;
+use crate::units::Units;
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +25,20 @@ use std::path::Path;
 /// in lattice units (`x,y,z` the probe's cell; `speed` = |u|; `pressure` = (rho - 1) / 3;
 /// `vorticity` = |curl u|).
 pub const PROBES_CSV_HEADER: &str = "step,probe,x,y,z,ux,uy,uz,speed,rho,pressure,vorticity";
+
+/// The columns probes.csv has after [`PROBES_CSV_HEADER`] where the scene gives SI units: the
+/// step's time (s), the velocity and speed (m/s), the density (kg/m^3), the pressure about
+/// lattice density 1 (Pa) and the vorticity (1/s).
+pub const PROBES_CSV_SI_COLUMNS: &str = "time_s,ux_m_s,uy_m_s,uz_m_s,speed_m_s,rho_kg_m3,pressure_pa,vorticity_1_s";
+
+/// The header of probes.csv: [`PROBES_CSV_HEADER`], and [`PROBES_CSV_SI_COLUMNS`] with `units`.
+#[must_use]
+pub fn probes_csv_header(units: Option<&Units>) -> String {
+    match units {
+        Some(_) => format!("{PROBES_CSV_HEADER},{PROBES_CSV_SI_COLUMNS}"),
+        None => PROBES_CSV_HEADER.to_string(),
+    }
+}
 
 /// The lattice speed of sound squared of every velocity set Esoflow runs (D2Q9, D3Q19, D3Q27).
 pub const CS2: f32 = 1.0 / 3.0;
@@ -196,20 +213,37 @@ pub fn sample_fields(f: &Fields, step: u64, cells: &[[usize; 3]]) -> Vec<ProbeSa
     sample_cells(f.size, step, cells, |i| (f.rho[i], f.u[i], f.solid[i]))
 }
 
-/// One row of probes.csv ([`PROBES_CSV_HEADER`]).
-fn csv_row(w: &mut dyn Write, p: &Probe, s: &ProbeSample) -> std::io::Result<()> {
+/// One row of probes.csv ([`probes_csv_header`]): the lattice values, and their SI values
+/// with `units`.
+fn csv_row(w: &mut dyn Write, p: &Probe, s: &ProbeSample, units: Option<&Units>) -> std::io::Result<()> {
     let [x, y, z] = p.cell;
     let [ux, uy, uz] = s.u;
-    writeln!(w, "{},{},{x},{y},{z},{ux},{uy},{uz},{},{},{},{}", s.step, p.name, s.speed(), s.rho, s.pressure(), s.vorticity)
+    write!(w, "{},{},{x},{y},{z},{ux},{uy},{uz},{},{},{},{}", s.step, p.name, s.speed(), s.rho, s.pressure(), s.vorticity)?;
+    if let Some(u) = units {
+        let v = |x: f32| u.velocity(f64::from(x));
+        write!(
+            w,
+            ",{},{},{},{},{},{},{},{}",
+            u.time(s.step as f64),
+            v(s.u[0]),
+            v(s.u[1]),
+            v(s.u[2]),
+            v(s.speed()),
+            u.density(f64::from(s.rho)),
+            u.pressure(f64::from(s.pressure())),
+            u.rate(f64::from(s.vorticity))
+        )?;
+    }
+    writeln!(w)
 }
 
 /// Write the samples of several series (probes placed at different times, each with the steps
-/// it saw) as one probes.csv: the columns of [`ProbeSeries::write_csv`], rows in step order and,
-/// within a step, in the order of the series; atomically.
+/// it saw) as one probes.csv: the columns of [`ProbeSeries::write_csv`] (the SI ones with
+/// `units`), rows in step order and, within a step, in the order of the series; atomically.
 ///
 /// # Errors
 /// The file cannot be written.
-pub fn write_csv_of(series: &[ProbeSeries], path: &Path) -> std::io::Result<()> {
+pub fn write_csv_of(series: &[ProbeSeries], units: Option<&Units>, path: &Path) -> std::io::Result<()> {
     let mut rows: Vec<(u64, usize, &Probe, &ProbeSample)> = Vec::new();
     for (k, ps) in series.iter().enumerate() {
         for (p, q) in ps.probes.iter().zip(&ps.samples) {
@@ -218,8 +252,8 @@ pub fn write_csv_of(series: &[ProbeSeries], path: &Path) -> std::io::Result<()> 
     }
     rows.sort_by_key(|r| (r.0, r.1));
     crate::atomic_file::write_atomic(path, |w| {
-        writeln!(w, "{PROBES_CSV_HEADER}")?;
-        rows.iter().try_for_each(|(_, _, p, s)| csv_row(w, p, s))
+        writeln!(w, "{}", probes_csv_header(units))?;
+        rows.iter().try_for_each(|(_, _, p, s)| csv_row(w, p, s, units))
     })
 }
 
@@ -232,6 +266,8 @@ pub struct ProbeSeries {
     samples: Vec<VecDeque<ProbeSample>>,
     capacity: usize,
     dropped: u64,
+    /// The scene's SI units, where it gives them: probes.csv gets their columns too.
+    units: Option<Units>,
 }
 
 impl ProbeSeries {
@@ -240,7 +276,21 @@ impl ProbeSeries {
     #[must_use]
     pub fn new(probes: Vec<Probe>, capacity: usize) -> ProbeSeries {
         let samples = vec![VecDeque::new(); probes.len()];
-        ProbeSeries { probes, samples, capacity: capacity.max(1), dropped: 0 }
+        ProbeSeries { probes, samples, capacity: capacity.max(1), dropped: 0, units: None }
+    }
+
+    /// This series with the scene's SI units (`None`: lattice units only), which add their
+    /// columns to probes.csv ([`probes_csv_header`]).
+    #[must_use]
+    pub fn with_units(mut self, units: Option<Units>) -> ProbeSeries {
+        self.units = units;
+        self
+    }
+
+    /// The SI units of probes.csv, if any.
+    #[must_use]
+    pub fn units(&self) -> Option<&Units> {
+        self.units.as_ref()
     }
 
     /// The probes.
@@ -320,7 +370,7 @@ impl ProbeSeries {
         }
     }
 
-    /// Write every sample as CSV ([`PROBES_CSV_HEADER`]), one row per probe and step, in step
+    /// Write every sample as CSV ([`probes_csv_header`]), one row per probe and step, in step
     /// order and, within a step, in the order of the probes; atomically (see
     /// [`crate::atomic_file`]). Numbers are written in their shortest exact form.
     ///
@@ -331,10 +381,10 @@ impl ProbeSeries {
     }
 
     fn csv(&self, w: &mut dyn Write) -> std::io::Result<()> {
-        writeln!(w, "{PROBES_CSV_HEADER}")?;
+        writeln!(w, "{}", probes_csv_header(self.units.as_ref()))?;
         for i in 0..self.len() {
             for (p, q) in self.probes.iter().zip(&self.samples) {
-                csv_row(w, p, &q[i])?;
+                csv_row(w, p, &q[i], self.units.as_ref())?;
             }
         }
         Ok(())
@@ -354,16 +404,20 @@ impl ProbeSeries {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let other = "move it away or export into another folder";
+        // The SI columns follow the lattice ones, which alone are read back (the SI values
+        // follow from them).
+        let header = probes_csv_header(self.units.as_ref());
+        let columns = header.split(',').count();
         let mut lines = text.lines().enumerate();
-        if lines.next().map(|(_, l)| l.trim_end()) != Some(PROBES_CSV_HEADER) {
-            return Err(format!("{}:1: the header is not {PROBES_CSV_HEADER}; {other}", path.display()));
+        if lines.next().map(|(_, l)| l.trim_end()) != Some(header.as_str()) {
+            return Err(format!("{}:1: the header is not {header}; {other}", path.display()));
         }
         let mut sets: Vec<Vec<Option<ProbeSample>>> = Vec::new();
         for (i, line) in lines {
             let at = || format!("{}:{}", path.display(), i + 1);
             let f: Vec<&str> = line.trim_end().split(',').collect();
-            if f.len() != 12 {
-                return Err(format!("{}: {} columns, expected 12 ({PROBES_CSV_HEADER}); {other}", at(), f.len()));
+            if f.len() != columns {
+                return Err(format!("{}: {} columns, expected {columns} ({header}); {other}", at(), f.len()));
             }
             let num =
                 |c: usize| f[c].parse::<f32>().map_err(|_| format!("{}: {} = \"{}\" is not a number; {other}", at(), column(c), f[c]));

@@ -218,6 +218,7 @@ fn keys_match_the_scene_types() {
         ("compression", "[compression]\nbogus = 1\n"),
         ("amr", "[amr]\nbogus = 1\n"),
         ("forces", "[forces]\nbogus = 1\n"),
+        ("units", "[units]\nbogus = 1\n"),
         ("boundaries", "[boundaries]\nbogus = 1\n"),
         ("boundaries.x_min", "[boundaries]\nx_min = { bogus = 1 }\n"),
     ];
@@ -402,6 +403,12 @@ at = [8, 10, 8]
             "obstacles.N.size" => obstacle(3, "4.5"),
             "probes.N.at" => obstacle(0, "[20, 2, 15]"),
             "probes.N.name" => obstacle(0, "inlet"),
+            "units.length" => Some((key.into(), "0.2")),
+            "units.cells" => Some((key.into(), "12")),
+            "units.velocity" => Some((key.into(), "0.4")),
+            // tau = 3 nu dt / dx^2 + 0.5 = 3 * 3.3e-3 * 0.05 * 10 / (0.5 * 0.1) + 0.5 = 0.599
+            "units.viscosity" => Some((key.into(), "3.3e-3")),
+            "units.density" => Some((key.into(), "1.2")),
             _ => panic!("no sample value for {key}: add one to this test"),
         }
     };
@@ -420,6 +427,15 @@ at = [8, 10, 8]
         if key.starts_with("forces.") {
             sets.push(("forces.length".into(), "4".into()));
             sets.push(("forces.velocity".into(), "0.05".into()));
+        }
+        if key.starts_with("units.") {
+            // A [units] table needs its length, cells and velocity (the inlet's 0.05 is the
+            // lattice velocity they stand for).
+            for (k, v) in [("units.length", "0.1"), ("units.cells", "10"), ("units.velocity", "0.5")] {
+                if key != k {
+                    sets.push((k.into(), v.into()));
+                }
+            }
         }
         let ls = scene::from_str(text, "keys.toml", dir.clone(), &sets).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
         Domain::from_scene(&ls).unwrap_or_else(|e| panic!("--set {key}={value}: {e}"));
@@ -782,4 +798,99 @@ fn bad_force_reference_keys_give_one_clear_error() {
             line_of(&text, "length = 0")
         )
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// [units]
+
+/// BASE without its tau, the reference length 6 cells, and a [units] table: 6 cells are 3 cm
+/// (dx = 5 mm) and the inlet's 0.05 cells/step is 0.25 m/s (dt = dx 0.05 / 0.25 = 1 ms).
+fn with_units(fluid: &str, units: &str) -> String {
+    BASE.replace("tau = 0.6\n", &format!("length = 6\n{fluid}")) + "[units]\nlength = 0.03\nvelocity = 0.25\n" + units
+}
+
+#[test]
+fn units_give_the_si_scale_and_derive_tau() {
+    // (The lattice velocity is an f32 of the scene: 0.05 is 0.05 to 1.5e-8.)
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    // No [units]: lattice units only, as before.
+    assert!(parse(BASE, &[]).unwrap().derived.units.is_none());
+    // A viscosity of 2e-4 m^2/s is nu = 2e-4 * 1e-3 / (5e-3)^2 = 0.008 cells^2/step: tau 0.524.
+    let ls = parse(&with_units("", "viscosity = 2e-4\n"), &[]).unwrap_or_else(|e| panic!("{e}"));
+    let u = ls.derived.units.expect("units");
+    assert!(close(u.dx, 5e-3) && close(u.dt, 1e-3) && close(u.rho, 1000.0), "{u:?}");
+    assert_eq!(u.dims, 2);
+    assert!((ls.derived.tau - 0.524).abs() < 1e-6, "tau {}", ls.derived.tau);
+    // Re = U L / nu = 0.25 * 0.03 / 2e-4 = 0.05 * 6 / 0.008 = 37.5.
+    assert!((u.reynolds(f64::from(ls.derived.viscosity())) - 37.5).abs() < 1e-3);
+    // fluid.velocity is the reference where given (here twice the inlet's: dt doubles).
+    let ls = parse(&with_units("velocity = 0.1\n", "viscosity = 2e-4\ndensity = 1.2\n"), &[]).unwrap();
+    let u = ls.derived.units.unwrap();
+    assert!(close(u.dt, 2e-3) && close(u.rho, 1.2) && (ls.derived.tau - 0.548).abs() < 1e-6, "{u:?} tau {}", ls.derived.tau);
+    // units.cells wins over fluid.length; no viscosity leaves tau at its default.
+    let ls = parse(&with_units("", "cells = 12\n"), &[]).unwrap();
+    assert!(close(ls.derived.units.unwrap().dx, 2.5e-3) && ls.derived.tau == 0.6);
+    // Stated twice, the viscosity must agree: tau 0.524 does, and Re 37.5 with U and L does.
+    assert!(parse(&with_units("tau = 0.524\n", "viscosity = 2e-4\n"), &[]).is_ok());
+    assert!(parse(&with_units("reynolds = 37.5\nvelocity = 0.05\n", "viscosity = 2e-4\n"), &[]).is_ok());
+    // --set adds the table to a scene without one.
+    let sets = [("units.length", "0.03"), ("units.cells", "6"), ("units.velocity", "0.25")];
+    assert!(close(parse(BASE, &sets).unwrap().derived.units.unwrap().dt, 1e-3));
+}
+
+#[test]
+fn bad_units_give_one_clear_error() {
+    let text = with_units("", "viscosity = -2e-4\n");
+    let e = error(&text, &[]);
+    let at = line_of(&text, "viscosity = -");
+    assert_eq!(
+        e,
+        format!("bad.toml:{at}: units.viscosity: must be a finite number > 0 (m^2/s, e.g. 1.0e-6 for water, 1.5e-5 for air), got -0.0002")
+    );
+    let e = error(&(BASE.replace("tau = 0.6\n", "") + "[units]\nlength = 0.03\nvelocity = 0.25\n"), &[]);
+    assert!(e.contains("units.cells: missing: give the number of cells that units.length spans"), "{e}");
+    let e = error(&(BASE.to_string() + "[units]\nlength = 0.03\ncells = 6\n"), &[]);
+    assert!(e.contains("units.velocity: missing: give the velocity in m/s"), "{e}");
+    let e = error(&with_units("", "lenght = 1\n"), &[]);
+    assert!(e.contains("units.lenght") && e.contains("unknown field") && e.contains("\"length\""), "{e}");
+    let e = error(&with_units("", ""), &[("units.velocity", "fast")]);
+    assert!(e.starts_with("--set: units.velocity: expected number > 0, got \"fast\""), "{e}");
+    // Nothing moves: no lattice velocity for units.velocity to stand for.
+    let e = error("[domain]\nsize = [20, 20]\n[units]\nlength = 1\ncells = 20\nvelocity = 1\n", &[]);
+    assert!(e.starts_with("bad.toml:6: units.velocity: the scene prescribes no velocity") && e.contains("fluid.velocity"), "{e}");
+    // Contradicting [fluid]: both named, and how to resolve it.
+    let text = with_units("tau = 0.6\n", "viscosity = 2e-4\n");
+    let e = error(&text, &[]);
+    assert!(
+        e.starts_with(&format!(
+            "bad.toml:{}: units.viscosity: 2e-4 m²/s is nu = 0.008 cells²/step on this lattice",
+            line_of(&text, "viscosity")
+        )) && e.contains("but fluid.tau gives tau = 0.6")
+            && e.contains("remove units.viscosity to keep fluid.tau"),
+        "{e}"
+    );
+    // Air (1.5e-5 m^2/s) at this resolution: tau 0.5018, too close to 0.5 for BGK; 34 cells
+    // across the 3 cm would do (nu grows with the cells), a faster lattice velocity would not.
+    let e = error(&with_units("", "viscosity = 1.5e-5\n"), &[]);
+    assert!(
+        e.contains("units.viscosity: 1.5e-5 m²/s is nu = 6e-4 cells²/step")
+            && e.contains("tau = 0.50180, below 0.51, where the bgk collision becomes unstable")
+            && e.contains("at least 34 cells instead of 6 (units.cells (now fluid.length)")
+            && e.contains("past the Mach limit")
+            && e.contains("solver.collision = \"regularized\""),
+        "{e}"
+    );
+    // With TRT 0.5018 is fine.
+    assert!(parse(&with_units("", "viscosity = 1.5e-5\n"), &[("solver.collision", "trt")]).is_ok());
+    // Below TRT's 0.501 (4e-6 m^2/s: tau 0.50048), within reach of a faster lattice velocity.
+    let e = error(&with_units("", "viscosity = 4e-6\n"), &[("solver.collision", "trt")]);
+    assert!(
+        e.contains("below 0.501")
+            && e.contains("at least 13 cells")
+            && e.contains("or raise the lattice velocity boundaries.x_min.velocity from 0.05 to 0.1042"),
+        "{e}"
+    );
+    // Far too viscous: tau 120.5; at most 2 cells, or a lattice velocity below 0.0206.
+    let e = error(&with_units("", "viscosity = 1\n"), &[]);
+    assert!(e.contains("above 50") && e.contains("at most 2 cells instead of 6") && e.contains("below 0.0206"), "{e}");
 }

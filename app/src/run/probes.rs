@@ -7,6 +7,7 @@ use anyhow::{anyhow, Context};
 use sim_core::forces::NoShedding;
 use sim_core::probes::{name_probes, Probe, ProbeSeries};
 use sim_core::scene::{ForceReference, LoadedScene};
+use sim_core::units::si;
 use sim_core::Solver;
 use std::path::PathBuf;
 
@@ -46,7 +47,8 @@ impl Probes {
         }
         name_probes(&mut probes);
         let csv = a.export.as_ref().map(|d| d.join("probes.csv"));
-        let series = ProbeSeries::new(probes, PROBE_SAMPLES);
+        // With the scene's SI units probes.csv gets their columns too.
+        let series = ProbeSeries::new(probes, PROBE_SAMPLES).with_units(ls.derived.units);
         Ok(Some(Probes { series, cells: Vec::new(), every: a.probe_every, dims, csv, sane: 0 }))
     }
 
@@ -140,7 +142,7 @@ impl Probes {
 
     /// One line per probe: where it is, its speed over the second half of the samples and
     /// the period of its velocity's oscillation (with the Strouhal number where the scene
-    /// gives reference values).
+    /// gives reference values), each also in SI units where the scene gives them.
     pub fn report(&self, reference: &ForceReference) {
         for (k, p) in self.series.probes().iter().enumerate() {
             let at = self.at(p.cell);
@@ -148,14 +150,23 @@ impl Probes {
                 eprintln!("probe {} at {at}: no samples", p.name);
                 continue;
             };
+            let units = self.series.units();
             let mut line = format!(
                 "probe {} at {at}: steps {} to {} ({} samples): |u| mean {:.4e}, {:.4e} to {:.4e}",
                 p.name, s.from, s.to, s.samples, s.mean_speed, s.min_speed, s.max_speed
             );
+            if let Some(u) = units {
+                let v = |x: f64| si(u.velocity(x));
+                line.push_str(&format!(" ({} m/s, {} to {})", v(s.mean_speed), v(s.min_speed), v(s.max_speed)));
+            }
             let axis = |a: usize| ["ux", "uy", "uz"][a.min(2)];
             match s.period {
                 Ok(o) => {
-                    line.push_str(&format!(", {} period {:.1} steps over {} periods", axis(o.component), o.period, o.periods));
+                    line.push_str(&format!(", {} period {:.1} steps", axis(o.component), o.period));
+                    if let Some(u) = units {
+                        line.push_str(&format!(" = {} s", si(u.time(o.period))));
+                    }
+                    line.push_str(&format!(" over {} periods", o.periods));
                     if let Some(v) = reference.values {
                         line.push_str(&format!(", St {:.4}", v.strouhal(o.period)));
                     }

@@ -4,6 +4,7 @@ use super::colormap::ColorMap;
 use egui::Color32;
 use sim_core::fields::FieldKind;
 use sim_core::frame::{FrameLayout, FrameRegion};
+use sim_core::units::{si, Units};
 
 /// The usual colour map of a field: diverging for signed fields.
 #[must_use]
@@ -110,4 +111,17 @@ pub fn robust_range(values: &mut [f32]) -> Option<(f32, f32)> {
     // The low quantile lies among the values left of the high one.
     let (_, &mut lo, _) = values[..=hi_i].select_nth_unstable_by(lo_i, f32::total_cmp);
     Some((lo, hi))
+}
+
+/// The legend's line of a colour range `(lo, hi)` of `field` (lattice units) in SI units:
+/// velocities in m/s, density in kg/m³, vorticity in 1/s and Q in 1/s².
+#[must_use]
+pub fn si_range(field: FieldKind, (lo, hi): (f32, f32), u: &Units) -> String {
+    let (scale, unit) = match field {
+        FieldKind::Speed | FieldKind::Ux | FieldKind::Uy | FieldKind::Uz => (u.velocity(1.0), "m/s"),
+        FieldKind::Density => (u.density(1.0), "kg/m³"),
+        FieldKind::Vorticity => (u.rate(1.0), "1/s"),
+        FieldKind::Q => (u.rate(1.0) * u.rate(1.0), "1/s²"),
+    };
+    format!("in SI units {} to {} {unit}", si(f64::from(lo) * scale), si(f64::from(hi) * scale))
 }

@@ -397,6 +397,8 @@ pub struct LegendInfo {
     pub blocks: Option<BlockLegend>,
     /// The data's true smallest and largest value, when the auto range leaves out the tails.
     pub data: Option<(f32, f32)>,
+    /// The scene's SI units, when it gives them: the range is shown in SI units too.
+    pub units: Option<sim_core::units::Units>,
 }
 
 /// The block outlines' key in the legend: leaves per level and the level colours.
@@ -423,7 +425,7 @@ impl LegendInfo {
     /// A legend of the field alone.
     #[must_use]
     pub fn field(field: FieldKind, cmap: ColorMap, range: (f32, f32), auto: bool) -> LegendInfo {
-        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None, blocks: None, data: None }
+        LegendInfo { field, cmap, range, auto, iso: None, bricks: None, title: None, subgrids: None, blocks: None, data: None, units: None }
     }
 }
 
@@ -447,14 +449,15 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) -> R
     };
     let title = format!("{}  ({how})", l.title.as_deref().unwrap_or_else(|| field_units(l.field)));
     let galley = painter.layout_no_wrap(title, font.clone(), Color32::from_gray(235));
-    // Below the ticks, the data's true extremes when the range leaves out the tails.
-    let extremes = l.data.map(|(lo, hi)| {
-        painter.layout_no_wrap(format!("data from {} to {}", fmt_value(lo), fmt_value(hi)), font.clone(), Color32::from_gray(190))
-    });
-    let extra = extremes.as_ref().map_or(0.0, |g| g.size().y + 2.0);
+    // Below the ticks, the data's true extremes when the range leaves out the tails, and the
+    // range in SI units where the scene gives them.
+    let extremes = l.data.map(|(lo, hi)| format!("data from {} to {}", fmt_value(lo), fmt_value(hi)));
+    let si = l.units.as_ref().filter(|_| l.title.is_none()).map(|u| legend::si_range(l.field, l.range, u));
+    let below: Vec<_> = extremes.into_iter().chain(si).map(|t| painter.layout_no_wrap(t, font.clone(), Color32::from_gray(190))).collect();
+    let extra: f32 = below.iter().map(|g| g.size().y + 2.0).sum();
     let bottom = rect.bottom() - 8.0;
     let bar = bar.translate(egui::vec2(0.0, bottom - extra - (bar.bottom() + 24.0)).min(egui::Vec2::ZERO));
-    let wide = galley.size().x.max(extremes.as_ref().map_or(0.0, |g| g.size().x));
+    let wide = below.iter().map(|g| g.size().x).fold(galley.size().x, f32::max);
     let bg = Rect::from_min_max(
         egui::pos2(bar.left().min(bar.right() - wide) - 8.0, bar.top() - galley.size().y - 12.0),
         egui::pos2(bar.right() + 8.0, bar.bottom() + 24.0 + extra),
@@ -469,8 +472,11 @@ pub fn legend_ui(ui: &Ui, rect: Rect, l: &LegendInfo, tex: egui::TextureId) -> R
         let align = [egui::Align2::LEFT_TOP, egui::Align2::CENTER_TOP, egui::Align2::RIGHT_TOP][i];
         painter.text(egui::pos2(x, bar.bottom() + 5.0), align, fmt_value(v), font.clone(), Color32::from_gray(235));
     }
-    if let Some(g) = extremes {
-        painter.galley(egui::pos2(bar.right() - g.size().x, bar.bottom() + 22.0), g, Color32::from_gray(190));
+    let mut y = bar.bottom() + 22.0;
+    for g in below {
+        let h = g.size().y + 2.0;
+        painter.galley(egui::pos2(bar.right() - g.size().x, y), g, Color32::from_gray(190));
+        y += h;
     }
     let mut covered = bg;
     // Above it, the isosurface: its field, threshold and colouring (and a warning).

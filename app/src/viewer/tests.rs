@@ -2199,3 +2199,35 @@ fn ui_recording_asks_for_a_frame_every_k_steps_and_stops_with_the_video_note() {
     assert!(h.state().recording.is_none());
     assert!(has_message(h.state(), "not recording: cannot write into"));
 }
+
+/// A scene with SI units: the Stats panel shows the conversion, and a probe's readout and the
+/// legend give SI values beside the lattice ones.
+#[test]
+fn ui_stats_show_the_si_conversion_of_a_units_scene() {
+    // 6 cells are 6 cm (1 cell = 1 cm); the inlet's 0.05 cells/step is 0.5 m/s (1 step = 1 ms).
+    let text = format!("{SMALL_SCENE}[units]\nlength = 0.06\ncells = 6\nvelocity = 0.5\ndensity = 1.2\n");
+    let ls = sim_core::scene::from_str(&text, "test", PathBuf::from("."), &[]).expect("scene");
+    let u = ls.derived.units.expect("units");
+    let solver = sim_core::build::cpu(&ls).expect("solver");
+    let mut h = harness_sized(ViewerApp::new(ls, solver, BackendChoice::Cpu, false), 1400.0, 1400.0);
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    unfold(&mut h, Section::Stats);
+    for (k, v) in [("1 cell", "0.01 m"), ("1 step", "0.001 s"), ("velocity 1 cell/step", "10 m/s"), ("density 1", "1.2 kg/m³")] {
+        assert!(h.query_by_label(k).is_some() && h.query_by_label(v).is_some(), "the Stats panel shows {k} = {v}");
+    }
+    assert!(h.query_by_label_contains("N/m (per metre of depth)").is_some(), "2D forces are per unit depth");
+    // tau 0.8: nu = 0.1 cells^2/step = 0.1 * 1e-4 / 1e-3 = 0.01 m^2/s; Re = 0.05 * 6 / 0.1 = 3.
+    assert!(h.query_by_label("0.10000 cells²/step = 0.01 m²/s (tau 0.8000)").is_some());
+    assert!(h.query_by_label_contains("3.0 (0.06 m over 6 cells, 0.5 m/s for 0.05 cells/step)").is_some());
+    assert!(h.query_by_label_contains("s (step ").is_some(), "the simulated time");
+    assert_eq!(h.state().legend().units, Some(u), "the legend gets the units");
+    assert_eq!(super::legend::si_range(FieldKind::Speed, (0.0, 0.0834), &u), "in SI units 0 to 0.834 m/s");
+    let s = sim_core::probes::ProbeSample { step: 10, u: [0.0834, 0.0, 0.0], rho: 1.003, vorticity: 0.002 };
+    let line = super::panels::probes::probe_readout(&s, 2, Some(&u));
+    assert!(line.starts_with("|u| 0.0834 (0.834 m/s)  u (0.0834, 0.0000) (0.834, 0 m/s)  p 1.000e-3 (0.12 Pa)"), "{line}");
+    assert!(line.ends_with("|curl u| 2.000e-3 (2 1/s)"), "{line}");
+    // Without units, lattice values alone.
+    assert_eq!(super::panels::probes::probe_readout(&s, 2, None), "|u| 0.0834  u (0.0834, 0.0000)  p 1.000e-3  |curl u| 2.000e-3");
+    let h = harness(small_app(false));
+    assert!(h.state().legend().units.is_none());
+}

@@ -161,6 +161,43 @@ fn probes_csv_round_trips_and_resumes_before_a_step() {
 }
 
 #[test]
+fn probes_csv_with_units_adds_si_columns_and_resumes() {
+    use crate::units::{Reference, Units};
+    // 1 cell = 5 mm, 1 step = 1 ms: 1 cell/step = 5 m/s; water: a lattice pressure of 1 is 25 kPa.
+    let r = Reference { length: 0.1, cells: 20.0, velocity: 0.5, lattice_velocity: 0.1, density: 1000.0, lattice_density: 1.0 };
+    let u = Units::new(r, 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probes.csv");
+    let s = series(&[0, 10, 20]).with_units(Some(u));
+    s.write_csv(&path).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let header = text.lines().next().unwrap();
+    assert_eq!(header, format!("{PROBES_CSV_HEADER},{PROBES_CSV_SI_COLUMNS}"));
+    // The lattice columns are those of a run without units; the SI ones follow.
+    let row: Vec<f64> =
+        text.lines().nth(6).unwrap().split(',').enumerate().filter(|(i, _)| *i != 1).map(|(_, v)| v.parse().unwrap()).collect();
+    let s20 = sample(20, 1);
+    let (ux, speed, p) = (f64::from(s20.u[0]), f64::from(s20.speed()), f64::from(s20.pressure()));
+    assert_eq!(row.len(), 11 + 8);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * b.abs();
+    assert!(close(row[11], 0.02), "time_s {}", row[11]);
+    assert!(close(row[12], 5.0 * ux) && close(row[15], 5.0 * speed), "{row:?}");
+    assert!(close(row[16], 1000.0 * f64::from(s20.rho)) && close(row[17], 25_000.0 * p), "{row:?}");
+    assert!(close(row[18], 1000.0 * f64::from(s20.vorticity)), "{row:?}");
+    // A resume with units reads its own file back exactly; one without refuses it (and the
+    // reverse), as the columns differ.
+    let mut back = series(&[]).with_units(Some(u));
+    assert_eq!(back.resume_csv(&path, u64::MAX).unwrap(), 3);
+    assert_eq!(back.samples(1), s.samples(1));
+    assert!(series(&[]).resume_csv(&path, 20).unwrap_err().contains("probes.csv:1: the header is not"));
+    series(&[0]).write_csv(&path).unwrap();
+    assert!(series(&[]).with_units(Some(u)).resume_csv(&path, 20).unwrap_err().contains("time_s"));
+    // Several series: the SI columns where units are given.
+    write_csv_of(&[series(&[0])], Some(&u), &path).unwrap();
+    assert!(std::fs::read_to_string(&path).unwrap().starts_with(&format!("{PROBES_CSV_HEADER},time_s,")));
+}
+
+#[test]
 fn a_step_backwards_clears_and_the_ring_keeps_the_latest() {
     let mut s = series(&[0, 10, 20]);
     s.push(&[sample(20, 0), sample(20, 1)]);

@@ -281,6 +281,33 @@ const PROBES: [KeyDoc; 3] = [
     k!("probes.N.name", "string", "probeN", "", "name in probes.csv and the run's summary"),
 ];
 
+const UNITS: [KeyDoc; 6] = [
+    k!("units", "table", "", "", "physical (SI) units: what a cell, a step and a lattice velocity stand for (none: lattice units only)"),
+    k!(
+        "units.length",
+        "number > 0",
+        "(required in [units])",
+        "m",
+        "physical length spanned by units.cells cells (e.g. the obstacle's diameter): dx = length / cells"
+    ),
+    k!("units.cells", "number > 0", "fluid.length", "cells", "cells that units.length spans"),
+    k!(
+        "units.velocity",
+        "number > 0",
+        "(required in [units])",
+        "m/s",
+        "what the reference lattice velocity (fluid.velocity, else the fastest inlet, moving wall or initial velocity) stands for: dt = dx u_lattice / velocity"
+    ),
+    k!(
+        "units.viscosity",
+        "number > 0",
+        "none",
+        "m^2/s",
+        "kinematic viscosity: gives tau = 3 viscosity dt / dx^2 + 0.5 where [fluid] gives none, else must agree with [fluid] to 1 %"
+    ),
+    k!("units.density", "number > 0", "1000", "kg/m^3", "density of the fluid at rest (lattice density initial.density)"),
+];
+
 const FACES: [KeyDoc; 36] = {
     let a = cat::<6, 6, 12>(face!("boundaries.x_min"), face!("boundaries.x_max"));
     let b = cat::<6, 6, 12>(face!("boundaries.y_min"), face!("boundaries.y_max"));
@@ -289,7 +316,13 @@ const FACES: [KeyDoc; 36] = {
 };
 
 /// Every key of the scene format.
-pub static KEYS: [KeyDoc; 101] = cat::<98, 3, 101>(
-    cat::<91, 7, 98>(cat::<55, 36, 91>(cat::<43, 12, 55>(cat::<38, 5, 43>(cat::<33, 5, 38>(BASE, MORE), COMPRESSION), AMR), FACES), FORCES),
-    PROBES,
+pub static KEYS: [KeyDoc; 107] = cat::<101, 6, 107>(
+    cat::<98, 3, 101>(
+        cat::<91, 7, 98>(
+            cat::<55, 36, 91>(cat::<43, 12, 55>(cat::<38, 5, 43>(cat::<33, 5, 38>(BASE, MORE), COMPRESSION), AMR), FACES),
+            FORCES,
+        ),
+        PROBES,
+    ),
+    UNITS,
 );

@@ -5,6 +5,7 @@ mod forces;
 mod keys;
 mod overrides;
 mod probes;
+mod units;
 mod validate;
 pub mod voxel;
 
@@ -12,6 +13,7 @@ pub use forces::{ForceReference, ForcesSpec, ReferenceValues, SignedAxis};
 pub use keys::{KeyDoc, KEYS};
 pub use overrides::apply_override;
 pub use probes::ProbeSpec;
+pub use units::{min_tau, UnitsSpec, DEFAULT_DENSITY};
 pub use validate::{validate, MAX_CELLS, MAX_STEPS};
 
 use validate::{check_files, check_obstacles};
@@ -84,6 +86,10 @@ pub struct Scene {
     /// [`Derived::probes`] has them checked and named.
     #[serde(default)]
     pub probes: Vec<ProbeSpec>,
+    /// What cells, steps and lattice velocities stand for in SI units (none: lattice units
+    /// only); [`Derived::units`] has the conversion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<UnitsSpec>,
 }
 
 /// `[domain]`.
@@ -695,6 +701,8 @@ pub struct Derived {
     /// The scene's probes (`[[probes]]`), each cell inside the domain and each named: the
     /// given name as a CSV-safe one, else `probeK` (see [`crate::probes::name_probes`]).
     pub probes: Vec<crate::probes::Probe>,
+    /// The conversion to SI units where the scene has a `[units]` table.
+    pub units: Option<crate::units::Units>,
 }
 
 impl Derived {

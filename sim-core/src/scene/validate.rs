@@ -136,12 +136,10 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     let faces = s.boundaries.faces();
     let mut warnings = Vec::new();
     // Largest prescribed speed and the key that prescribes it.
-    let mut maxv: f32 = 0.0;
-    let mut fastest = String::from("fluid");
-    let mut faster = |v: f32, key: String| {
-        if v > maxv {
-            maxv = v;
-            fastest = key;
+    let mut fastest: (f32, String) = (0.0, String::from("fluid"));
+    let faster = |f: &mut (f32, String), v: f32, key: String| {
+        if v > f.0 {
+            *f = (v, key);
         }
     };
     for (f, face) in faces.iter().enumerate() {
@@ -170,9 +168,9 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
                         "a moving wall moves along itself: the velocity component normal to the face must be 0".into(),
                     );
                 }
-                faster(speed, format!("boundaries.{name}.velocity"));
+                faster(&mut fastest, speed, format!("boundaries.{name}.velocity"));
             }
-            FaceKind::Inlet => faster(speed, format!("boundaries.{name}.velocity")),
+            FaceKind::Inlet => faster(&mut fastest, speed, format!("boundaries.{name}.velocity")),
             FaceKind::Outlet if !(face.density >= 0.5 * s.initial.density && face.density <= 2.0 * s.initial.density) => {
                 return e(
                     &format!("boundaries.{name}.density"),
@@ -245,13 +243,19 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     if !iv.iter().all(|v| v.is_finite()) {
         return e("initial.velocity", format!("must be finite numbers, got {iv:?}"));
     }
-    faster((iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(), "initial.velocity".into());
+    faster(&mut fastest, (iv[0] * iv[0] + iv[1] * iv[1] + iv[2] * iv[2]).sqrt(), "initial.velocity".into());
 
     let fl = &s.fluid;
     let given = [fl.tau.is_some(), fl.viscosity.is_some(), fl.reynolds.is_some()].iter().filter(|&&b| b).count();
     if given > 1 {
         return e("fluid", "give only one of tau, viscosity or reynolds".into());
     }
+    // [units] before tau: its physical viscosity gives tau where [fluid] gives none.
+    let units = match &s.units {
+        Some(spec) => Some(super::units::resolve(s, spec, fastest.0, &fastest.1, size.len())?),
+        None => None,
+    };
+    let units_viscosity = units.as_ref().zip(s.units.as_ref().and_then(|u| u.viscosity));
     let tau = if let Some(t) = fl.tau {
         t
     } else if let Some(nu) = fl.viscosity {
@@ -272,8 +276,10 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         if !(l > 0.0 && u > 0.0) {
             return e("fluid.length", "reference length and velocity must be > 0".into());
         }
-        faster(u, "fluid.velocity".into());
+        faster(&mut fastest, u, "fluid.velocity".into());
         3.0 * (u * l / re) + 0.5
+    } else if let Some(((u, key), nu)) = units_viscosity {
+        super::units::derived_tau(s, u, nu, key).map_err(|m| ("units.viscosity".to_string(), m))?
     } else {
         0.6
     };
@@ -281,6 +287,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         "fluid.tau"
     } else if fl.viscosity.is_some() {
         "fluid.viscosity"
+    } else if fl.reynolds.is_none() && units_viscosity.is_some() {
+        "units.viscosity"
     } else {
         "fluid.reynolds"
     };
@@ -288,6 +296,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         format!("tau = {tau}")
     } else if fl.viscosity.is_some() {
         format!("gives tau = 3 viscosity + 0.5 = {tau}")
+    } else if tau_key == "units.viscosity" {
+        format!("gives tau = {tau}")
     } else {
         format!("gives viscosity = velocity * length / reynolds = {} and tau = 3 viscosity + 0.5 = {tau}", (tau - 0.5) / 3.0)
     };
@@ -297,6 +307,12 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     if !(tau < 50.0) {
         return e(tau_key, format!("{gives}; keep tau below 50 (viscosity below 16.5)"));
     }
+    // A scene may state the viscosity twice, in [fluid] and in [units], if the two agree.
+    if let (Some(((u, _), nu)), 1) = (units_viscosity, given) {
+        super::units::check_agreement(u, nu, tau, tau_key).map_err(|m| ("units.viscosity".to_string(), m))?;
+    }
+    let maxv = fastest.0;
+    let fastest = fastest.1;
     let mach = maxv * 3.0f32.sqrt();
     if mach > 0.6 {
         return e(&fastest, format!("speed {maxv} is Mach {mach:.2} (Mach = speed * sqrt(3)); LBM needs Mach < 0.3 (speed < 0.17 cells/step) and refuses Mach > 0.6: lower the velocity"));
@@ -336,7 +352,8 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
     validate_amr(s, lattice, dims).map_err(|(k, m)| (k.to_string(), m))?;
     super::forces::resolve(s)?;
     let probes = super::probes::resolve(&s.probes, dims, size.len())?;
-    Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings, probes })
+    let units = units.map(|(u, _)| u);
+    Ok(Derived { lattice, size: dims, tau, max_velocity: maxv, warnings, probes, units })
 }
 
 /// Most steps a run or a statistics interval may have.

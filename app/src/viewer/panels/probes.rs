@@ -1,11 +1,13 @@
 //! The Probes panel: probes placed with a click (the Probe tool) or given by the scene, each
-//! with its velocity, pressure and vorticity over time in a plot with labelled axes, exported
-//! as CSV; and the forces and force coefficients of each obstacle over time, plotted the same way.
+//! with its velocity, pressure and vorticity over time in a plot with labelled axes (the latest
+//! values in SI units too where the scene gives them), exported as CSV; and the forces and
+//! force coefficients of each obstacle over time, plotted the same way.
 
 use crate::viewer::app::{Tool, ViewerApp};
 use crate::viewer::worker::Command;
 use egui::{Color32, RichText, Ui};
 use sim_core::probes::{Probe, ProbeSample, ProbeSeries};
+use sim_core::units::{si, Units};
 
 /// Samples kept of each probe in the window (at one sample per frame, minutes of a run).
 pub const PROBE_SAMPLES: usize = 20_000;
@@ -188,12 +190,13 @@ impl ViewerApp {
         }
     }
 
-    /// Write every probe's samples as one CSV file (the columns of `esoflow run --probe`).
+    /// Write every probe's samples as one CSV file (the columns of `esoflow run --probe`, with
+    /// the SI ones where the scene gives units).
     ///
     /// # Errors
     /// The file cannot be written.
     pub fn export_probes(&self, path: &std::path::Path) -> std::io::Result<()> {
-        sim_core::probes::write_csv_of(&self.probe_series, path)
+        sim_core::probes::write_csv_of(&self.probe_series, self.scene.derived.units.as_ref(), path)
     }
 
     /// A click on the view with the Probe tool: a probe at the cell under the pointer (in 3D on
@@ -284,13 +287,7 @@ impl ViewerApp {
             let samples = series.samples(0);
             match samples.back() {
                 Some(s) => {
-                    ui.label(format!(
-                        "|u| {:.4}  u ({})  p {:.3e}  |curl u| {:.3e}",
-                        s.speed(),
-                        s.u.iter().take(dims).map(|v| format!("{v:.4}")).collect::<Vec<_>>().join(", "),
-                        s.pressure(),
-                        s.vorticity
-                    ));
+                    ui.label(probe_readout(s, dims, self.scene.derived.units.as_ref()));
                 }
                 None => {
                     ui.label("no samples yet (run the simulation)");
@@ -372,6 +369,28 @@ impl ViewerApp {
             }
         }
     }
+}
+
+/// The latest sample of a probe in a `dims`-D run, in lattice units and, with `units`, in SI
+/// units beside each value: "|u| 0.0834 (0.417 m/s)".
+#[must_use]
+pub fn probe_readout(s: &ProbeSample, dims: usize, units: Option<&Units>) -> String {
+    let list = |f: &dyn Fn(f32) -> String| s.u.iter().take(dims).map(|&v| f(v)).collect::<Vec<_>>().join(", ");
+    let lattice = list(&|v| format!("{v:.4}"));
+    let Some(u) = units else {
+        return format!("|u| {:.4}  u ({lattice})  p {:.3e}  |curl u| {:.3e}", s.speed(), s.pressure(), s.vorticity);
+    };
+    let v = |x: f32| si(u.velocity(f64::from(x)));
+    format!(
+        "|u| {:.4} ({} m/s)  u ({lattice}) ({} m/s)  p {:.3e} ({} Pa)  |curl u| {:.3e} ({} 1/s)",
+        s.speed(),
+        v(s.speed()),
+        list(&v),
+        s.pressure(),
+        si(u.pressure(f64::from(s.pressure()))),
+        s.vorticity,
+        si(u.rate(f64::from(s.vorticity)))
+    )
 }
 
 /// Points of each force line (the latest snapshots).

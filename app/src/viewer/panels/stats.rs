@@ -1,10 +1,12 @@
 //! The Stats panel: speed, frame times, memory, mass drift, forces, drag and lift coefficients
-//! and Strouhal numbers, with their plots.
+//! and Strouhal numbers, with their plots; where the scene gives SI units, the simulated time,
+//! speed and forces in SI and the table of the conversion.
 
 use crate::viewer::app::ViewerApp;
 use crate::viewer::gpu_timer::{self, GpuTiming};
-use egui::Ui;
+use egui::{RichText, Ui};
 use sim_core::forces::ForceHistory;
+use sim_core::units::{si, Units};
 
 impl ViewerApp {
     pub(crate) fn stats_ui(&mut self, ui: &mut Ui) {
@@ -14,6 +16,7 @@ impl ViewerApp {
         };
         let t = self.times;
         let reference = self.scene.scene.force_reference();
+        let units = self.scene.derived.units;
         egui::Grid::new("stats").num_columns(2).striped(true).show(ui, |ui| {
             let mut row = |k: &str, v: String| {
                 ui.label(k);
@@ -63,8 +66,16 @@ impl ViewerApp {
             row("bytes/cell", format!("{:.1} in memory, {:.0} moved per step", s.info.bytes_per_cell, s.info.bytes_moved_per_cell));
             let drift = if s.mass0 > 0.0 { (s.stats.mass - s.mass0) / s.mass0 } else { 0.0 };
             row("mass drift", format!("{drift:+.3e}"));
+            if let Some(u) = &units {
+                row("time", format!("{} s (step {})", si(u.time(s.stats.step as f64)), s.stats.step));
+                row("max |u|", format!("{:.4} cells/step = {} m/s", s.stats.max_u, si(u.velocity(s.stats.max_u))));
+            }
             for (k, (name, f)) in s.obstacles.iter().zip(&s.stats.forces).enumerate() {
                 row(&format!("force on {name}"), format!("({:.3e}, {:.3e}, {:.3e})", f[0], f[1], f[2]));
+                if let Some(u) = &units {
+                    let c = |v: f64| si(u.force(v));
+                    row("  in SI units", format!("({}, {}, {}) {}", c(f[0]), c(f[1]), c(f[2]), u.force_unit()));
+                }
                 for (key, value) in force_rows(&self.forces, k, *f, &reference) {
                     row(key, value);
                 }
@@ -76,6 +87,13 @@ impl ViewerApp {
                 row("frame path", self.frame_note.clone());
             }
         });
+        ui.separator();
+        match &units {
+            Some(u) => units_table(ui, u, s.params.collide.tau),
+            None => {
+                ui.label(RichText::new("Lattice units only: a [units] table in the scene adds SI values (scenes/README.md)").small());
+            }
+        }
         let drift: Vec<[f64; 2]> = self.history.iter().map(|h| [h[0], h[1]]).collect();
         crate::viewer::panels::probes::time_plot(
             ui,
@@ -91,6 +109,37 @@ impl ViewerApp {
             });
         }
     }
+}
+
+/// The conversion between lattice and SI units of the scene's `[units]`, with the viscosity
+/// and Reynolds number of the relaxation time `tau` in force.
+fn units_table(ui: &mut Ui, u: &Units, tau: f32) {
+    ui.label(RichText::new("SI units (the scene's [units])").strong());
+    egui::Grid::new("si units").num_columns(2).striped(true).show(ui, |ui| {
+        let mut row = |k: &str, v: String| {
+            ui.label(k);
+            ui.label(v);
+            ui.end_row();
+        };
+        for (k, v) in u.rows() {
+            row(k, v);
+        }
+        let nu = (f64::from(tau) - 0.5) / 3.0;
+        row("viscosity", format!("{nu:.5} cells²/step = {} m²/s (tau {tau:.4})", si(u.viscosity(nu))));
+        let r = u.reference;
+        row(
+            "Reynolds",
+            format!(
+                "{:.1} ({} m over {} cells, {} m/s for {} cells/step)",
+                u.reynolds(nu),
+                si(r.length),
+                si(r.cells),
+                si(r.velocity),
+                si(r.lattice_velocity)
+            ),
+        );
+        row("speed of sound", format!("{} m/s on the lattice (c_s = 1/√3 cells/step)", si(u.sound_speed())));
+    });
 }
 
 /// The Stats rows of obstacle `k` under its force: C_D and C_L now and their means with the

@@ -125,6 +125,7 @@ impl ViewerApp {
     #[must_use]
     pub fn legend(&self) -> LegendInfo {
         let mut l = LegendInfo::field(self.view.field, self.view.cmap, self.range(), self.view.auto_range);
+        l.units = self.scene.derived.units;
         if self.view.auto_range {
             l.data = self.snap.as_ref().filter(|s| s.field == self.view.field && s.robust.is_some()).map(|s| s.min_max);
         }
