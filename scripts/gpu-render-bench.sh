@@ -29,12 +29,14 @@ run() { # name, extra args
   echo "== $S^3 $name: $*"
   grep -E "frames drawn|frame path|per frame|MLUPS" "$OUT/render-$S-$name.log"
 }
-# VIEWS: iso (slice + isosurface), slice (one slice), tracers (one slice and tracers).
+# VIEWS: iso (slice + isosurface), slice (one slice), tracers (one slice and tracers),
+# streamlines (one slice and LINES x LINES streamlines, 16 x 16 unless set).
 for path in ${PATHS:-shared host}; do
   for view in ${VIEWS:-iso slice}; do
     case "$view" in
       iso) extra=(--view "$ISO") ;;
       tracers) extra=(--view "tracers=${TRACERS:-100000}") ;;
+      streamlines) extra=(--view "streamlines=${LINES:-16}") ;;
       *) extra=() ;;
     esac
     run "$path-$view" "${extra[@]}" --frame-path "$path"

@@ -1,4 +1,4 @@
-// Drawing the tracers (round dots of a few pixels, one quad each) and the streamlines (line
+// Drawing the tracers (round dots of a few pixels, one triangle each) and the streamlines (line
 // segments coloured by speed) that tracers.wgsl made; depth-tested against the slices and
 // surfaces in 3D, on top of the field in 2D.
 // The same `Params` as tracers.wgsl (bound at 0); the tracers and the lines read-only here.
@@ -38,12 +38,11 @@ fn project(p: vec3<f32>) -> vec4<f32> {
     return c;
 }
 
+// One triangle per dot (the dot is the circle inscribed in it): half the triangles of a quad,
+// which matters on GPUs with few raster units.
 @vertex
 fn vs_dot(@builtin(vertex_index) vi: u32, @builtin(instance_index) i: u32) -> DotOut {
-    var corners = array<vec2<f32>, 6>(
-        vec2<f32>(-1.0, -1.0), vec2<f32>(1.0, -1.0), vec2<f32>(1.0, 1.0),
-        vec2<f32>(-1.0, -1.0), vec2<f32>(1.0, 1.0), vec2<f32>(-1.0, 1.0),
-    );
+    var corners = array<vec2<f32>, 3>(vec2<f32>(0.0, 2.0), vec2<f32>(-1.7320508, -1.0), vec2<f32>(1.7320508, -1.0));
     let k = corners[vi];
     var c = project(tracers[i].xyz);
     // The dot's size in pixels whatever its depth: offset in clip space scaled by w.

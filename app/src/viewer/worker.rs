@@ -1088,11 +1088,15 @@ impl Worker {
         }
     }
 
-    /// Whole frames come from the last step of each batch where the backend can (no pass of
-    /// their own over the state); frames of a few planes are cheaper computed on their own, but
+    /// Whole frames and frames with the velocity come from the last step of each batch where the
+    /// backend can (no pass of their own over the state); frames of a few planes are cheaper
+    /// computed on their own, but
     /// the stats (sums over the grid) still ride on the batch after which they are due.
     fn update_fusion(&mut self) {
-        let whole = self.frame_region() == FrameRegion::All;
+        // Frames with the velocity for tracers read the whole volume (every cell or a lattice
+        // whose cells lie on every cache line of the state): the planes come from the last step
+        // too, rather than from a pass of their own over the state.
+        let whole = self.frame_region() == FrameRegion::All || self.velocity;
         let stats_due = self.stats.as_ref().is_none_or(|(at, _)| at.elapsed() >= STATS_EVERY);
         self.solver.fuse_frame_fields(whole || stats_due);
     }

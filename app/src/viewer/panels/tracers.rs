@@ -76,13 +76,13 @@ pub struct StreamlineSettings {
     pub span: f32,
     /// Centre of the seeds across the axis (`None`: the grid's centre).
     pub centre: Option<[f32; 3]>,
-    /// Coloured by speed (else white).
+    /// Coloured by speed (else white: lines coloured like the slices behind them hide in them).
     pub by_speed: bool,
 }
 
 impl Default for StreamlineSettings {
     fn default() -> StreamlineSettings {
-        StreamlineSettings { on: false, axis: 0, position: None, seeds: 16, plane: true, span: 0.8, centre: None, by_speed: true }
+        StreamlineSettings { on: false, axis: 0, position: None, seeds: 16, plane: true, span: 0.8, centre: None, by_speed: false }
     }
 }
 
@@ -126,7 +126,7 @@ pub fn tracer_view_of(t: &TracerSettings, n: [usize; 3], inlet: Option<[[f32; 3]
 
 /// The streamlines of settings `s` on a grid `n` (2D where `n[2]` is 1) whose inlet box is
 /// `inlet`, coloured over the speeds 0 to `speed`: seeds on a line or plane across the chosen
-/// axis, in front of the inlet unless placed, traced for three times the grid's longest edge.
+/// axis, in front of the inlet unless placed, traced for twice the grid's longest edge.
 #[must_use]
 pub fn streamline_view_of(s: &StreamlineSettings, n: [usize; 3], inlet: Option<[[f32; 3]; 2]>, speed: f32) -> StreamlineView {
     let nf = n.map(|c| c as f32);
@@ -162,13 +162,15 @@ pub fn streamline_view_of(s: &StreamlineSettings, n: [usize; 3], inlet: Option<[
     }
     let seeds = s.seeds.clamp(1, 256);
     let longest = n.iter().copied().max().unwrap_or(1) as f32;
-    let step = 0.5;
+    // Steps of half a cell on small grids, of up to 2 cells on large ones: a line's points
+    // are walked one after the other by one GPU thread.
+    let step = (longest / 256.0).clamp(0.5, 2.0);
     StreamlineView {
         origin,
         u,
         v,
         seeds: [seeds, if plane { seeds } else { 1 }],
-        points: ((3.0 * longest / step) as u32).clamp(16, 4096),
+        points: ((2.0 * longest / step) as u32).clamp(16, 1024),
         step,
         by_speed: s.by_speed,
         range: (0.0, speed),

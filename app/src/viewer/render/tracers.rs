@@ -17,6 +17,8 @@ pub const TRACERS_DRAW_WGSL: &str = include_str!("../../../../shaders/tracers_dr
 pub const MAX_TRACERS: u32 = 1 << 22;
 /// Most points of all streamlines together.
 pub const MAX_LINE_POINTS: u32 = 1 << 21;
+/// Streamlines are traced through a new velocity at most this often.
+pub const RETRACE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// Most time steps tracers move by in one pass (a run that went on unseen for longer: they
 /// move by this much, not by the whole gap).
 pub const MAX_STEPS_PER_PASS: f32 = 4000.0;
@@ -131,8 +133,9 @@ pub(super) struct TracerState {
     lines: Option<wgpu::Buffer>,
     /// Tracers placed, their generation and the step they were moved to.
     placed: Option<(u32, u64, u64)>,
-    /// The lines traced: the velocity's serial and the view.
+    /// The lines traced: the velocity's serial and the view, and when.
     traced: Option<(u64, StreamlineView)>,
+    traced_at: Option<std::time::Instant>,
     /// Counts passes (the shader's random numbers).
     counter: u32,
     /// Tracers and lines last drawn.
@@ -377,8 +380,19 @@ impl FieldRenderer {
         if let Some(t) = p.tracers {
             st.placed = Some((count, t.generation, t.step));
         }
-        let lines_due = p.streamlines.is_some_and(|s| fresh || st.traced != Some((self.velocity_serial, s)));
-        st.traced = p.streamlines.map(|s| (self.velocity_serial, s));
+        // Traced again at once for new seeds, and for a new velocity at most every
+        // RETRACE_EVERY (each line is one thread's walk of hundreds of steps: a few
+        // milliseconds of GPU time that the solver would wait for with every frame).
+        let new_seeds = p.streamlines.is_some_and(|s| fresh || st.traced.is_none_or(|(_, t)| t != s));
+        let new_velocity = st.traced.is_some_and(|(v, _)| v != self.velocity_serial);
+        let recent = st.traced_at.is_some_and(|t| t.elapsed() < RETRACE_EVERY);
+        let lines_due = p.streamlines.is_some() && (new_seeds || (new_velocity && !recent));
+        if lines_due {
+            st.traced = p.streamlines.map(|s| (self.velocity_serial, s));
+            st.traced_at = Some(std::time::Instant::now());
+        } else if p.streamlines.is_none() {
+            st.traced = None;
+        }
         st.counter = st.counter.wrapping_add(1);
         let t = p.tracers.unwrap_or(TracerView {
             count: 0,
@@ -462,7 +476,7 @@ impl FieldRenderer {
         }
         if d.dots > 0 {
             pass.set_pipeline(&tp.dots);
-            pass.draw(0..6, 0..d.dots);
+            pass.draw(0..3, 0..d.dots);
         }
     }
 
