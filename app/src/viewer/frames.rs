@@ -29,6 +29,60 @@ pub const VIEW_PLANES_WITH_VELOCITY: usize = sim_core::frame::MAX_FRAME_FIELDS;
 /// The velocity components, in the order the renderer takes them.
 pub const VELOCITY: [FieldKind; 3] = [FieldKind::Ux, FieldKind::Uy, FieldKind::Uz];
 
+/// Grids up to this many cells carry the velocity of every cell to the tracers; larger ones a
+/// lattice of every 2nd cell (every 4th beyond [`VELOCITY_HALF_CELLS`]): a 256^3 grid's three
+/// components at every cell are 200 MB a frame, on the lattice 25 MB, and a tracer between
+/// lattice points moves with the trilinear mean of their velocities.
+pub const VELOCITY_FULL_CELLS: usize = 1 << 22;
+/// Grids up to this many cells carry the velocity of every 2nd cell.
+pub const VELOCITY_HALF_CELLS: usize = 1 << 25;
+
+/// Spacing of the cells whose velocity a 3D frame of `cells` cells carries for tracers.
+#[must_use]
+pub fn velocity_stride(cells: usize) -> usize {
+    if cells <= VELOCITY_FULL_CELLS {
+        1
+    } else if cells <= VELOCITY_HALF_CELLS {
+        2
+    } else {
+        4
+    }
+}
+
+/// Greatest common divisor (the finest lattice two strides share).
+pub fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The box of cells one cell deep in front of the first velocity inlet (past its absorbing
+/// layer), across the inlet's open cells: where tracers seeded at the inlet are released.
+#[must_use]
+pub fn inlet_box(d: &sim_core::domain::Domain) -> Option<[[f32; 3]; 2]> {
+    let i = d.inlets.first()?;
+    let dims = d.lattice.dims();
+    let mut lo = [0.0f32; 3];
+    let mut hi = [0.0f32; 3];
+    for a in 0..3 {
+        let (first, last) = i.open[a];
+        lo[a] = first as f32;
+        hi[a] = (last + 1) as f32;
+    }
+    let a = i.axis;
+    let depth = (i.sponge + 1).min(d.n[a].saturating_sub(1)) as i64;
+    let layer = (i.layer as i64 + i64::from(i.inward) * depth).clamp(0, d.n[a] as i64 - 1) as f32;
+    lo[a] = layer;
+    hi[a] = layer + 1.0;
+    if dims == 2 {
+        lo[2] = 0.0;
+        hi[2] = 1.0;
+    }
+    Some([lo, hi])
+}
+
 /// Which way frames travel (`--frame-path`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum FramePath {

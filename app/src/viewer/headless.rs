@@ -351,7 +351,7 @@ pub fn render_solver(gpu: &Gpu, solver: &dyn Solver, spec: &ViewSpec, notes: boo
             }
         });
         let speed = speed.clamp(1e-3, 0.5);
-        let inlet = super::worker::inlet_box(d);
+        let inlet = super::frames::inlet_box(d);
         params.tracers = spec.tracers.map(|(count, seeding)| {
             let t = super::panels::tracers::TracerSettings { on: true, count, seeding, ..Default::default() };
             super::panels::tracers::tracer_view_of(&t, n, inlet, speed, 0)
@@ -660,7 +660,7 @@ pub fn render_bench(
         (t, l) => {
             let (dots, lines) = fr.tracers_drawn();
             let region = if n[2] > 1 {
-                format!("velocity every {} cells", super::worker::velocity_stride(n.iter().product()))
+                format!("velocity every {} cells", super::frames::velocity_stride(n.iter().product()))
             } else {
                 "velocity every cell".into()
             };

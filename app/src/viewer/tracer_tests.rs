@@ -240,9 +240,9 @@ fn ui_3d_tracers_carry_the_whole_volume_and_the_panel_sets_them() {
     assert!(s.origin[0] > 0.5 && s.origin[0] < 3.0, "in front of the inlet: {:?}", s.origin);
     let _ = g;
     // Larger grids carry a lattice of every 2nd or 4th cell.
-    assert_eq!(super::worker::velocity_stride(256 * 256 * 256), 2);
-    assert_eq!(super::worker::velocity_stride(512 * 512 * 512), 4);
-    assert_eq!(super::worker::velocity_stride(100 * 100 * 100), 1);
+    assert_eq!(super::frames::velocity_stride(256 * 256 * 256), 2);
+    assert_eq!(super::frames::velocity_stride(512 * 512 * 512), 4);
+    assert_eq!(super::frames::velocity_stride(100 * 100 * 100), 1);
 }
 
 #[test]

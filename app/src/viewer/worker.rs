@@ -40,7 +40,7 @@ pub enum Command {
     SetIsoStride(u32),
     /// Publish the velocity components with every snapshot (tracers and streamlines move
     /// through them), or stop. 3D frames then carry the whole volume: every cell of grids up to
-    /// [`VELOCITY_FULL_CELLS`], a lattice of every 2nd or 4th cell beyond.
+    /// [`super::frames::VELOCITY_FULL_CELLS`], a lattice of every 2nd or 4th cell beyond.
     SetVelocity(bool),
     /// Sample the flow at these cells of the solver's grid with every snapshot (probes; empty:
     /// none).
@@ -241,39 +241,6 @@ impl Snapshot {
     }
 }
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-/// The box of cells one cell deep in front of the first velocity inlet (past its absorbing
-/// layer), across the inlet's open cells: where tracers seeded at the inlet are released.
-#[must_use]
-pub fn inlet_box(d: &Domain) -> Option<[[f32; 3]; 2]> {
-    let i = d.inlets.first()?;
-    let dims = d.lattice.dims();
-    let mut lo = [0.0f32; 3];
-    let mut hi = [0.0f32; 3];
-    for a in 0..3 {
-        let (first, last) = i.open[a];
-        lo[a] = first as f32;
-        hi[a] = (last + 1) as f32;
-    }
-    let a = i.axis;
-    let depth = (i.sponge + 1).min(d.n[a].saturating_sub(1)) as i64;
-    let layer = (i.layer as i64 + i64::from(i.inward) * depth).clamp(0, d.n[a] as i64 - 1) as f32;
-    lo[a] = layer;
-    hi[a] = layer + 1.0;
-    if dims == 2 {
-        lo[2] = 0.0;
-        hi[2] = 1.0;
-    }
-    Some([lo, hi])
-}
-
 /// The mailbox the solver thread writes and the UI takes from.
 type Mailbox = Arc<Mutex<Option<Snapshot>>>;
 
@@ -365,25 +332,6 @@ const SHARED_RANGE_CELLS: usize = 1 << 22;
 const SHARED_RANGE_EVERY: Duration = Duration::from_millis(500);
 /// Stats (mass, forces: sums over the grid) are taken at most this often.
 const STATS_EVERY: Duration = Duration::from_millis(100);
-/// Grids up to this many cells carry the velocity of every cell to the tracers; larger ones a
-/// lattice of every 2nd cell (every 4th beyond [`VELOCITY_HALF_CELLS`]): a 256^3 grid's three
-/// components at every cell are 200 MB a frame, on the lattice 25 MB, and a tracer between
-/// lattice points moves with the trilinear mean of their velocities.
-pub const VELOCITY_FULL_CELLS: usize = 1 << 22;
-/// Grids up to this many cells carry the velocity of every 2nd cell.
-pub const VELOCITY_HALF_CELLS: usize = 1 << 25;
-
-/// Spacing of the cells whose velocity a 3D frame of `cells` cells carries for tracers.
-#[must_use]
-pub fn velocity_stride(cells: usize) -> usize {
-    if cells <= VELOCITY_FULL_CELLS {
-        1
-    } else if cells <= VELOCITY_HALF_CELLS {
-        2
-    } else {
-        4
-    }
-}
 
 struct Worker {
     solver: Box<dyn Solver>,
@@ -1074,11 +1022,11 @@ impl Worker {
         let Some(k) = self.slices.filter(|_| n[2] > 1) else { return FrameRegion::All };
         let planes = std::array::from_fn(|a| k[a].map(|i| i.min(n[a] - 1)));
         let iso = self.iso.map(|_| self.iso_stride as usize);
-        let velocity = self.velocity.then(|| velocity_stride(n.iter().product()));
+        let velocity = self.velocity.then(|| super::frames::velocity_stride(n.iter().product()));
         let stride = match (iso, velocity) {
             (None, None) if k.iter().any(Option::is_some) => return FrameRegion::Planes(planes),
             (None, None) => 1,
-            (Some(a), Some(b)) => gcd(a, b),
+            (Some(a), Some(b)) => super::frames::gcd(a, b),
             (Some(a), None) | (None, Some(a)) => a,
         };
         if stride >= 2 {
@@ -1243,7 +1191,7 @@ impl Worker {
             undo_depth: self.strokes.len(),
             probes,
             probe_cells: self.probe_cells.clone(),
-            inlet: inlet_box(d),
+            inlet: super::frames::inlet_box(d),
         };
         self.serial += 1;
         *self.mailbox.lock().unwrap_or_else(PoisonError::into_inner) = Some(snap);

@@ -94,7 +94,7 @@ fn life_everywhere(n: [usize; 3], speed: f32) -> f32 {
 }
 
 /// The tracers of settings `t` on a grid `n` whose inlet box is `inlet` (see
-/// [`crate::viewer::worker::inlet_box`]), in a flow of typical speed `speed`, at time step
+/// [`crate::viewer::frames::inlet_box`]), in a flow of typical speed `speed`, at time step
 /// `step` (dot size in points: scale it to pixels).
 #[must_use]
 pub fn tracer_view_of(t: &TracerSettings, n: [usize; 3], inlet: Option<[[f32; 3]; 2]>, speed: f32, step: u64) -> TracerView {
