@@ -80,6 +80,7 @@ fn main() -> ExitCode {
                 frame_path: viewer::frames::FramePath::Auto,
                 record: None,
                 every: None,
+                probe: Vec::new(),
             };
             viewer::window::run_window(&a)
         }

@@ -119,6 +119,16 @@ fn numeric_flags_out_of_range_get_one_clear_error() {
     }
 }
 
+#[test]
+fn a_window_probe_outside_the_grid_is_refused_before_the_window_opens() {
+    for probe in ["9999,1", "wake=1,2,3,4", "x,y"] {
+        let o = esoflow(&["view", "--probe", probe]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "--probe {probe}: {e}");
+        assert!(e.contains(&format!("--probe {probe}")) && !e.contains("panicked") && !e.contains("display"), "--probe {probe}: {e}");
+    }
+}
+
 /// Run with exports every few steps and kill -9 at random moments: every file under a final
 /// name is complete (the temporary files beside them may be partial).
 #[test]

@@ -89,6 +89,11 @@ pub struct ViewArgs {
     /// With --record: steps between two frames, 1 to 10^9 (default: every new frame of the view).
     #[arg(long, value_name = "K", requires = "record", value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub every: Option<u64>,
+    /// A probe from the start: X,Y (2D) or X,Y,Z (3D) in cells, optionally named,
+    /// NAME=X,Y[,Z]; repeatable, after the scene's [[probes]]. The Probes and forces panel
+    /// opens with their plots.
+    #[arg(long, value_name = "[NAME=]X,Y[,Z]")]
+    pub probe: Vec<String>,
     /// How the fields reach the renderer: `auto` (GPU memory shared between CUDA and Vulkan
     /// where both run on one GPU, else host memory), `shared` (say why when it cannot), `host`.
     #[arg(long, value_enum, default_value = "auto")]

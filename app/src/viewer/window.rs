@@ -79,6 +79,13 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let spec = args.view.as_deref().map(ViewSpec::parse).transpose()?;
+    let size = ls.derived.size;
+    let dims = if size[2] > 1 { 3 } else { 2 };
+    let probes = args
+        .probe
+        .iter()
+        .map(|text| sim_core::probes::Probe::parse(text, size, dims).map_err(|e| anyhow::anyhow!("--probe {text}: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let choice = crate::solvers::choice(args.backend, args.gpus, sim_core::build::Keeps::VIEWER);
     if let Some(secs) = args.bench {
         let how = super::headless::BenchHow { steps_per_frame: args.steps_per_frame, path: args.frame_path, fps: args.bench_fps };
@@ -122,6 +129,10 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
             app.view.streamlines.seeds = seeds;
             app.set_streamlines(true);
         }
+    }
+    for p in probes {
+        app.add_probe(p.cell, (!p.name.is_empty()).then_some(p.name));
+        app.sidebar.set_open(super::panels::sidebar::Section::Probes, true);
     }
     if let Some(dir) = &args.record {
         app.start_recording(dir, args.every.unwrap_or(0));
