@@ -381,8 +381,8 @@ impl FieldRenderer {
             st.placed = Some((count, t.generation, t.step));
         }
         // Traced again at once for new seeds, and for a new velocity at most every
-        // RETRACE_EVERY (each line is one thread's walk of hundreds of steps: a few
-        // milliseconds of GPU time that the solver would wait for with every frame).
+        // RETRACE_EVERY (each line is one thread's walk of hundreds of steps, GPU time the
+        // solver would otherwise wait for with every frame).
         let new_seeds = p.streamlines.is_some_and(|s| fresh || st.traced.is_none_or(|(_, t)| t != s));
         let new_velocity = st.traced.is_some_and(|(v, _)| v != self.velocity_serial);
         let recent = st.traced_at.is_some_and(|t| t.elapsed() < RETRACE_EVERY);
