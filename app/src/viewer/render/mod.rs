@@ -434,6 +434,57 @@ fn write_3d(queue: &wgpu::Queue, tex: &wgpu::Texture, size: [usize; 3], bytes_pe
     );
 }
 
+/// A storage buffer entry of a bind group layout.
+pub(super) fn storage(binding: u32, read_only: bool, visibility: wgpu::ShaderStages) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+/// A uniform buffer entry of a bind group layout.
+pub(super) fn uniform(binding: u32, visibility: wgpu::ShaderStages) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility,
+        ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
+        count: None,
+    }
+}
+
+/// A texture entry of a bind group layout.
+pub(super) fn texture(
+    binding: u32,
+    visibility: wgpu::ShaderStages,
+    sample_type: wgpu::TextureSampleType,
+    dim: wgpu::TextureViewDimension,
+) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility,
+        ty: wgpu::BindingType::Texture { sample_type, view_dimension: dim, multisampled: false },
+        count: None,
+    }
+}
+
+/// Blending by the source's alpha (outlines, tracers); the view's alpha stays 1.
+pub(super) fn alpha_blend() -> wgpu::BlendState {
+    wgpu::BlendState {
+        color: wgpu::BlendComponent {
+            src_factor: wgpu::BlendFactor::SrcAlpha,
+            dst_factor: wgpu::BlendFactor::OneMinusSrcAlpha,
+            operation: wgpu::BlendOperation::Add,
+        },
+        alpha: wgpu::BlendComponent::OVER,
+    }
+}
+
 impl FieldRenderer {
     /// Create pipelines and the colour-map table.
     #[must_use]
@@ -504,15 +555,8 @@ impl FieldRenderer {
             step_mode: wgpu::VertexStepMode::Instance,
             attributes: &outline_attrs,
         })];
-        // Outlines blend by their alpha; the view's alpha stays 1.
-        let blend = wgpu::BlendState {
-            color: wgpu::BlendComponent {
-                src_factor: wgpu::BlendFactor::SrcAlpha,
-                dst_factor: wgpu::BlendFactor::OneMinusSrcAlpha,
-                operation: wgpu::BlendOperation::Add,
-            },
-            alpha: wgpu::BlendComponent::OVER,
-        };
+        // Outlines blend by their alpha.
+        let blend = alpha_blend();
         let pipeline = |label: &str,
                         vs: &str,
                         fs: &str,
@@ -646,28 +690,10 @@ impl FieldRenderer {
             label: Some("marching_cubes.wgsl"),
             source: wgpu::ShaderSource::Wgsl(MARCHING_CUBES_WGSL.into()),
         });
-        let uniform = |binding: u32| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
-            count: None,
-        };
-        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let tex = |binding: u32, sample_type| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Texture { sample_type, view_dimension: wgpu::TextureViewDimension::D3, multisampled: false },
-            count: None,
-        };
+        let cs = wgpu::ShaderStages::COMPUTE;
+        let uniform = |binding: u32| uniform(binding, cs);
+        let storage = |binding: u32, read_only: bool| storage(binding, read_only, cs);
+        let tex = |binding: u32, sample_type| texture(binding, cs, sample_type, wgpu::TextureViewDimension::D3);
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("marching cubes"),
             entries: &[

@@ -5,7 +5,7 @@
 //! velocity is read where the frame lies (a buffer shared with the solver, or the upload of a host
 //! frame), the particles and lines live in buffers of the renderer's own.
 
-use super::{FieldRenderer, DEPTH_FORMAT, VIEW_FORMAT};
+use super::{alpha_blend, storage, texture, uniform, FieldRenderer, DEPTH_FORMAT, VIEW_FORMAT};
 use bytemuck::{Pod, Zeroable};
 
 /// The WGSL of the tracers' and streamlines' compute passes.
@@ -142,42 +142,6 @@ pub(super) struct TracerState {
     drawn: (u32, u32),
 }
 
-fn storage(binding: u32, read_only: bool, visibility: wgpu::ShaderStages) -> wgpu::BindGroupLayoutEntry {
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Storage { read_only },
-            has_dynamic_offset: false,
-            min_binding_size: None,
-        },
-        count: None,
-    }
-}
-
-fn uniform(binding: u32, visibility: wgpu::ShaderStages) -> wgpu::BindGroupLayoutEntry {
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility,
-        ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Uniform, has_dynamic_offset: false, min_binding_size: None },
-        count: None,
-    }
-}
-
-fn texture(
-    binding: u32,
-    visibility: wgpu::ShaderStages,
-    sample_type: wgpu::TextureSampleType,
-    dim: wgpu::TextureViewDimension,
-) -> wgpu::BindGroupLayoutEntry {
-    wgpu::BindGroupLayoutEntry {
-        binding,
-        visibility,
-        ty: wgpu::BindingType::Texture { sample_type, view_dimension: dim, multisampled: false },
-        count: None,
-    }
-}
-
 impl TracerPipelines {
     /// The pipelines (on a device that runs compute shaders: the caller checked).
     pub(super) fn new(device: &wgpu::Device) -> TracerPipelines {
@@ -245,14 +209,7 @@ impl TracerPipelines {
             stencil: wgpu::StencilState::default(),
             bias: wgpu::DepthBiasState::default(),
         };
-        let blend = wgpu::BlendState {
-            color: wgpu::BlendComponent {
-                src_factor: wgpu::BlendFactor::SrcAlpha,
-                dst_factor: wgpu::BlendFactor::OneMinusSrcAlpha,
-                operation: wgpu::BlendOperation::Add,
-            },
-            alpha: wgpu::BlendComponent::OVER,
-        };
+        let blend = alpha_blend();
         let render = |label: &str, vs: &str, fs: &str, topology: wgpu::PrimitiveTopology| {
             device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
                 label: Some(label),
