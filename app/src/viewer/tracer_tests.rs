@@ -218,9 +218,12 @@ fn ui_tracer_and_streamline_keys_send_the_velocity_and_the_seed_tool_places_the_
 #[test]
 fn ui_3d_tracers_carry_the_whole_volume_and_the_panel_sets_them() {
     let mut h = harness(small_3d_app());
+    // The first snapshot changes the panels' layout: clicks wait for it, or they land beside.
+    run_until(&mut h, "a first frame", |a| a.snap.is_some());
     super::tests::unfold(&mut h, super::panels::sidebar::Section::Visualization);
     h.get_by_label("tracers").click();
     h.step();
+    assert!(h.state().view.tracers.on, "the checkbox turns tracers on");
     h.get_by_label("Step").click();
     // A small grid carries the velocity of every cell, even with slices alone shown.
     run_until(&mut h, "a whole frame with the velocity", |a| {
