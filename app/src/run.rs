@@ -352,12 +352,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
-    let mut probes = probes::Probes::new(a, &ls)?;
     let render_gpu = check_outputs(a)?;
     let resume = match &a.resume {
         Some(r) => Some(Checkpoint::load(r).map_err(|e| anyhow!("--resume {e}"))?),
         None => None,
     };
+    let mut probes = probes::Probes::new(a, &ls, resume.as_ref().map_or(&[], |c| c.probes.as_slice()))?;
     // The last good state and a checkpoint being written are held at once.
     let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
     let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(a.backend, a.gpus, keeps))?;
@@ -542,7 +542,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
                 written.extend(export_fields(d, solver.as_ref(), &format!("_{next:08}"), which)?);
             }
             if let Some(c) = &a.checkpoint {
-                solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
+                probes::checkpoint_with(solver.as_ref(), probes.as_ref()).save(c).with_context(|| format!("writing {}", c.display()))?;
             }
             if let Some(p) = &probes {
                 p.write()?;
@@ -601,7 +601,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
         written.push(csv);
     }
     if let Some(c) = &a.checkpoint {
-        solver.checkpoint().save(c).with_context(|| format!("writing {}", c.display()))?;
+        probes::checkpoint_with(solver.as_ref(), probes.as_ref()).save(c).with_context(|| format!("writing {}", c.display()))?;
         written.push(c.clone());
     }
     if let (Some(p), Some(gpu)) = (&a.screenshot, &render_gpu) {

@@ -452,6 +452,31 @@ fn scene_probes_resume_bit_exact_and_survive_a_blow_up() {
     let rows = probe_rows(&d.join("whole/probes.csv"));
     assert_eq!(rows.len(), 2 * 29, "steps 0, 7, ..., 196 of two probes");
     assert_eq!((rows[0][1].as_str(), rows[1][1].as_str()), ("upper", "probe1"), "the scene's probes first");
+    // The checkpoint carries the probes: the scene without them, resumed, samples the same places.
+    let plain = common::root().join("scenes/lid_driven_cavity_2d.toml");
+    let o = esoflow(&[
+        "run",
+        plain.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--set",
+        "domain.size=[40,40]",
+        "--resume",
+        &p("a.ckpt"),
+        "--steps",
+        "20",
+        "--probe-every",
+        "10",
+        "--export-fields",
+        "none",
+        "--export",
+        &p("carried"),
+    ]);
+    assert!(o.status.success() && stderr(&o).contains("sampling the checkpoint's 2 probes"), "{}", stderr(&o));
+    let carried = probe_rows(&d.join("carried/probes.csv"));
+    let at = |r: &Vec<String>| (r[1].clone(), r[2].clone(), r[3].clone());
+    assert_eq!(at(&carried[0]), ("upper".into(), "20".into(), "30".into()), "{carried:?}");
+    assert_eq!(at(&carried[1]), ("probe1".into(), "10".into(), "10".into()), "{carried:?}");
     // Another run's probes.csv is not continued: refused before running, and left as it was.
     let o = esoflow(&[
         "run",

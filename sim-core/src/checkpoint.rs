@@ -3,7 +3,9 @@
 //! the same lattice, precision and domain), with the parameters and a CRC-32 over everything.
 //!
 //! File layout (little endian): magic `ESOFLOW-CKPT\0\0\0\x01`, then a length-prefixed header
-//! (key=value lines), then the data, then the CRC-32 of all preceding bytes.
+//! (key=value lines), then the data, then the CRC-32 of all preceding bytes. The probes placed
+//! in the run ride in the header (`probes=name@x:y:z,...`, left out when there are none, so
+//! files written before probes existed still load).
 
 use crate::collision::{CollideParams, Collision};
 use crate::lattice::Lattice;
@@ -31,6 +33,9 @@ pub struct Checkpoint {
     pub params: Params,
     /// Raw incoming DDFs, `q` values per non-solid cell in cell order.
     pub data: Vec<u8>,
+    /// The probes sampled in the run that saved it (cells of the scene's `domain.size`), so a
+    /// resumed run or a reopened view samples the same places.
+    pub probes: Vec<crate::probes::Probe>,
 }
 
 fn kind_name(k: Collision) -> &'static str {
@@ -52,6 +57,27 @@ fn parse_vecs(s: &str) -> Result<Vec<[f32; 3]>, String> {
                 return Err(format!("bad vector {t}"));
             }
             Ok([p[0], p[1], p[2]])
+        })
+        .collect()
+}
+
+/// `name@x:y:z` per probe, comma separated (names made CSV-safe: no `@`, `:` or `,` in them).
+fn probes_text(probes: &[crate::probes::Probe]) -> String {
+    let one = |p: &crate::probes::Probe| format!("{}@{}:{}:{}", crate::export::column_name(&p.name), p.cell[0], p.cell[1], p.cell[2]);
+    probes.iter().map(one).collect::<Vec<_>>().join(",")
+}
+
+fn parse_probes(s: &str) -> Result<Vec<crate::probes::Probe>, String> {
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .map(|t| {
+            let bad = || format!("bad probe {t} (name@x:y:z)");
+            let (name, at) = t.split_once('@').ok_or_else(bad)?;
+            let c: Vec<usize> = at.split(':').map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
+            let cell: [usize; 3] = c.try_into().map_err(|_| bad())?;
+            Ok(crate::probes::Probe { name: name.to_string(), cell })
         })
         .collect()
 }
@@ -88,6 +114,7 @@ impl Checkpoint {
             vecs(&p.inlets),
             p.outlets.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
         );
+        let header = if self.probes.is_empty() { header } else { format!("{header}probes={}\n", probes_text(&self.probes)) };
         let mut crc = crc32fast::Hasher::new();
         let mut put = |w: &mut dyn Write, b: &[u8]| -> std::io::Result<()> {
             crc.update(b);
@@ -170,6 +197,7 @@ impl Checkpoint {
                 s.split(',').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("bad outlets: {e}"))?
             }
         };
+        let probes = kv.get("probes").map_or(Ok(Vec::new()), |t| parse_probes(t))?;
         Ok(Checkpoint {
             lattice,
             precision,
@@ -183,6 +211,7 @@ impl Checkpoint {
                 outlets,
             },
             data,
+            probes,
         })
     }
 
@@ -223,6 +252,7 @@ mod tests {
                 outlets: vec![1.0],
             },
             data: (0..=255u8).collect(),
+            probes: Vec::new(),
         }
     }
 
@@ -236,5 +266,23 @@ mod tests {
         assert!(Checkpoint::from_bytes(&d).unwrap_err().contains("checksum"));
         assert!(Checkpoint::from_bytes(&b[..b.len() - 10]).is_err());
         assert!(Checkpoint::from_bytes(b"hello").is_err());
+    }
+
+    #[test]
+    fn probes_ride_in_the_header_and_files_without_them_still_load() {
+        let mut c = sample();
+        let plain = c.to_bytes();
+        assert!(!String::from_utf8_lossy(&plain).contains("probes="), "no probes, no key");
+        c.probes = vec![
+            crate::probes::Probe { name: "wake".into(), cell: [3, 4, 0] },
+            crate::probes::Probe { name: "probe2".into(), cell: [0, 1, 0] },
+        ];
+        assert_eq!(Checkpoint::from_bytes(&c.to_bytes()).unwrap(), c);
+        assert!(Checkpoint::from_bytes(&plain).unwrap().probes.is_empty());
+        // A name with separators in it is written CSV-safe and still parses.
+        c.probes[0].name = "a,b@c:d".into();
+        assert_eq!(Checkpoint::from_bytes(&c.to_bytes()).unwrap().probes[0].name, "a_b_c_d");
+        assert!(parse_probes("wake@1:2").unwrap_err().contains("name@x:y:z"));
+        assert!(parse_probes("wake").is_err());
     }
 }

@@ -29,18 +29,36 @@ pub struct Probes {
     sane: u64,
 }
 
+/// The solver's checkpoint with the run's probes in it (a resume samples the same places).
+pub fn checkpoint_with(solver: &dyn Solver, probes: Option<&Probes>) -> sim_core::checkpoint::Checkpoint {
+    let mut c = solver.checkpoint();
+    c.probes = probes.map(|p| p.series.probes().to_vec()).unwrap_or_default();
+    c
+}
+
 impl Probes {
     /// The probes of a run: the scene's, then those of `--probe` in their order, each checked
-    /// against the scene's domain and named; `None` where there are none.
+    /// against the scene's domain and named; where there are none, those the resumed
+    /// checkpoint carries (`resumed`, inside the domain); `None` where there are none at all.
     ///
     /// # Errors
     /// A `--probe` that is not a cell of the domain (the message names the flag and what is
     /// valid).
-    pub fn new(a: &RunArgs, ls: &LoadedScene) -> anyhow::Result<Option<Probes>> {
+    pub fn new(a: &RunArgs, ls: &LoadedScene, resumed: &[Probe]) -> anyhow::Result<Option<Probes>> {
         let dims = ls.derived.lattice.dims();
         let mut probes = ls.derived.probes.clone();
         for text in &a.probe {
             probes.push(Probe::parse(text, ls.derived.size, dims).map_err(|e| anyhow!("--probe {text}: {e}"))?);
+        }
+        if probes.is_empty() && !resumed.is_empty() {
+            let size = ls.derived.size;
+            probes = resumed.iter().filter(|p| (0..3).all(|k| p.cell[k] < size[k])).cloned().collect();
+            if probes.len() < resumed.len() {
+                eprintln!("note: {} of the checkpoint's probes lie outside this scene's grid: left out", resumed.len() - probes.len());
+            }
+            if !probes.is_empty() {
+                eprintln!("sampling the checkpoint's {} probes", probes.len());
+            }
         }
         if probes.is_empty() {
             return Ok(None);

@@ -582,6 +582,7 @@ impl ViewerApp {
         for e in self.worker.events() {
             match e {
                 Event::Info(t) => self.message(t, false),
+                Event::Probes(p) => self.probes_from_checkpoint(p),
                 Event::Error(t) => self.message(t, true),
                 Event::BlownUp { step, why, last_good } => {
                     self.running = false;
@@ -661,7 +662,7 @@ impl ViewerApp {
             }
             Dialog::SaveCheckpoint => {
                 self.ckpt_path = p.display().to_string();
-                self.worker.send(Command::SaveCheckpoint(p));
+                self.save_checkpoint(p);
             }
             Dialog::LoadCheckpoint => {
                 self.ckpt_path = p.display().to_string();

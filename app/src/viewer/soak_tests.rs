@@ -92,7 +92,7 @@ fn the_solver_thread_survives_a_random_session_without_a_non_finite_frame() {
             11 => Command::SetField(fields[rng.below(fields.len() as u64) as usize]),
             12 => Command::SetStepsPerBatch(1 + rng.below(100)),
             13 => Command::SetCheckpointEvery(1 + rng.below(500)),
-            14 => Command::SaveCheckpoint(dir.path().join("soak.ckpt")),
+            14 => Command::SaveCheckpoint(dir.path().join("soak.ckpt"), Vec::new()),
             _ => Command::LoadCheckpoint(dir.path().join("soak.ckpt")),
         };
         w.send(c);

@@ -2062,6 +2062,34 @@ fn ui_scene_probes_are_there_at_start_and_probes_go_on_a_3d_slice() {
 }
 
 #[test]
+fn ui_probes_placed_by_clicking_are_saved_in_the_checkpoint_and_come_back_with_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ckpt = dir.path().join("with-probes.ckpt");
+    let mut h = harness(small_app(false));
+    run_until(&mut h, "a snapshot", |a| a.snap.is_some());
+    h.state_mut().add_probe([20, 12, 0], Some("wake".into()));
+    h.state_mut().add_probe([5, 5, 0], None);
+    h.state_mut().save_checkpoint(ckpt.clone());
+    run_until(&mut h, "the checkpoint saved", |a| a.messages().iter().any(|m| m.text.contains("saved checkpoint")));
+    let saved = sim_core::checkpoint::Checkpoint::load(&ckpt).expect("checkpoint");
+    let names: Vec<(&str, [usize; 3])> = saved.probes.iter().map(|p| (p.name.as_str(), p.cell)).collect();
+    assert_eq!(names, [("wake", [20, 12, 0]), ("probe1", [5, 5, 0])]);
+    // Gone from the view, then back with the checkpoint, sampled again.
+    h.state_mut().remove_probe(1);
+    h.state_mut().remove_probe(0);
+    assert!(h.state().probes().is_empty());
+    h.state_mut().ckpt_path = ckpt.display().to_string();
+    super::tests::unfold(&mut h, super::panels::sidebar::Section::Export);
+    h.get_by_label("Load").click();
+    run_until(&mut h, "the checkpoint's probes", |a| a.probes().len() == 2);
+    assert_eq!(h.state().probes()[0].name, "wake");
+    assert_eq!(h.state().probes()[1].cell, [5, 5, 0]);
+    assert!(has_message(h.state(), "2 probes from the checkpoint"));
+    h.get_by_label("Step").click();
+    run_until(&mut h, "samples of the probes", |a| a.probe_series(1).is_some_and(|s| !s.is_empty()));
+}
+
+#[test]
 fn presets_are_every_shipped_scene_with_a_picture_and_a_card() {
     use super::panels::presets::PRESETS;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenes");

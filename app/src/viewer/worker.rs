@@ -73,8 +73,8 @@ pub enum Command {
     Replace(Box<dyn Solver>, String, bool, bool),
     /// Write the current fields as VTK image data.
     ExportVtk(PathBuf),
-    /// Save a checkpoint file.
-    SaveCheckpoint(PathBuf),
+    /// Save a checkpoint file, with the probes placed (cells of the scene's size) in it.
+    SaveCheckpoint(PathBuf, Vec<sim_core::probes::Probe>),
     /// Load a checkpoint file.
     LoadCheckpoint(PathBuf),
     /// Make cells solid or fluid: one frame of a brush stroke. Cells that may not be edited
@@ -129,6 +129,8 @@ pub enum Event {
         /// Step of the last good checkpoint kept in memory.
         last_good: u64,
     },
+    /// A loaded checkpoint carried probes (cells of the scene's size): the view samples them.
+    Probes(Vec<sim_core::probes::Probe>),
 }
 
 /// The isosurface's fields in a snapshot: its field and the velocity magnitude that colours it
@@ -670,20 +672,25 @@ impl Worker {
                     Err(e) => self.event(Event::Error(format!("VTK export to {} failed: {e}", p.display()))),
                 }
             }
-            Command::SaveCheckpoint(p) => {
+            Command::SaveCheckpoint(p, probes) => {
                 if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                match self.solver.checkpoint().save(&p) {
+                let mut c = self.solver.checkpoint();
+                c.probes = probes;
+                match c.save(&p) {
                     Ok(()) => self.event(Event::Info(format!("saved checkpoint {} (step {})", p.display(), self.solver.time_step()))),
                     Err(e) => self.event(Event::Error(format!("saving {} failed: {e}", p.display()))),
                 }
             }
             Command::LoadCheckpoint(p) => match Checkpoint::load(&p) {
-                Ok(c) => {
+                Ok(mut c) => {
                     self.restore(&c, &format!("checkpoint {}", p.display()));
                     self.stats = None;
                     self.reference_stale = true;
+                    if !c.probes.is_empty() {
+                        self.event(Event::Probes(std::mem::take(&mut c.probes)));
+                    }
                 }
                 Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
             },

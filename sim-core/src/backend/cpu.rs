@@ -941,6 +941,7 @@ impl<L: Lat, S: Store> Solver for CpuSolver<L, S> {
             step: self.t,
             params: self.params.clone(),
             data,
+            probes: Vec::new(),
         }
     }
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {

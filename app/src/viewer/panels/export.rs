@@ -30,7 +30,7 @@ impl ViewerApp {
         ui.horizontal(|ui| {
             ui.add(egui::TextEdit::singleline(&mut self.ckpt_path).id(egui::Id::unique("esoflow.checkpoint_path")).desired_width(120.0));
             if ui.button("Save checkpoint").clicked() {
-                self.worker.send(Command::SaveCheckpoint(PathBuf::from(self.ckpt_path.trim())));
+                self.save_checkpoint(PathBuf::from(self.ckpt_path.trim()));
             }
             if ui.button("Load").clicked() {
                 self.worker.send(Command::LoadCheckpoint(PathBuf::from(self.ckpt_path.trim())));

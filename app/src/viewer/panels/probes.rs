@@ -163,6 +163,29 @@ impl ViewerApp {
         }
     }
 
+    /// Save a checkpoint of the run with the probes placed so far in it.
+    pub fn save_checkpoint(&mut self, path: std::path::PathBuf) {
+        self.worker.send(Command::SaveCheckpoint(path, self.probes()));
+    }
+
+    /// The probes a loaded checkpoint carried replace those placed (their samples start
+    /// again); any outside this scene's grid are left out, and said.
+    pub(crate) fn probes_from_checkpoint(&mut self, probes: Vec<Probe>) {
+        let size = self.scene.derived.size;
+        let (inside, outside): (Vec<Probe>, Vec<Probe>) = probes.into_iter().partition(|p| (0..3).all(|a| p.cell[a] < size[a]));
+        if !outside.is_empty() {
+            let names: Vec<&str> = outside.iter().map(|p| p.name.as_str()).collect();
+            self.message(format!("the checkpoint's probes {} lie outside this scene's grid: left out", names.join(", ")), true);
+        }
+        if inside.is_empty() {
+            return;
+        }
+        self.message(format!("{} probes from the checkpoint", inside.len()), false);
+        self.probe_series = inside.into_iter().map(|p| ProbeSeries::new(vec![p], PROBE_SAMPLES)).collect();
+        self.sidebar.set_open(super::sidebar::Section::Probes, true);
+        self.send_probes();
+    }
+
     /// The scene's probes, with no samples yet.
     pub(crate) fn probes_from_scene(&mut self) {
         self.probe_series = self.scene.derived.probes.iter().map(|p| ProbeSeries::new(vec![p.clone()], PROBE_SAMPLES)).collect();

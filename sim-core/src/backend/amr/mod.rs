@@ -922,6 +922,7 @@ impl<L: Lat> Solver for AmrSolver<L> {
             step: lbm.time(),
             params: self.params.clone(),
             data,
+            probes: Vec::new(),
         }
     }
 

@@ -670,6 +670,7 @@ impl Solver for MultiCudaSolver {
             step: self.t,
             params,
             data,
+            probes: Vec::new(),
         }
     }
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
@@ -708,6 +709,7 @@ impl Solver for MultiCudaSolver {
                 step: c.step,
                 params: c.params.clone(),
                 data,
+                probes: Vec::new(),
             };
             p.s.restore(&local)?;
         }

@@ -646,6 +646,7 @@ impl<L: Lat> Solver for SubgridSolver<L> {
                     step: self.t,
                     params: self.params.clone(),
                     data: bytemuck::cast_slice(&data).to_vec(),
+                    probes: Vec::new(),
                 }
             }
         }

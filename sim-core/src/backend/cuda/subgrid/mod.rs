@@ -711,6 +711,7 @@ impl Solver for CudaSubgridSolver {
                     step: self.t,
                     params: self.params.clone(),
                     data: bytemuck::cast_slice(&data).to_vec(),
+                    probes: Vec::new(),
                 }
             }
         }
