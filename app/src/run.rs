@@ -352,12 +352,13 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
-    let render_gpu = check_outputs(a)?;
     let resume = match &a.resume {
         Some(r) => Some(Checkpoint::load(r).map_err(|e| anyhow!("--resume {e}"))?),
         None => None,
     };
+    // Bad probes are refused before any output folder is made.
     let mut probes = probes::Probes::new(a, &ls, resume.as_ref().map_or(&[], |c| c.probes.as_slice()))?;
+    let render_gpu = check_outputs(a)?;
     // The last good state and a checkpoint being written are held at once.
     let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
     let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(a.backend, a.gpus, keeps))?;

@@ -202,7 +202,102 @@ pub struct Frame {
     pub written: u64,
 }
 
+/// Runs of a frame plane's floats read at once: `rows` runs of `len` floats, the first at
+/// float `offset` of the plane, each `pitch` after the one before; `cell(r, k)` is the domain
+/// cell of float `k` of run `r`.
+struct Runs<'a> {
+    offset: usize,
+    len: usize,
+    rows: usize,
+    pitch: usize,
+    cell: Box<dyn Fn(usize, usize) -> usize + 'a>,
+}
+
+impl Runs<'_> {
+    /// Every `s`-th run, `s` chosen so that at most about `most` floats are read.
+    fn thinned(mut self, most: usize) -> Self {
+        let s = (self.rows * self.len).div_ceil(most.max(1)).max(1);
+        if s > 1 {
+            let cell = self.cell;
+            self.rows = self.rows.div_ceil(s);
+            self.pitch *= s;
+            self.cell = Box::new(move |r, k| cell(r * s, k));
+        }
+        self
+    }
+}
+
 impl Frame {
+    /// The finite values of plane `plane` at the fluid cells (`solid` 0) of the region of a
+    /// frame in GPU memory, for its percentile colour range, read with a few strided copies
+    /// rather than a copy of the frame: every cell of the slice planes it holds (an even
+    /// choice of their rows beyond [`super::legend::RANGE_SAMPLE`] cells), or an even choice of
+    /// whole rows of a frame of every cell. `None` for a host frame, or a lattice without
+    /// planes (an isosurface alone: its colours have their own range).
+    ///
+    /// # Errors
+    /// The driver's, reading the memory.
+    pub fn device_sample(&self, plane: usize, solid: &[u8]) -> Result<Option<Vec<f32>>, SolverError> {
+        let FrameData::Shared(slot) = &self.data else { return Ok(None) };
+        let l = &self.layout;
+        let n = l.n;
+        let most = super::legend::RANGE_SAMPLE;
+        let idx = move |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
+        let mut runs: Vec<Runs> = Vec::new();
+        match l.region.planes() {
+            None => runs.push(
+                Runs {
+                    offset: 0,
+                    len: n[0],
+                    rows: n[1] * n[2],
+                    pitch: l.row_pitch,
+                    cell: Box::new(move |r, k| idx(k, r % n[1], r / n[1])),
+                }
+                .thinned(most),
+            ),
+            Some(k) if k.iter().all(Option::is_none) => return Ok(None),
+            Some(k) => {
+                for (a, i) in (0..3).filter_map(|a| k[a].map(|i| (a, i.min(n[a] - 1)))) {
+                    let r = match a {
+                        0 => Runs {
+                            offset: i,
+                            len: 1,
+                            rows: n[1] * n[2],
+                            pitch: l.row_pitch,
+                            cell: Box::new(move |r, _| idx(i, r % n[1], r / n[1])),
+                        },
+                        1 => Runs {
+                            offset: l.row_pitch * i,
+                            len: n[0],
+                            rows: n[2],
+                            pitch: l.row_pitch * n[1],
+                            cell: Box::new(move |r, k| idx(k, i, r)),
+                        },
+                        _ => Runs {
+                            offset: l.row_pitch * n[1] * i,
+                            len: n[0],
+                            rows: n[1],
+                            pitch: l.row_pitch,
+                            cell: Box::new(move |r, k| idx(k, r, i)),
+                        },
+                    };
+                    runs.push(r.thinned(most));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for r in runs {
+            let values = slot.import.read_rows(plane * l.plane_floats() + r.offset, r.len, r.rows, r.pitch)?;
+            for (j, v) in values.into_iter().enumerate() {
+                let c = (r.cell)(j / r.len, j % r.len);
+                if v.is_finite() && solid.get(c).is_some_and(|&s| s == 0) {
+                    out.push(v);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// Plane of `kind`, if the frame has it.
     #[must_use]
     pub fn plane(&self, kind: FieldKind) -> Option<usize> {
@@ -593,6 +688,27 @@ mod tests {
         for (k, kind) in kinds.iter().enumerate() {
             assert_eq!(s.layout.unpad(&back, k), h.host_values(*kind).expect("host values"), "{kind:?}: same values both ways");
         }
+        // The colour range's sample read from GPU memory holds the values the host frame's does
+        // (a grid this small: every fluid cell), for a whole frame and for slice planes.
+        let solid: Vec<u8> = solver.domain().flags.iter().map(|&f| u8::from(sim_core::domain::is_solid(f))).collect();
+        let sorted = |mut v: Vec<f32>| {
+            v.sort_by(f32::total_cmp);
+            v
+        };
+        let FrameData::Host(hf) = &h.data else { panic!("host frame") };
+        let from_host = sorted(crate::viewer::legend::frame_sample(&h.layout, hf.floats(), 1, &solid));
+        assert_eq!(sorted(s.device_sample(1, &solid).expect("read").expect("a sample")), from_host, "whole frame");
+        drop((h, s));
+        let n = ls.derived.size;
+        let planes = FrameRegion::Planes([Some(n[0] / 3), Some(n[1] / 2), Some(n[2] - 1)]);
+        let hp = host.write(solver.as_mut(), &kinds, planes).expect("host frame").expect("a free frame");
+        let sp = shared.write(solver.as_mut(), &kinds, planes).expect("shared frame").expect("a free frame");
+        let FrameData::Host(hf) = &hp.data else { panic!("host frame") };
+        let from_host = sorted(crate::viewer::legend::frame_sample(&hp.layout, hf.floats(), 0, &solid));
+        assert!(!from_host.is_empty());
+        assert_eq!(sorted(sp.device_sample(0, &solid).expect("read").expect("a sample")), from_host, "slice planes");
+        drop((hp, sp));
+        let s = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("shared frame").expect("a free frame");
         // Three frames at most are in flight; a held shared buffer is not written again.
         let s2 = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a second frame");
         let s3 = shared.write(solver.as_mut(), &kinds, FrameRegion::All).expect("frame").expect("a third frame");

@@ -1,10 +1,12 @@
 //! The legend's colour ranges and colour-map textures, shared by the window and offscreen pictures.
 
 use super::colormap::ColorMap;
+use super::frames::{Frame, FrameData};
 use egui::Color32;
 use sim_core::fields::FieldKind;
 use sim_core::frame::{FrameLayout, FrameRegion};
 use sim_core::units::{si, Units};
+use std::time::{Duration, Instant};
 
 /// The usual colour map of a field: diverging for signed fields.
 #[must_use]
@@ -124,4 +126,48 @@ pub fn si_range(field: FieldKind, (lo, hi): (f32, f32), u: &Units) -> String {
         FieldKind::Q => (u.rate(1.0) * u.rate(1.0), "1/s²"),
     };
     format!("in SI units {} to {} {unit}", si(f64::from(lo) * scale), si(f64::from(hi) * scale))
+}
+
+/// How often the percentile range of a frame in GPU memory is taken at most.
+const SHARED_RANGE_EVERY: Duration = Duration::from_millis(500);
+
+/// The percentile range of the shown field, frame after frame: from the frame where it lies in
+/// host memory; where it lies in GPU memory, from a sample of the frame read back there (the
+/// slice planes it holds, or an even choice of rows: [`Frame::device_sample`]), kept for
+/// [`SHARED_RANGE_EVERY`] and never taking more than 2 % of the time.
+#[derive(Default)]
+pub struct RobustRange {
+    /// The last range taken from GPU memory: its field, when and how long it took.
+    last: Option<(FieldKind, Instant, Duration, (f32, f32))>,
+    /// Reading a sample from the GPU failed once (said then, not again).
+    failed: bool,
+}
+
+impl RobustRange {
+    /// The range of `field` in `frame` at the fluid cells (`solid` 0); `None` without one.
+    pub fn of(&mut self, frame: &Frame, field: FieldKind, solid: &[u8]) -> Option<(f32, f32)> {
+        let plane = frame.plane(field)?;
+        if let FrameData::Host(h) = &frame.data {
+            return robust_range(&mut frame_sample(&frame.layout, h.floats(), plane, solid));
+        }
+        if let Some((_, at, took, r)) = self.last.filter(|r| r.0 == field) {
+            if at.elapsed() < SHARED_RANGE_EVERY.max(took * 50) {
+                return Some(r);
+            }
+        }
+        let t = Instant::now();
+        let mut sample = match frame.device_sample(plane, solid) {
+            Ok(s) => s?,
+            Err(e) => {
+                // The legend keeps min..max.
+                if !std::mem::replace(&mut self.failed, true) {
+                    tracing::warn!("the colour range's sample could not be read from the GPU: {e}");
+                }
+                return None;
+            }
+        };
+        let r = robust_range(&mut sample)?;
+        self.last = Some((field, Instant::now(), t.elapsed(), r));
+        Some(r)
+    }
 }

@@ -328,10 +328,6 @@ const UNDO_DEPTH: usize = 64;
 /// Most of the wall time probes may take (a probe read that takes 1 ms is repeated at most
 /// every 50 ms).
 pub const PROBE_SHARE: f64 = 0.02;
-/// Largest grid whose frames in GPU memory get a percentile colour range (read back whole).
-const SHARED_RANGE_CELLS: usize = 1 << 22;
-/// How often that range is taken at most.
-const SHARED_RANGE_EVERY: Duration = Duration::from_millis(500);
 /// Stats (mass, forces: sums over the grid) are taken at most this often.
 const STATS_EVERY: Duration = Duration::from_millis(100);
 
@@ -378,10 +374,8 @@ struct Worker {
     rate_t0: Instant,
     rate_steps0: u64,
     steps_per_sec: f64,
-    /// The last percentile range of a frame kept in GPU memory: its field, when it was taken
-    /// and how long that took (such frames have no host copy, so it comes from the field
-    /// itself, at most a few times a second).
-    robust: Option<(FieldKind, Instant, Duration, (f32, f32))>,
+    /// The percentile colour range of the shown field, kept between frames in GPU memory.
+    robust: super::legend::RobustRange,
     /// Cells the probes sample (the solver's grid).
     probe_cells: Vec<[usize; 3]>,
     /// When the probes were last sampled and how long that took.
@@ -469,7 +463,7 @@ impl Worker {
             rate_t0: Instant::now(),
             rate_steps0: t,
             steps_per_sec: 0.0,
-            robust: None,
+            robust: super::legend::RobustRange::default(),
             probe_cells: Vec::new(),
             probe_cost: None,
         }
@@ -1070,32 +1064,6 @@ impl Worker {
         kinds
     }
 
-    /// The percentile range of the shown field: from the frame where it lies in host memory;
-    /// where it lies in GPU memory, from the field read back whole for grids of up to
-    /// [`SHARED_RANGE_CELLS`] cells, at most every [`SHARED_RANGE_EVERY`] and never more than
-    /// 2 % of the time (a large grid keeps the true min..max).
-    fn robust_range(&mut self, frame: &super::frames::Frame) -> Option<(f32, f32)> {
-        let plane = frame.plane(self.field)?;
-        if let super::frames::FrameData::Host(h) = &frame.data {
-            return super::legend::robust_range(&mut super::legend::frame_sample(&frame.layout, h.floats(), plane, &self.solid));
-        }
-        let n = self.solver.domain().n;
-        if n.iter().product::<usize>() > SHARED_RANGE_CELLS {
-            return None;
-        }
-        if let Some((_, at, took, r)) = self.robust.filter(|r| r.0 == self.field) {
-            if at.elapsed() < SHARED_RANGE_EVERY.max(took * 50) {
-                return Some(r);
-            }
-        }
-        let t = Instant::now();
-        let values = self.solver.scalar_field(self.field);
-        let layout = sim_core::frame::FrameLayout::new(n, 1, 1).with_region(frame.layout.region);
-        let r = super::legend::robust_range(&mut super::legend::frame_sample(&layout, &values, 0, &self.solid))?;
-        self.robust = Some((self.field, Instant::now(), t.elapsed(), r));
-        Some(r)
-    }
-
     /// The probes' samples of the current state: with every snapshot where sampling is cheap
     /// (a CPU grid reads just the probed cells), less often where it is not (a GPU backend
     /// without its own probe reads the whole field), so that it takes at most [`PROBE_SHARE`]
@@ -1142,7 +1110,7 @@ impl Worker {
         let finite = frame.ranges.finite;
         let lag = frame.ranges.lag;
         let min_max = frame.range(self.field).unwrap_or((0.0, 0.0));
-        let robust = self.robust_range(&frame);
+        let robust = self.robust.of(&frame, self.field, &self.solid);
         let probes = self.sample_probes();
         let iso = self.iso.filter(|_| self.solver.domain().n[2] > 1).map(|kind| IsoData {
             kind,

@@ -184,6 +184,52 @@ impl SharedImport {
         self.bytes
     }
 
+    /// Read `rows` runs of `row_floats` floats, the first at float `offset`, each `pitch_floats`
+    /// after the one before (one strided copy), once the work queued on the GPU is done: a
+    /// sample of a frame written here, without a copy of the whole frame.
+    ///
+    /// # Errors
+    /// Runs past the end of the memory, a pitch shorter than a run, or a driver error.
+    pub fn read_rows(&self, offset: usize, row_floats: usize, rows: usize, pitch_floats: usize) -> Result<Vec<f32>, SolverError> {
+        use cudarc::driver::sys;
+        if rows == 0 || row_floats == 0 {
+            return Ok(Vec::new());
+        }
+        let end = (rows - 1).checked_mul(pitch_floats).and_then(|x| x.checked_add(offset + row_floats));
+        if pitch_floats < row_floats || end.is_none_or(|e| e as u64 * 4 > self.bytes) {
+            return Err(SolverError::Backend(format!(
+                "{rows} runs of {row_floats} floats every {pitch_floats} from {offset} do not fit {} bytes of shared memory",
+                self.bytes
+            )));
+        }
+        self.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+        // The frame may still be being written on the solver's stream.
+        self.ctx.synchronize().map_err(derr("waiting for the GPU"))?;
+        let mut out = vec![0.0f32; rows * row_floats];
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: self.ptr + offset as u64 * 4,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: pitch_floats * 4,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            dstHost: out.as_mut_ptr().cast(),
+            dstDevice: 0,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: row_floats * 4,
+            WidthInBytes: row_floats * 4,
+            Height: rows,
+        };
+        // SAFETY: the source runs lie inside the mapped memory (checked above) and the
+        // destination holds rows * row_floats floats; the copy is synchronous.
+        unsafe { sys::cuMemcpy2D_v2(&raw const copy) }.result().map_err(derr("reading shared memory"))?;
+        Ok(out)
+    }
+
     /// Fill the first `values.len()` floats from the host and wait (tests of the shared path).
     ///
     /// # Errors
