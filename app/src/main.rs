@@ -68,7 +68,7 @@ fn main() -> ExitCode {
             let a = viewer::ViewArgs {
                 scene: None,
                 backend: BackendChoice::Auto,
-                gpus: 1,
+                gpus: solvers::Gpus::Count(1),
                 set: Vec::new(),
                 paused: false,
                 frames: None,

@@ -34,9 +34,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
     /// Split the grid over this many GPUs of this machine (CUDA; slabs along z, y in 2D, halos
-    /// exchanged through NCCL).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub gpus: u32,
+    /// exchanged through NCCL), or `auto`: the count predicted fastest for this scene from
+    /// boxes of its cross-section timed here at start (one GPU where a split would not pay).
+    #[arg(long, default_value = "1", value_parser = crate::solvers::parse_gpus)]
+    pub gpus: crate::solvers::Gpus,
     /// Steps to run (default: the scene's solver.steps), 0 to 10^12.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_STEPS))]
     pub steps: Option<u64>,
@@ -361,7 +362,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     let render_gpu = check_outputs(a)?;
     // The last good state and a checkpoint being written are held at once.
     let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
-    let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(a.backend, a.gpus, keeps))?;
+    let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(&ls, a.backend, a.gpus, keeps))?;
     if let (Some(r), Some(c)) = (&a.resume, &resume) {
         solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
         eprintln!("resumed from step {} ({})", c.step, r.display());

@@ -46,10 +46,43 @@ pub fn load_scene(path: Option<&Path>, sets: &[String]) -> anyhow::Result<Loaded
     Ok(ls)
 }
 
-/// The choice the flags `--backend` and `--gpus` make, for a caller that keeps `keeps`.
+/// `--gpus`: a count of GPUs to split the grid over, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gpus {
+    /// As many as [`sim_core::build::auto_gpus`] predicts fastest (timed on this machine).
+    Auto,
+    /// This many (1 to 64).
+    Count(u32),
+}
+
+/// Parse `--gpus`: `auto` or a count from 1 to 64.
+///
+/// # Errors
+/// Anything else, with what is valid.
+pub fn parse_gpus(s: &str) -> Result<Gpus, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(Gpus::Auto);
+    }
+    match t.parse::<u32>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(Gpus::Count(n)),
+        _ => Err(format!("expected auto or a count of GPUs from 1 to 64, got \"{s}\"")),
+    }
+}
+
+/// The choice the flags `--backend` and `--gpus` make for scene `ls`, for a caller that keeps
+/// `keeps`; `--gpus auto` says on stderr what it chose and why.
 #[must_use]
-pub fn choice(backend: BackendChoice, gpus: u32, keeps: Keeps) -> Choice {
-    Choice { backend: backend.into(), gpus: gpus.max(1) as usize, keeps }
+pub fn choice(ls: &LoadedScene, backend: BackendChoice, gpus: Gpus, keeps: Keeps) -> Choice {
+    let gpus = match gpus {
+        Gpus::Count(n) => n.max(1) as usize,
+        Gpus::Auto => {
+            let c = sim_core::build::auto_gpus(ls, backend.into());
+            eprintln!("--gpus auto: {}", c.why);
+            c.gpus
+        }
+    };
+    Choice { backend: backend.into(), gpus, keeps }
 }
 
 /// An error of [`sim_core::build::build`] in the words of the flags that chose it.

@@ -228,7 +228,12 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert!(e.contains("compressed subgrids run on one GPU"), "{e}");
     let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--gpus", "0"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("--gpus"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--gpus") && stderr(&o).contains("expected auto or a count of GPUs from 1 to 64"), "{}", stderr(&o));
+    // auto: one GPU where only one can run the scene (here the CPU, or adaptive blocks), said.
+    let o = esoflow(&["run", "scenes/cylinder_2d.toml", "--backend", "cpu", "--gpus", "auto", "--steps", "1"]);
+    assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: the CPU backend runs one grid"), "{}", stderr(&o));
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--gpus", "auto", "--steps", "1"]);
+    assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: adaptive blocks run on one GPU"), "{}", stderr(&o));
     let o = esoflow(&["bench", "--backend", "cpu", "--gpus", "2"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--gpus 2 measures the CUDA backend"), "{}", stderr(&o));

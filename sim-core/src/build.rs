@@ -209,6 +209,48 @@ pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
     }
 }
 
+/// How many GPUs of this machine a scene should be split over (`--gpus auto`), and why: one
+/// where only one can run it (the CPU backend, adaptive blocks, compressed subgrids, a single
+/// GPU), else the count [`cuda::split`] predicts fastest from boxes timed here, where it is
+/// worth it. Never an error: a measurement that fails keeps one GPU and says why.
+#[must_use]
+pub fn auto_gpus(ls: &LoadedScene, backend: Backend) -> cuda::split::GpuChoice {
+    let one = |why: String| cuda::split::GpuChoice { gpus: 1, why: format!("1 GPU: {why}") };
+    if backend == Backend::Cpu {
+        return one("the CPU backend runs one grid".into());
+    }
+    if ls.scene.amr.enabled {
+        return one("adaptive blocks run on one GPU".into());
+    }
+    if ls.scene.compression.enabled {
+        return one("compressed subgrids run on one GPU".into());
+    }
+    if let Err(why) = cuda::probe() {
+        return one(why);
+    }
+    let count = match std::env::var("ESOFLOW_GPUS") {
+        Ok(v) => v.split(',').count(),
+        Err(_) => cudarc::driver::CudaContext::device_count().map_or(1, |c| c.max(1) as usize),
+    };
+    let devices = match cuda::multi::devices_for(count) {
+        Ok(d) => d,
+        Err(e) => return one(e.to_string()),
+    };
+    if count < 2 {
+        return one("this machine has one GPU".into());
+    }
+    let s = &ls.scene.solver;
+    if s.scheme != crate::schemes::Scheme::EsotericPull {
+        return one(format!("several GPUs run the Esoteric Pull scheme; this scene sets {}", s.scheme.name()));
+    }
+    let n = ls.derived.size;
+    let z = if n[2] > 1 { n[2] } else { n[1] };
+    match cuda::split::measure(ls.derived.lattice, s.precision, n, &devices) {
+        Ok(t) => cuda::split::choose(z, &t),
+        Err(e) => one(format!("timing the split failed ({e})")),
+    }
+}
+
 /// Whether a usable NVIDIA GPU is here, and if not why (for callers that choose what to
 /// measure or show).
 ///

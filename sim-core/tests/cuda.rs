@@ -924,6 +924,27 @@ fn gpu_multi_slabs_match_one_gpu() {
     }
 }
 
+/// `--gpus auto`'s timing of the split: boxes of the grid's cross-section on one GPU and split
+/// (on one device the slabs share it, as ESOFLOW_GPUS=0,0 asks), each step timed, slabs of the
+/// grid's size up to the box limit; the choice names the numbers. How fast it is stays with the
+/// bench (bench/results/multi-gpu-auto), not here.
+fn gpu_auto_gpus_times_the_split_and_says_why() {
+    use sim_core::backend::cuda::split;
+    use sim_core::lattice::Lattice;
+    use sim_core::precision::Precision;
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    let devices = if count < 2 { [0, 0] } else { [0, 1] };
+    let t = split::measure(Lattice::D3Q19, Precision::Fp32, [64, 48, 40], &devices).expect("timed");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!((t[0].gpus, t[0].layers), (2, 20), "two slabs of 20 layers: {t:?}");
+    assert!(t[0].one > 0.0 && t[0].split > 0.0 && t[0].one.is_finite() && t[0].split.is_finite(), "{t:?}");
+    let c = split::choose(40, &t);
+    eprintln!("64x48x40 on {count} device(s): {t:?}: {}", c.why);
+    assert!(c.why.contains("measured here"), "{}", c.why);
+    // A grid too thin to split has no candidate.
+    assert!(split::measure(Lattice::D3Q19, Precision::Fp32, [16, 16, 7], &devices).expect("nothing to time").is_empty());
+}
+
 /// Free-slip walls along the cut (y) and on the faces the cuts run through (z), D3Q19 and D2Q9.
 fn gpu_multi_slabs_with_free_slip_walls_match_one_gpu() {
     let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
@@ -1577,6 +1598,7 @@ fn main() {
         test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
         test(gpu_multi_slabs_match_one_gpu),
         test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
+        test(gpu_auto_gpus_times_the_split_and_says_why),
         diagnostic(gpu_multi_first_difference),
         test(gpu_adaptive_frames_match_the_host),
         test(gpu_adaptive_blocks_match_cpu),

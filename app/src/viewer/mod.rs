@@ -49,9 +49,10 @@ pub struct ViewArgs {
     /// Solver backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: crate::BackendChoice,
-    /// Split the grid over this many GPUs of this machine (CUDA; see `esoflow run --help`).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub gpus: u32,
+    /// Split the grid over this many GPUs of this machine, or `auto` (CUDA; see `esoflow run
+    /// --help`).
+    #[arg(long, default_value = "1", value_parser = crate::solvers::parse_gpus)]
+    pub gpus: crate::solvers::Gpus,
     /// Override a scene key, e.g. --set fluid.reynolds=100.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,

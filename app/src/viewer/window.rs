@@ -86,7 +86,7 @@ pub fn run_window(args: &ViewArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|text| sim_core::probes::Probe::parse(text, size, dims).map_err(|e| anyhow::anyhow!("--probe {text}: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let choice = crate::solvers::choice(args.backend, args.gpus, sim_core::build::Keeps::VIEWER);
+    let choice = crate::solvers::choice(&ls, args.backend, args.gpus, sim_core::build::Keeps::VIEWER);
     if let Some(secs) = args.bench {
         let how = super::headless::BenchHow { steps_per_frame: args.steps_per_frame, path: args.frame_path, fps: args.bench_fps };
         return super::headless::render_bench(&ls, &choice, secs, spec.unwrap_or_default(), how);

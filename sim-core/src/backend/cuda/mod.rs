@@ -14,6 +14,7 @@ mod frame;
 pub mod interop;
 pub mod multi;
 mod nvrtc;
+pub mod split;
 pub mod subgrid;
 
 pub use bricks::*;
