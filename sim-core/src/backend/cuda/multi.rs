@@ -292,6 +292,7 @@ impl MultiCudaSolver {
             )));
         }
         let (up, down) = crossing(&dom, axis);
+        let comm_priority = std::env::var("ESOFLOW_COMM_PRIORITY").as_deref() != Ok("0");
         let mut parts = Vec::with_capacity(k);
         for (&(lo, len), &ordinal) in split(n[axis], k).iter().zip(devices) {
             let local = slab_domain(&dom, axis, lo, len);
@@ -306,7 +307,16 @@ impl MultiCudaSolver {
             let s = CudaSolver::on_device(local, scheme, precision, params.clone(), 16, place, |p| init(map(p)))
                 .map_err(|e| SolverError::Backend(format!("GPU {ordinal} (layers {lo}..{}): {e}", lo + len)))?;
             let ctx = s.context().clone();
-            let comm = ctx.new_stream().map_err(derr("creating the exchange stream"))?;
+            // The exchange runs beside the interior: at the highest priority its blocks are
+            // scheduled as soon as the edge is done, not after the interior's blocks drain.
+            let comm = if comm_priority {
+                ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+                let (_, highest) = cudarc::driver::result::stream::get_priority_range().map_err(derr("reading stream priorities"))?;
+                ctx.new_stream_with_priority(highest)
+            } else {
+                ctx.new_stream()
+            }
+            .map_err(derr("creating the exchange stream"))?;
             let edge_done = ctx.new_event(None).map_err(derr("creating events"))?;
             let comm_done = ctx.new_event(None).map_err(derr("creating events"))?;
             let ptr = s.state_ptr();
