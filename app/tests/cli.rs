@@ -234,6 +234,9 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: the CPU backend runs one grid"), "{}", stderr(&o));
     let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--gpus", "auto", "--steps", "1"]);
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: adaptive blocks run on one GPU"), "{}", stderr(&o));
+    let o = esoflow(&["bench", "--weak"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--weak scales the box with the GPUs: add --gpus N"), "{}", stderr(&o));
     let o = esoflow(&["bench", "--backend", "cpu", "--gpus", "2"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--gpus 2 measures the CUDA backend"), "{}", stderr(&o));

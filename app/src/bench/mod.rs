@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// reports MLUPS, MLUPS per GPU, speedup and scaling efficiency.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
+    /// With --gpus N: weak scaling, the N-GPU box N times the one-GPU box along the cut (each
+    /// GPU keeps --size^3 cells); efficiency is MLUPS_N / (N MLUPS_1) as for strong scaling.
+    #[arg(long)]
+    pub weak: bool,
 }
 
 fn box_edge(s: &str) -> Result<usize, String> {
@@ -171,6 +175,9 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         }
         BackendChoice::Auto => sim_core::build::gpu_available().is_ok(),
     };
+    if a.weak && a.gpus < 2 {
+        bail!("--weak scales the box with the GPUs: add --gpus N with N of 2 or more");
+    }
     if a.gpus > 1 {
         if !cuda {
             bail!("--gpus {} measures the CUDA backend; add --backend cuda", a.gpus);
@@ -384,6 +391,16 @@ pub(crate) fn box_size(l: Lattice, edge: usize) -> [usize; 3] {
     }
 }
 
+/// The box split over `n` GPUs: the one-GPU box (strong scaling), or with `--weak` that box
+/// `n` times along the cut (z in 3D, y in 2D).
+fn split_box(l: Lattice, a: &BenchArgs, n: usize) -> [usize; 3] {
+    let mut b = box_size(l, a.size);
+    if a.weak {
+        b[if l.dims() == 2 { 1 } else { 2 }] *= n;
+    }
+    b
+}
+
 /// Collision `kind` at tau 0.6, no walls, inlets or outlets.
 fn box_params(kind: Collision) -> Params {
     Params { collide: CollideParams { kind, tau: 0.6, cs: 0.1, force: [0.0; 3] }, walls: vec![[0.0; 3]], inlets: vec![], outlets: vec![] }
@@ -429,7 +446,7 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let devices = cuda_multi::devices_for(n)?;
     for &l in &lattices {
         for &p in &precisions {
-            box_fits(l, Scheme::EsotericPull, p, box_size(l, a.size), Place::Gpus(n))?;
+            box_fits(l, Scheme::EsotericPull, p, split_box(l, a, n), Place::Gpus(n))?;
             box_fits(l, Scheme::EsotericPull, p, box_size(l, a.size), Place::Gpus(1))?;
         }
     }
@@ -440,6 +457,9 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     println!("device: {n} x {device}, devices {devices:?}");
     println!("copy bandwidth (one GPU): {copy:.2} GB/s (read + write)");
     println!("box: empty, periodic, BGK, Esoteric Pull; {}^3 cells in 3D, the same count in 2D; slabs along the last axis", a.size);
+    if a.weak {
+        println!("weak scaling: the {n}-GPU box is {n} times the one-GPU box along the last axis (the same cells per GPU)");
+    }
     println!();
     println!(
         "{:<6} {:<6} {:>10} {:>10} {:>10} {:>8} {:>7} {:>8}  transport",
@@ -463,13 +483,14 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 (m, s.info().bytes_moved_per_cell)
             };
             let setup_t = Instant::now();
+            let big = split_box(l, a, n);
             let mut s = cuda_multi::MultiCudaSolver::new(
-                Domain::periodic(l, size),
+                Domain::periodic(l, big),
                 Scheme::EsotericPull,
                 p,
                 box_params(Collision::Bgk),
                 &devices,
-                box_init(size),
+                box_init(big),
             )?;
             s.synchronize()?;
             eprintln!("{} {}: {n} GPUs ready to step after {:.2} s of set-up", l.name(), p.name(), setup_t.elapsed().as_secs_f64());
@@ -493,9 +514,9 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 "\"{device}\",{n},{},{},{},{},{},{steps},{one_mlups:.3},{multi:.3},{:.3},{speedup:.4},{eff:.4},{},{copy:.3}",
                 l.name(),
                 p.name(),
-                size[0],
-                size[1],
-                size[2],
+                big[0],
+                big[1],
+                big[2],
                 multi / n as f64,
                 s.transport()
             ));
@@ -508,6 +529,9 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             writeln!(f, "# date: {}", date_utc())?;
             writeln!(f, "# command: {}", cmd.join(" "))?;
             writeln!(f, "# copy_gbs (one GPU, read + write): {copy:.3}")?;
+            if a.weak {
+                writeln!(f, "# weak scaling: nx,ny,nz are the {n}-GPU box, {n} times the one-GPU box along the last axis")?;
+            }
             writeln!(
                 f,
                 "device,gpus,lattice,precision,nx,ny,nz,steps,mlups_1gpu,mlups_ngpu,mlups_per_gpu,speedup,efficiency,transport,copy_gbs"
