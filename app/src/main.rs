@@ -58,6 +58,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Several processes of one launch would each run the whole grid and write the same files.
+    let launched = match &cli.command {
+        Some(Command::Run(_) | Command::View(_) | Command::Bench(_)) | None => sim_core::ranks::refuse_several(|k| std::env::var(k).ok()),
+        Some(Command::Info) => Ok(()),
+    };
+    if let Err(e) = launched {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Some(Command::Run(a)) => run::run(&a),
         Some(Command::Bench(a)) => bench::bench(&a),

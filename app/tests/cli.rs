@@ -234,6 +234,18 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: the CPU backend runs one grid"), "{}", stderr(&o));
     let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--gpus", "auto", "--steps", "1"]);
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: adaptive blocks run on one GPU"), "{}", stderr(&o));
+    // A launch of several processes is refused before anything runs or is written.
+    let out = tmp("ranks");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(["run", "--backend", "cpu", "--steps", "1", "--export", out.join("x").to_str().unwrap()])
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .current_dir(common::root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).starts_with("error: this process is rank 1 of 2 launched by mpirun (Open MPI)"), "{}", stderr(&o));
+    assert!(!out.join("x").exists());
     let o = esoflow(&["bench", "--weak"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--weak scales the box with the GPUs: add --gpus N"), "{}", stderr(&o));

@@ -22,6 +22,7 @@ pub mod memory;
 pub mod params;
 pub mod precision;
 pub mod probes;
+pub mod ranks;
 pub mod scene;
 pub mod schemes;
 pub mod solver;
