@@ -32,6 +32,18 @@ impl Params {
         }
     }
 
+    /// The parameters of a timing box: collision `kind` at tau 0.6, no walls, inlets or outlets
+    /// (the bench's boxes and `--gpus auto`'s).
+    #[must_use]
+    pub fn timing_box(kind: crate::collision::Collision) -> Params {
+        Params {
+            collide: CollideParams { kind, tau: 0.6, cs: 0.1, force: [0.0; 3] },
+            walls: vec![[0.0; 3]],
+            inlets: vec![],
+            outlets: vec![],
+        }
+    }
+
     /// Check a parameter set; the message says what is valid.
     ///
     /// # Errors

@@ -14,7 +14,7 @@ use clap::Args;
 use common::date_utc;
 use rayon::prelude::*;
 use sim_core::backend::cpu;
-use sim_core::collision::{CollideParams, Collision};
+use sim_core::collision::Collision;
 use sim_core::domain::Domain;
 use sim_core::lattice::Lattice;
 use sim_core::memory::Place;
@@ -335,7 +335,7 @@ pub struct Measured {
 /// block the CUDA backend does not run), a failed step.
 pub fn measure_box(c: &BoxCase, seconds: f64, stop: &AtomicBool) -> anyhow::Result<Measured> {
     let setup_t = Instant::now();
-    let (dom, params) = (Domain::periodic(c.lattice, c.size), box_params(c.collision));
+    let (dom, params) = (Domain::periodic(c.lattice, c.size), Params::timing_box(c.collision));
     let init = box_init(c.size);
     let mut solver: Box<dyn Solver> = if c.cuda {
         Box::new(sim_core::backend::cuda::CudaSolver::with_ghost_block(dom, c.scheme, c.precision, params, c.ghost_block, init)?)
@@ -399,11 +399,6 @@ fn split_box(l: Lattice, a: &BenchArgs, n: usize) -> [usize; 3] {
         b[if l.dims() == 2 { 1 } else { 2 }] *= n;
     }
     b
-}
-
-/// Collision `kind` at tau 0.6, no walls, inlets or outlets.
-fn box_params(kind: Collision) -> Params {
-    Params { collide: CollideParams { kind, tau: 0.6, cs: 0.1, force: [0.0; 3] }, walls: vec![[0.0; 3]], inlets: vec![], outlets: vec![] }
 }
 
 /// A Taylor-Green shear over the box (so the collision does real work).
@@ -477,8 +472,13 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         let size = box_size(l, a.size);
         for &p in &precisions {
             let (one_mlups, moved) = {
-                let mut s =
-                    cuda::CudaSolver::new(Domain::periodic(l, size), Scheme::EsotericPull, p, box_params(Collision::Bgk), box_init(size))?;
+                let mut s = cuda::CudaSolver::new(
+                    Domain::periodic(l, size),
+                    Scheme::EsotericPull,
+                    p,
+                    Params::timing_box(Collision::Bgk),
+                    box_init(size),
+                )?;
                 let (_, m) = time_steps(&mut s, true, a.seconds, &NO_STOP)?;
                 (m, s.info().bytes_moved_per_cell)
             };
@@ -488,7 +488,7 @@ fn bench_multi(a: &BenchArgs) -> anyhow::Result<ExitCode> {
                 Domain::periodic(l, big),
                 Scheme::EsotericPull,
                 p,
-                box_params(Collision::Bgk),
+                Params::timing_box(Collision::Bgk),
                 &devices,
                 box_init(big),
             )?;

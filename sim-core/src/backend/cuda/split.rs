@@ -11,7 +11,7 @@
 
 use super::multi::{MultiCudaSolver, MIN_LAYERS};
 use super::CudaSolver;
-use crate::collision::{CollideParams, Collision};
+use crate::collision::Collision;
 use crate::domain::Domain;
 use crate::lattice::Lattice;
 use crate::params::Params;
@@ -84,15 +84,6 @@ pub fn choose(z: usize, timings: &[SplitTiming]) -> GpuChoice {
     }
 }
 
-fn box_params() -> Params {
-    Params {
-        collide: CollideParams { kind: Collision::Bgk, tau: 0.6, cs: 0.1, force: [0.0; 3] },
-        walls: vec![[0.0; 3]],
-        inlets: Vec::new(),
-        outlets: Vec::new(),
-    }
-}
-
 /// Seconds per step of `s`, after a warm-up, over at least 0.1 s.
 fn time_per_step(s: &mut dyn Solver) -> Result<f64, SolverError> {
     s.step(4)?;
@@ -138,7 +129,9 @@ pub fn measure(lattice: Lattice, precision: Precision, n: [usize; 3], devices: &
                 let place = super::Placement { ordinal: devices[0], ..super::Placement::default() };
                 let dom = Domain::periodic(lattice, sized(layers));
                 let mut s =
-                    CudaSolver::on_device(dom, Scheme::EsotericPull, precision, box_params(), 16, place, |_| (1.0, [0.05, 0.0, 0.0]))?;
+                    CudaSolver::on_device(dom, Scheme::EsotericPull, precision, Params::timing_box(Collision::Bgk), 16, place, |_| {
+                        (1.0, [0.05, 0.0, 0.0])
+                    })?;
                 let t = time_per_step(&mut s)?;
                 one.push((layers, t));
                 t
@@ -148,7 +141,7 @@ pub fn measure(lattice: Lattice, precision: Precision, n: [usize; 3], devices: &
             Domain::periodic(lattice, sized(k * layers)),
             Scheme::EsotericPull,
             precision,
-            box_params(),
+            Params::timing_box(Collision::Bgk),
             &devices[..k],
             |_| (1.0, [0.05, 0.0, 0.0]),
         )?;
