@@ -2079,6 +2079,8 @@ fn ui_probes_placed_by_clicking_are_saved_in_the_checkpoint_and_come_back_with_i
     h.state_mut().remove_probe(0);
     assert!(h.state().probes().is_empty());
     h.state_mut().ckpt_path = ckpt.display().to_string();
+    // The snapshot that answers the removal comes first (it changes the panels' layout).
+    run_until(&mut h, "a snapshot without probes", |a| a.snap.as_ref().is_some_and(|s| s.probe_cells.is_empty()));
     super::tests::unfold(&mut h, super::panels::sidebar::Section::Export);
     h.get_by_label("Load").click();
     run_until(&mut h, "the checkpoint's probes", |a| a.probes().len() == 2);
