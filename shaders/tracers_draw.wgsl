@@ -1,22 +1,8 @@
 // Drawing the tracers (round dots of a few pixels, one triangle each) and the streamlines (line
 // segments coloured by speed) that tracers.wgsl made; depth-tested against the slices and
 // surfaces in 3D, on top of the field in 2D.
-// The same `Params` as tracers.wgsl (bound at 0); the tracers and the lines read-only here.
-
-struct Params {
-    clip_from_world: mat4x4<f32>,
-    size: vec4<u32>,
-    pitch: vec4<u32>,
-    seed_min: vec4<f32>,
-    seed_max: vec4<f32>,
-    line_origin: vec4<f32>,
-    line_u: vec4<f32>,
-    line_v: vec4<f32>,
-    lines: vec4<u32>,
-    color: vec4<f32>,
-    style: vec4<f32>,
-    line_range: vec4<f32>,
-};
+// `Params` (binding 0) is in tracer_params.wgsl, prepended as for tracers.wgsl; the tracers and
+// the lines are read-only here.
 
 @group(0) @binding(0) var<uniform> prm: Params;
 @group(0) @binding(1) var<storage, read> tracers: array<vec4<f32>>;

@@ -16,7 +16,8 @@ fn tracer_shaders_are_the_files_on_disk_with_their_entry_points() {
         ("tracers.wgsl", render::TRACERS_WGSL, &["advect", "trace"][..]),
         ("tracers_draw.wgsl", render::TRACERS_DRAW_WGSL, &["vs_dot", "fs_dot", "vs_line", "fs_line"][..]),
     ] {
-        assert_eq!(src, std::fs::read_to_string(dir.join(name)).expect("shader file"), "{name}");
+        let params = std::fs::read_to_string(dir.join("tracer_params.wgsl")).expect("tracer_params.wgsl");
+        assert_eq!(src, params + &std::fs::read_to_string(dir.join(name)).expect("shader file"), "{name}");
         let module = naga::front::wgsl::parse_str(src).expect("parses");
         for e in entries {
             assert!(module.entry_points.iter().any(|p| p.name == *e), "{name}: entry point {e} missing");

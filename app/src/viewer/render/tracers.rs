@@ -8,10 +8,12 @@
 use super::{alpha_blend, storage, texture, uniform, FieldRenderer, DEPTH_FORMAT, VIEW_FORMAT};
 use bytemuck::{Pod, Zeroable};
 
-/// The WGSL of the tracers' and streamlines' compute passes.
-pub const TRACERS_WGSL: &str = include_str!("../../../../shaders/tracers.wgsl");
-/// The WGSL that draws them.
-pub const TRACERS_DRAW_WGSL: &str = include_str!("../../../../shaders/tracers_draw.wgsl");
+/// The WGSL of the tracers' and streamlines' compute passes (their `Params` first).
+pub const TRACERS_WGSL: &str =
+    concat!(include_str!("../../../../shaders/tracer_params.wgsl"), include_str!("../../../../shaders/tracers.wgsl"));
+/// The WGSL that draws them (the same `Params` first).
+pub const TRACERS_DRAW_WGSL: &str =
+    concat!(include_str!("../../../../shaders/tracer_params.wgsl"), include_str!("../../../../shaders/tracers_draw.wgsl"));
 
 /// Most tracers (one workgroup of 64 per 64 tracers, in one dispatch dimension).
 pub const MAX_TRACERS: u32 = 1 << 22;
@@ -23,7 +25,7 @@ pub const RETRACE_EVERY: std::time::Duration = std::time::Duration::from_millis(
 /// move by this much, not by the whole gap).
 pub const MAX_STEPS_PER_PASS: f32 = 4000.0;
 
-/// `Params` in tracers.wgsl and tracers_draw.wgsl.
+/// `Params` in tracer_params.wgsl (both tracer shaders).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct TracerParams {
