@@ -30,7 +30,11 @@ fn every_shader_parses_and_validates_with_naga() {
         if p.extension().is_none_or(|x| x != "wgsl") {
             continue;
         }
-        let src = std::fs::read_to_string(&p).expect("readable shader");
+        let mut src = std::fs::read_to_string(&p).expect("readable shader");
+        // The tracer shaders are built with their shared `Params` first (render::tracers).
+        if p.file_name().is_some_and(|f| f.to_string_lossy().starts_with("tracers")) {
+            src = std::fs::read_to_string(shaders_dir().join("tracer_params.wgsl")).expect("tracer_params.wgsl") + &src;
+        }
         let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}: {}", p.display(), e.emit_to_string(&src)));
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
             .validate(&module)
