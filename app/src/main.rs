@@ -58,17 +58,27 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    // Several processes of one launch would each run the whole grid and write the same files.
+    // Under a launcher `run` cuts its grid into one slab per process; the viewer and the bench
+    // run in one process, and each process of a launch would do the whole work.
+    let env = |k: &str| std::env::var(k).ok();
     let launched = match &cli.command {
-        Some(Command::Run(_) | Command::View(_) | Command::Bench(_)) | None => sim_core::ranks::refuse_several(|k| std::env::var(k).ok()),
-        Some(Command::Info) => Ok(()),
+        Some(Command::Run(_)) => sim_core::ranks::from_env(env).map(|r| r.filter(|r| r.world > 1)),
+        Some(Command::View(_)) | None => sim_core::ranks::refuse_several(env, "the viewer").map(|()| None),
+        Some(Command::Bench(_)) => sim_core::ranks::refuse_several(env, "the bench").map(|()| None),
+        Some(Command::Info) => Ok(None),
     };
-    if let Err(e) = launched {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
+    let launch = match launched {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
-        Some(Command::Run(a)) => run::run(&a),
+        Some(Command::Run(a)) => match launch {
+            Some(r) if r.rank > 0 => run::follow(&a, &r),
+            _ => run::run(&a, launch.as_ref()),
+        },
         Some(Command::Bench(a)) => bench::bench(&a),
         Some(Command::Info) => info(),
         Some(Command::View(a)) => viewer::window::run_window(&a),

@@ -13,6 +13,7 @@ use sim_core::build::Keeps;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsColumns, StatsWriter};
 use sim_core::forces::{ForceHistory, Keep, NoShedding};
+use sim_core::ranks::Rank;
 use sim_core::scene::human_bytes;
 use sim_core::units::{si, Units};
 use sim_core::Solver;
@@ -347,9 +348,48 @@ fn chunk_message(solver: &dyn Solver, mlups: f64) -> String {
 /// Wall time a batch of steps aims at between two looks at the stop flag and the progress.
 const BATCH_SECS: f64 = 0.25;
 
-pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
+/// The flags a run under a launcher of several processes cannot take, checked alike on every
+/// rank (so that all stop with the same message before they meet).
+fn check_launch(a: &RunArgs, r: &Rank) -> anyhow::Result<()> {
+    let w = r.world;
+    if a.backend == crate::BackendChoice::Cpu {
+        bail!(
+            "--backend cpu: a launch of {w} processes ({}) runs one slab per process on the CUDA backend; start one process for the CPU",
+            r.source
+        );
+    }
+    match a.gpus {
+        crate::solvers::Gpus::Count(n) if n as usize != 1 && n as usize != w => bail!(
+            "--gpus {n}: a launch of {w} processes ({}) runs one GPU per process, {w} in all; drop --gpus, or start {n} processes",
+            r.source
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Meet the other processes of a launch (see [`sim_core::ranks::rendezvous`]).
+fn meet(r: &Rank) -> anyhow::Result<sim_core::ranks::rendezvous::Cluster> {
+    use sim_core::ranks::rendezvous;
+    let (place, wait) = rendezvous::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    rendezvous::join(r, &place, wait).map_err(anyhow::Error::msg)
+}
+
+/// A rank other than 0 of a launch: its slab of the grid, steered by rank 0, which prints and
+/// writes everything; this process is silent but for its errors.
+pub fn follow(a: &RunArgs, r: &Rank) -> anyhow::Result<ExitCode> {
+    let ls = load_scene(a.scene.as_deref(), &a.set).with_context(|| format!("rank {}", r.rank))?;
+    check_launch(a, r)?;
+    let cluster = meet(r)?;
+    sim_core::build::follow(&ls, cluster)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
     let view = a.view.as_deref().map(crate::viewer::ViewSpec::parse).transpose()?.unwrap_or_default();
     let ls = load_scene(a.scene.as_deref(), &a.set)?;
+    if let Some(r) = launch {
+        check_launch(a, r)?;
+    }
     for w in &ls.derived.warnings {
         eprintln!("warning: {w}");
     }
@@ -362,7 +402,14 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
     let render_gpu = check_outputs(a)?;
     // The last good state and a checkpoint being written are held at once.
     let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
-    let mut solver = crate::solvers::build_solver(&ls, &crate::solvers::choice(&ls, a.backend, a.gpus, keeps))?;
+    let mut solver = match launch {
+        Some(r) => {
+            let cluster = meet(r)?;
+            eprintln!("{} processes met ({}): one slab of the grid each", r.world, r.source);
+            sim_core::build::lead(&ls, keeps, cluster).map_err(|e| anyhow!("a launch of {} processes: {e}", r.world))?.solver
+        }
+        None => crate::solvers::build_solver(&ls, &crate::solvers::choice(&ls, a.backend, a.gpus, keeps))?,
+    };
     if let (Some(r), Some(c)) = (&a.resume, &resume) {
         solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
         eprintln!("resumed from step {} ({})", c.step, r.display());

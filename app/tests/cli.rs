@@ -234,18 +234,38 @@ fn gpus_flag_refuses_what_it_cannot_run() {
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: the CPU backend runs one grid"), "{}", stderr(&o));
     let o = esoflow(&["run", "scenes/lid_driven_cavity_amr_2d.toml", "--gpus", "auto", "--steps", "1"]);
     assert!(o.status.success() && stderr(&o).contains("--gpus auto: 1 GPU: adaptive blocks run on one GPU"), "{}", stderr(&o));
-    // A launch of several processes is refused before anything runs or is written.
+    // Under a launcher, flags a launch cannot take are refused on every rank before anything
+    // runs or is written, and the viewer and the bench run in one process.
     let out = tmp("ranks");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_esoflow"))
-        .args(["run", "--backend", "cpu", "--steps", "1", "--export", out.join("x").to_str().unwrap()])
-        .env("OMPI_COMM_WORLD_RANK", "1")
-        .env("OMPI_COMM_WORLD_SIZE", "2")
-        .current_dir(common::root())
-        .output()
-        .unwrap();
+    let launched = |args: &[&str], rank: usize| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_esoflow"))
+            .args(args)
+            .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .current_dir(common::root())
+            .output()
+            .unwrap()
+    };
+    let x = out.join("x");
+    let o = launched(&["run", "--backend", "cpu", "--steps", "1", "--export", x.to_str().unwrap()], 1);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).starts_with("error: this process is rank 1 of 2 launched by mpirun (Open MPI)"), "{}", stderr(&o));
-    assert!(!out.join("x").exists());
+    assert!(
+        stderr(&o).starts_with("error: --backend cpu: a launch of 2 processes (mpirun (Open MPI)) runs one slab per process"),
+        "{}",
+        stderr(&o)
+    );
+    let o = launched(&["run", "--gpus", "3", "--steps", "1", "--export", x.to_str().unwrap()], 0);
+    assert!(stderr(&o).contains("--gpus 3: a launch of 2 processes"), "{}", stderr(&o));
+    assert!(!x.exists());
+    let o = launched(&["view", "--frames", "1"], 0);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).starts_with("error: this process is rank 0 of 2 launched by mpirun (Open MPI): the viewer runs in one process"),
+        "{}",
+        stderr(&o)
+    );
+    let o = launched(&["bench", "--seconds", "0.1"], 1);
+    assert!(stderr(&o).contains("the bench runs in one process"), "{}", stderr(&o));
     let o = esoflow(&["bench", "--weak"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--weak scales the box with the GPUs: add --gpus N"), "{}", stderr(&o));
@@ -610,4 +630,46 @@ fn a_scene_with_si_units_reports_and_exports_them() {
     // units.toml: the factors, as TOML.
     let units = std::fs::read_to_string(out.join("units.toml")).unwrap();
     assert!(units.contains("dx = 0.005  # m per cell") && units.contains("[reference]"), "{units}");
+}
+
+/// Two processes of one launch meet and run `esoflow run` together: on a host with two GPUs the
+/// launch's checkpoint equals one GPU's bit for bit; without GPUs both stop, rank 0 saying why
+/// and rank 1 that it stopped with rank 0, nothing written and nothing left waiting.
+#[test]
+fn a_launch_of_two_processes_runs_together_or_stops_together() {
+    let out = tmp("launch");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let ckpt = out.join("launch.ckpt");
+    let kids: Vec<_> = (0..2)
+        .map(|r| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_esoflow"))
+                .args(["run", "scenes/sphere_3d.toml", "--steps", "40", "--checkpoint", ckpt.to_str().unwrap()])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("ESOFLOW_RENDEZVOUS", format!("127.0.0.1:{port}"))
+                .env("ESOFLOW_RENDEZVOUS_TIMEOUT", "60")
+                .current_dir(common::root())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = kids.into_iter().map(|k| k.wait_with_output().unwrap()).collect();
+    let (e0, e1) = (stderr(&outs[0]), stderr(&outs[1]));
+    let gpus = sim_core::backend::cuda::probe().is_ok() && cudarc::driver::CudaContext::device_count().unwrap_or(0) >= 2;
+    if gpus {
+        assert!(outs[0].status.success() && outs[1].status.success(), "rank 0: {e0}\nrank 1: {e1}");
+        assert!(e0.contains("2 processes met") && !e1.contains("error"), "rank 0: {e0}\nrank 1: {e1}");
+        let one = out.join("one.ckpt");
+        let o = esoflow(&["run", "scenes/sphere_3d.toml", "--backend", "cuda", "--steps", "40", "--checkpoint", one.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (a, b) = (sim_core::checkpoint::Checkpoint::load(&ckpt).unwrap(), sim_core::checkpoint::Checkpoint::load(&one).unwrap());
+        assert!(a.data == b.data && a.step == 40, "the launch's checkpoint differs from one GPU's");
+    } else {
+        assert_eq!((outs[0].status.code(), outs[1].status.code()), (Some(2), Some(2)), "rank 0: {e0}\nrank 1: {e1}");
+        assert!(e0.contains("2 processes met") && e0.contains("error: a launch of 2 processes:"), "{e0}");
+        assert!(e1.starts_with("error: rank 1: stopped with rank 0"), "{e1}");
+        assert!(!ckpt.exists());
+    }
 }

@@ -209,6 +209,49 @@ pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
     }
 }
 
+/// Rank 0 of a launch of several processes (`mpirun`, `srun`, `torchrun`): the scene's grid cut
+/// into one slab per process, this process holding the first and steering the others (which
+/// run [`follow`]). Its memory plan is one slab's on this rank's GPU and the whole grid's
+/// files and saved states in this host's memory.
+///
+/// # Errors
+/// Compressed subgrids or adaptive blocks (one GPU only), a plan over what is free (the other
+/// ranks are stopped with the reason), any rank's failure to build its slab or join NCCL.
+pub fn lead(ls: &LoadedScene, keeps: Keeps, cluster: crate::ranks::rendezvous::Cluster) -> Result<Built, BuildError> {
+    let refuse = |e: BuildError| {
+        cuda::multi::remote::abort(&cluster, &e.to_string());
+        Err(e)
+    };
+    if ls.scene.amr.enabled {
+        return refuse(BuildError::AdaptiveOnOneGpu);
+    }
+    if ls.scene.compression.enabled {
+        return refuse(BuildError::CompressedOnOneGpu);
+    }
+    let world = cluster.rank.world;
+    let spec = Spec::of_scene(ls, Place::Gpus(world), keeps.saved_states, keeps.export);
+    let device =
+        cuda::multi::remote::rank_device(&cluster.rank).and_then(|o| cuda::free_memory(o).map_err(crate::solver::SolverError::Backend));
+    let free = match device {
+        Ok(d) => Free { host: crate::memory::host_available(), device: Some(d) },
+        Err(e) => return refuse(BuildError::Gpu(e.to_string())),
+    };
+    if let Err(why) = crate::memory::check(&spec, &free) {
+        return refuse(BuildError::Memory { origin: ls.origin.clone(), why });
+    }
+    let solver = cuda::multi::MultiCudaSolver::lead(ls, cluster).map_err(|e| BuildError::Gpu(e.to_string()))?;
+    Ok(Built { solver: Box::new(solver), notice: None })
+}
+
+/// A rank other than 0 of a launch: build this process's slab and serve rank 0 until the run
+/// ends (see [`lead`]).
+///
+/// # Errors
+/// This rank's slab could not be built (rank 0 reports it too), rank 0 stopped the start.
+pub fn follow(ls: &LoadedScene, cluster: crate::ranks::rendezvous::Cluster) -> Result<(), BuildError> {
+    cuda::multi::remote::follow(ls, cluster).map_err(|e| BuildError::Gpu(e.to_string()))
+}
+
 /// How many GPUs of this machine a scene should be split over (`--gpus auto`), and why: one
 /// where only one can run it (the CPU backend, adaptive blocks, compressed subgrids, a single
 /// GPU), else the count [`cuda::split`] predicts fastest from boxes timed here, where it is

@@ -6,9 +6,14 @@
 //! and MPICH / Intel MPI (`PMI_RANK` / `PMI_SIZE`, `MPI_LOCALRANKID`). No MPI library is
 //! linked: the variables are all a rank needs to find its place.
 //!
-//! A run splits its grid over the GPUs of one process (`--gpus N`); a launch of several
-//! processes is recognised so that they are refused together with one clear message, instead
-//! of each simulating the whole grid and writing the same files.
+//! `esoflow run` under a launcher splits its grid into one slab per process: the processes
+//! meet ([`rendezvous`]), rank 0 runs the simulation's loop and writes every file, the others
+//! hold their slabs and answer rank 0's commands (see `backend::cuda::multi`). The viewer and
+//! the bench run in one process (several GPUs there with `--gpus N`), and refuse a launch of
+//! several processes with one clear message instead of each doing the whole work.
+
+pub mod rendezvous;
+pub mod wire;
 
 /// One process's place in a launch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,15 +65,16 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Option<Rank>, St
     Ok(None)
 }
 
-/// Refuse a launch of several processes: one sentence naming the launcher, the rank and what
-/// runs instead (several GPUs in one process). A single process, or none launched, passes.
+/// Refuse a launch of several processes for a command that runs in one (`what`: "the viewer",
+/// "the bench"): one sentence naming the launcher, the rank and what runs instead. A single
+/// process, or none launched, passes.
 ///
 /// # Errors
 /// That sentence, or a bad launcher variable ([`from_env`]).
-pub fn refuse_several(var: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+pub fn refuse_several(var: impl Fn(&str) -> Option<String>, what: &str) -> Result<(), String> {
     match from_env(var)? {
         Some(r) if r.world > 1 => Err(format!(
-            "this process is rank {} of {} launched by {}: Esoflow runs one process, which splits the grid over the GPUs of its machine; start it once with --gpus {} (or --gpus auto)",
+            "this process is rank {} of {} launched by {}: {what} runs in one process, which splits the grid over the GPUs of its machine; start it once with --gpus {} (or --gpus auto); `esoflow run` runs one process per GPU under a launcher",
             r.rank, r.world, r.source, r.world
         )),
         _ => Ok(()),
@@ -110,9 +116,13 @@ mod tests {
         assert_eq!(e, "RANK=x: expected a whole number (set by RANK/WORLD_SIZE)");
         let e = from_env(env(&[("SLURM_PROCID", "2"), ("SLURM_STEP_NUM_TASKS", "2")])).unwrap_err();
         assert_eq!(e, "SLURM_PROCID=2 with SLURM_STEP_NUM_TASKS=2: the rank must be 0 to the size minus 1");
-        assert!(refuse_several(env(&[])).is_ok());
-        assert!(refuse_several(env(&[("SLURM_PROCID", "0"), ("SLURM_STEP_NUM_TASKS", "1")])).is_ok(), "a single task runs");
-        let e = refuse_several(env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")])).unwrap_err();
-        assert!(e.starts_with("this process is rank 1 of 2 launched by mpirun (Open MPI)") && e.contains("--gpus 2"), "{e}");
+        assert!(refuse_several(env(&[]), "the viewer").is_ok());
+        assert!(refuse_several(env(&[("SLURM_PROCID", "0"), ("SLURM_STEP_NUM_TASKS", "1")]), "the viewer").is_ok(), "a single task runs");
+        let e = refuse_several(env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")]), "the viewer").unwrap_err();
+        assert!(
+            e.starts_with("this process is rank 1 of 2 launched by mpirun (Open MPI): the viewer runs in one process")
+                && e.contains("--gpus 2"),
+            "{e}"
+        );
     }
 }

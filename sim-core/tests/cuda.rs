@@ -1565,7 +1565,114 @@ fn forest_case<L: sim_core::lattice::Lat>(root: [usize; 3], periodic: [bool; 3],
     assert!(refused >= 1, "{}: no adaptation hit the capacity", L::KIND);
 }
 
+/// How many steps the launch test runs (a checkpoint is taken halfway).
+const RANK_STEPS: u64 = 600;
+
+/// The scenes of the launch test: 3D with a sphere across the cut, a moving wall on the ring's
+/// seam and an inlet and outlet; 2D in FP16S.
+fn rank_case(i: usize) -> sim_core::scene::LoadedScene {
+    match i {
+        0 => scene(SCENE_3D, &[("domain.lattice", "D3Q19"), ("solver.precision", "fp32")]),
+        _ => scene(SCENE_2D, &[("domain.lattice", "D2Q9"), ("solver.precision", "fp16s")]),
+    }
+}
+
+/// One process of the launch test (this test binary started again, the rank in RANK and
+/// WORLD_SIZE): rank 0 runs the steps, writes its checkpoint, resumes the one-GPU checkpoint of
+/// the halfway step and runs to the end again; the others serve it.
+fn rank_worker(out: &str) {
+    use sim_core::ranks::{from_env, rendezvous};
+    let env = |k: &str| std::env::var(k).ok();
+    let rank = from_env(env).expect("launch variables").expect("a launch");
+    let case: usize = std::env::var("ESOFLOW_TEST_RANK_CASE").expect("case").parse().expect("case number");
+    let ls = rank_case(case);
+    let (place, wait) = rendezvous::from_env(env).expect("rendezvous");
+    let cluster = rendezvous::join(&rank, &place, wait).unwrap_or_else(|e| panic!("{e}"));
+    if rank.rank > 0 {
+        cuda::multi::remote::follow(&ls, cluster).unwrap_or_else(|e| panic!("{e}"));
+        return;
+    }
+    let dir = std::path::Path::new(out);
+    let mut m = MultiCudaSolver::lead(&ls, cluster).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("rank 0: {}", m.info().device);
+    m.step(RANK_STEPS).unwrap();
+    m.synchronize().unwrap();
+    m.checkpoint().save(&dir.join("run.ckpt")).unwrap();
+    let half = sim_core::checkpoint::Checkpoint::load(&dir.join("half.ckpt")).unwrap();
+    m.restore(&half).unwrap();
+    m.step(RANK_STEPS / 2).unwrap();
+    let st = m.stats();
+    assert!(st.mass.is_finite() && st.step == RANK_STEPS, "{st:?}");
+    m.checkpoint().save(&dir.join("resumed.ckpt")).unwrap();
+    let f = m.fields();
+    assert_eq!(f.rho.len(), m.domain().cells());
+}
+
+/// A launch of one process per GPU (2, and 4 where the host has them) equals one GPU bit for
+/// bit: the run's checkpoint, and a resume of a one-GPU checkpoint by the launch.
+fn gpu_processes_match_one_gpu() {
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    let exe = std::env::current_exe().unwrap();
+    for world in [2, 4].into_iter().filter(|&w| w <= count) {
+        for case in 0..2 {
+            let ls = rank_case(case);
+            let dir = tempfile::tempdir().unwrap();
+            let mut one = cuda::CudaSolver::from_scene(&ls).unwrap();
+            one.step(RANK_STEPS / 2).unwrap();
+            one.checkpoint().save(&dir.path().join("half.ckpt")).unwrap();
+            one.step(RANK_STEPS / 2).unwrap();
+            let want = one.checkpoint().data;
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut kids: Vec<std::process::Child> = (0..world)
+                .map(|r| {
+                    std::process::Command::new(&exe)
+                        .env("ESOFLOW_TEST_RANK_OUT", dir.path())
+                        .env("ESOFLOW_TEST_RANK_CASE", case.to_string())
+                        .env("RANK", r.to_string())
+                        .env("WORLD_SIZE", world.to_string())
+                        .env("LOCAL_RANK", r.to_string())
+                        .env("ESOFLOW_RENDEZVOUS", format!("127.0.0.1:{port}"))
+                        .env("ESOFLOW_RENDEZVOUS_TIMEOUT", "60")
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+            let mut codes = vec![None; world];
+            while codes.iter().any(Option::is_none) {
+                for (k, c) in kids.iter_mut().enumerate() {
+                    if codes[k].is_none() {
+                        codes[k] = c.try_wait().unwrap().map(|s| s.code());
+                    }
+                }
+                if std::time::Instant::now() > deadline {
+                    for c in &mut kids {
+                        let _ = c.kill();
+                    }
+                    panic!("{world} processes, case {case}: not done in 240 s (exit codes so far {codes:?})");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            assert!(codes.iter().all(|c| *c == Some(Some(0))), "{world} processes, case {case}: exit codes {codes:?}");
+            for file in ["run.ckpt", "resumed.ckpt"] {
+                let got = sim_core::checkpoint::Checkpoint::load(&dir.path().join(file)).unwrap();
+                assert_eq!(got.step, RANK_STEPS, "{file}");
+                let bad = got.data.iter().zip(&want).filter(|(a, b)| a != b).count();
+                assert!(
+                    got.data.len() == want.len() && bad == 0,
+                    "{world} processes, case {case}, {file}: {bad} bytes differ from one GPU"
+                );
+            }
+            eprintln!("{world} processes, case {case}: {RANK_STEPS} steps and a resume, bit for bit one GPU's");
+        }
+    }
+}
+
 fn main() {
+    if let Ok(out) = std::env::var("ESOFLOW_TEST_RANK_OUT") {
+        rank_worker(&out);
+        return;
+    }
     let missing = match cuda::probe() {
         Ok(d) => {
             eprintln!("GPU: {} (sm_{}{})", d.name, d.cc.0, d.cc.1);
@@ -1599,6 +1706,7 @@ fn main() {
         test(gpu_multi_slabs_match_one_gpu),
         test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
         test(gpu_auto_gpus_times_the_split_and_says_why),
+        test(gpu_processes_match_one_gpu),
         diagnostic(gpu_multi_first_difference),
         test(gpu_adaptive_frames_match_the_host),
         test(gpu_adaptive_blocks_match_cpu),
@@ -1607,5 +1715,12 @@ fn main() {
         test(gpu_adaptation_moves_the_data_as_the_cpu_does),
         test(gpu_forest_adaptation_matches_the_host),
     ];
+    let mut tests = tests;
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(0);
+    for t in tests.iter_mut().filter(|t| t.name == "gpu_processes_match_one_gpu") {
+        if missing.is_none() && count < 2 {
+            t.missing = Some(format!("a launch of several processes needs a GPU each (NCCL); this machine has {count}"));
+        }
+    }
     common::gate::run(common::gate::Gate { require_env: "ESOFLOW_REQUIRE_GPU", missing }, tests)
 }

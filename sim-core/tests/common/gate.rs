@@ -18,13 +18,15 @@ pub struct Test {
     pub name: &'static str,
     pub body: fn(),
     pub diagnostic: bool,
+    /// Why this test cannot run here where the group can (e.g. it needs two GPUs).
+    pub missing: Option<String>,
 }
 
 /// `Test`s from function names; `diagnostic(f)` marks one ignored by default.
 #[macro_export]
 macro_rules! gated_tests {
     ($($kind:ident ( $f:ident )),* $(,)?) => {
-        vec![$($crate::common::gate::Test { name: stringify!($f), body: $f, diagnostic: $crate::gated_tests!(@diag $kind) }),*]
+        vec![$($crate::common::gate::Test { name: stringify!($f), body: $f, diagnostic: $crate::gated_tests!(@diag $kind), missing: None }),*]
     };
     (@diag test) => { false };
     (@diag diagnostic) => { true };
@@ -40,13 +42,16 @@ pub fn run(gate: Gate, tests: Vec<Test>) -> ! {
         .map(|t| {
             let missing = gate.missing.clone();
             let env = gate.require_env;
-            Trial::ignorable_test(t.name, move || match missing {
-                None => {
+            // A test's own need (more devices than this machine has) is never a failure: the
+            // gate's variable asks for the group's need, not for a larger machine.
+            let own = t.missing;
+            Trial::ignorable_test(t.name, move || match (missing, own) {
+                (None, None) => {
                     (t.body)();
                     Ok(Completion::Completed)
                 }
-                Some(why) if required => Err(Failed::from(format!("{env}=1 but this machine cannot run it: {why}"))),
-                Some(why) => Ok(Completion::ignored_with(format!("not run: {why}"))),
+                (Some(why), _) if required => Err(Failed::from(format!("{env}=1 but this machine cannot run it: {why}"))),
+                (Some(why), _) | (None, Some(why)) => Ok(Completion::ignored_with(format!("not run: {why}"))),
             })
             .with_ignored_flag(t.diagnostic)
         })

@@ -36,6 +36,10 @@
 //! **Transport.** NCCL (`ncclSend`/`ncclRecv` in one group per step) where each slab has its own
 //! GPU and `libnccl` loads; otherwise device-to-device copies (`cuMemcpyPeerAsync`), which
 //! also lets several slabs share one GPU (`ESOFLOW_GPUS=0,0`, for tests).
+//!
+//! **One process per GPU.** Under a launcher (`mpirun`, `srun`, `torchrun`) each process holds
+//! one slab ([`remote`]): rank 0 builds the solver the rest of the program sees, the others
+//! serve its commands; the halos go through one NCCL communicator over all the processes.
 
 use crate::backend::cpu::{build_mirror, Mirror, SlotIo};
 use crate::backend::cuda::{derr, probe, CudaSolver, Placement};
@@ -50,12 +54,16 @@ use cudarc::driver::{sys, CudaEvent, CudaStream};
 use cudarc::nccl::sys as nccl;
 use std::sync::Arc;
 
+pub mod remote;
+
 /// Fewest own layers per GPU.
 pub const MIN_LAYERS: usize = 4;
 
 /// One GPU's slab.
 struct Part {
     s: CudaSolver,
+    /// Which slab of the grid (0 at the lowest layers): its rank in the NCCL communicator.
+    slab: usize,
     /// First own layer (scene coordinates) and how many.
     lo: usize,
     len: usize,
@@ -68,7 +76,7 @@ struct Part {
     ptr: u64,
 }
 
-/// NCCL communicators, one per GPU (destroyed on drop).
+/// NCCL communicators, one per GPU of this process (destroyed on drop).
 struct Nccl(Vec<nccl::ncclComm_t>);
 
 // SAFETY: NCCL communicators may be used from any thread, one call at a time (the solver is
@@ -78,8 +86,23 @@ unsafe impl Send for Nccl {}
 impl Drop for Nccl {
     fn drop(&mut self) {
         for &c in &self.0 {
-            // SAFETY: each communicator was created by ncclCommInitAll and is destroyed once.
+            // SAFETY: each communicator was created by NCCL's init and is destroyed once.
             let _ = unsafe { cudarc::nccl::result::comm_destroy(c) };
+        }
+    }
+}
+
+impl Drop for MultiCudaSolver {
+    fn drop(&mut self) {
+        // A rank gone mid-run may leave exchanges that never complete: abort the communicator
+        // (destroying it would wait for them).
+        if self.remote.as_ref().is_some_and(remote::Followers::broken) {
+            if let Some(n) = &mut self.nccl {
+                for c in n.0.drain(..) {
+                    // SAFETY: each communicator is aborted once and then forgotten.
+                    let _ = unsafe { cudarc::nccl::result::comm_abort(c) };
+                }
+            }
         }
     }
 }
@@ -97,9 +120,14 @@ struct Plane {
 pub struct MultiCudaSolver {
     /// The whole domain (no DDFs on the host): plans edits, answers `domain()`.
     mirror: Box<dyn Mirror>,
+    /// First: the other processes are told to stop before this one's communicator goes.
+    remote: Option<remote::Followers>,
     /// Before `parts`: the communicators go before their devices' contexts.
     nccl: Option<Nccl>,
+    /// This process's slabs.
     parts: Vec<Part>,
+    /// Every slab of the grid (first own layer, own layers), in order along the cut axis.
+    slabs: Vec<(usize, usize)>,
     axis: usize,
     t: u64,
     fuse_fields: bool,
@@ -193,6 +221,13 @@ fn own_data<'a>(c: &'a Checkpoint, local: &Domain, axis: usize, len: usize) -> &
     &c.data[start..start + fluid(lc..lc * (len + 1)) * per]
 }
 
+/// Byte offset of DDF plane `d` of local layer `layer` in a slab's state buffer.
+fn plane_offset(p: &Part, axis: usize, d: usize, layer: usize) -> u64 {
+    let n = p.s.domain().n;
+    let cells = n[0] * n[1] * n[2];
+    ((d * cells + layer * layer_cells(n, axis)) * p.s.element_bytes()) as u64
+}
+
 /// Split `n` layers into `k` slabs as evenly as possible: (first layer, layers) each.
 fn split(n: usize, k: usize) -> Vec<(usize, usize)> {
     let (base, extra) = (n / k, n % k);
@@ -275,6 +310,43 @@ impl MultiCudaSolver {
         if k < 2 {
             return Err(SolverError::Backend("a multi-GPU run needs at least 2 GPUs".into()));
         }
+        let local: Vec<(usize, usize)> = devices.iter().copied().enumerate().collect();
+        let mut m = MultiCudaSolver::assemble(dom, scheme, precision, params, k, &local, init)?;
+        let distinct = {
+            let mut d = devices.to_vec();
+            d.sort_unstable();
+            d.dedup();
+            d.len() == k
+        };
+        if distinct && nccl_present() && std::env::var("ESOFLOW_NCCL").as_deref() != Ok("0") {
+            let mut comms = vec![std::ptr::null_mut(); k];
+            let ords: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
+            // SAFETY: `comms` has room for k communicators and `ords` lists k devices.
+            unsafe { cudarc::nccl::result::comm_init_all(comms.as_mut_ptr(), k as i32, ords.as_ptr()) }
+                .map_err(|e| SolverError::Backend(format!("NCCL could not set up {k} GPUs (ncclCommInitAll): {e:?}")))?;
+            m.nccl = Some(Nccl(comms));
+            m.transport = "NCCL";
+        } else if distinct {
+            tracing::warn!("libnccl not found: the halo exchange goes through device-to-device copies");
+            eprintln!("note: libnccl not found (or ESOFLOW_NCCL=0); the halo exchange goes through device-to-device copies");
+        }
+        Ok(m)
+    }
+
+    /// The slabs `local` (slab index, device) of a grid cut into `k` slabs, without a
+    /// communicator (device copies between them until one is set).
+    ///
+    /// # Errors
+    /// As [`MultiCudaSolver::new`].
+    fn assemble(
+        dom: Domain,
+        scheme: Scheme,
+        precision: Precision,
+        params: Params,
+        k: usize,
+        local: &[(usize, usize)],
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
+    ) -> Result<MultiCudaSolver, SolverError> {
         if scheme != Scheme::EsotericPull {
             return Err(SolverError::Backend(format!(
                 "several GPUs run solver.scheme = \"esoteric_pull\" (the default); this scene sets \"{}\"",
@@ -293,8 +365,10 @@ impl MultiCudaSolver {
         }
         let (up, down) = crossing(&dom, axis);
         let comm_priority = std::env::var("ESOFLOW_COMM_PRIORITY").as_deref() != Ok("0");
-        let mut parts = Vec::with_capacity(k);
-        for (&(lo, len), &ordinal) in split(n[axis], k).iter().zip(devices) {
+        let slabs = split(n[axis], k);
+        let mut parts = Vec::with_capacity(local.len());
+        for &(slab, ordinal) in local {
+            let (lo, len) = slabs[slab];
             let local = slab_domain(&dom, axis, lo, len);
             let mut shift = [0i32; 3];
             shift[axis] = 1 - lo as i32;
@@ -320,40 +394,32 @@ impl MultiCudaSolver {
             let edge_done = ctx.new_event(None).map_err(derr("creating events"))?;
             let comm_done = ctx.new_event(None).map_err(derr("creating events"))?;
             let ptr = s.state_ptr();
-            parts.push(Part { s, lo, len, comm, edge_done, comm_done, ptr });
+            parts.push(Part { s, slab, lo, len, comm, edge_done, comm_done, ptr });
         }
-        let distinct = {
-            let mut d = devices.to_vec();
-            d.sort_unstable();
-            d.dedup();
-            d.len() == k
-        };
-        let nccl = if distinct && nccl_present() && std::env::var("ESOFLOW_NCCL").as_deref() != Ok("0") {
-            let mut comms = vec![std::ptr::null_mut(); k];
-            let ords: Vec<i32> = devices.iter().map(|&d| d as i32).collect();
-            // SAFETY: `comms` has room for k communicators and `ords` lists k devices.
-            unsafe { cudarc::nccl::result::comm_init_all(comms.as_mut_ptr(), k as i32, ords.as_ptr()) }
-                .map_err(|e| SolverError::Backend(format!("NCCL could not set up {k} GPUs (ncclCommInitAll): {e:?}")))?;
-            Some(Nccl(comms))
-        } else {
-            if distinct {
-                tracing::warn!("libnccl not found: the halo exchange goes through device-to-device copies");
-                eprintln!("note: libnccl not found (or ESOFLOW_NCCL=0); the halo exchange goes through device-to-device copies");
-            }
-            None
-        };
-        let transport = if nccl.is_some() { "NCCL" } else { "device copies" };
         let mirror = build_mirror(dom, scheme, precision, params, 16, |_| (1.0, [0.0; 3]));
         let overlap = std::env::var("ESOFLOW_MULTI_OVERLAP").as_deref() != Ok("0");
-        let mut m = MultiCudaSolver { mirror, parts, axis, nccl, t: 0, fuse_fields: false, up, down, transport, overlap };
+        let mut m = MultiCudaSolver {
+            remote: None,
+            mirror,
+            parts,
+            slabs,
+            axis,
+            nccl: None,
+            t: 0,
+            fuse_fields: false,
+            up,
+            down,
+            transport: "device copies",
+            overlap,
+        };
         m.mirror.release();
         Ok(m)
     }
 
-    /// GPUs in use.
+    /// GPUs in use (over all the processes of a launch).
     #[must_use]
     pub fn gpus(&self) -> usize {
-        self.parts.len()
+        self.slabs.len()
     }
 
     /// How the halos travel: "NCCL" or "device copies".
@@ -362,18 +428,15 @@ impl MultiCudaSolver {
         self.transport
     }
 
-    /// Own layers (first, count) and device of every slab.
+    /// Own layers (first, count) and device of every slab of this process.
     #[must_use]
     pub fn slabs(&self) -> Vec<(usize, usize, usize)> {
         self.parts.iter().map(|p| (p.lo, p.len, p.s.ordinal())).collect()
     }
 
-    /// Byte offset of a plane in slab `k`'s state buffer.
+    /// Byte offset of a plane in slab `k`'s state buffer (`k`: this process's slabs).
     fn offset(&self, k: usize, d: usize, layer: usize) -> u64 {
-        let p = &self.parts[k];
-        let n = p.s.domain().n;
-        let cells = n[0] * n[1] * n[2];
-        ((d * cells + layer * layer_cells(n, self.axis)) * p.s.element_bytes()) as u64
+        plane_offset(&self.parts[k], self.axis, d, layer)
     }
 
     /// Queue the halo exchange after a step of parity `odd` (every slab's edge group done).
@@ -390,39 +453,39 @@ impl MultiCudaSolver {
                 }
             }
         }
-        let msgs: Vec<(Vec<Plane>, Vec<Plane>)> = (0..k)
-            .map(|i| {
-                let pv = (i + k - 1) % k;
-                exchange_planes(&self.up, &self.down, odd, self.parts[i].len, self.parts[pv].len)
-            })
-            .collect();
+        // The planes slab `s` of the grid sends up and down.
+        let n_slabs = self.slabs.len();
+        let planes = |s: usize| {
+            let pv = (s + n_slabs - 1) % n_slabs;
+            exchange_planes(&self.up, &self.down, odd, self.slabs[s].1, self.slabs[pv].1)
+        };
         match &self.nccl {
             Some(comms) => {
                 let ty = nccl::ncclDataType_t::ncclUint8;
                 let err = |e: cudarc::nccl::result::NcclError| SolverError::Backend(format!("NCCL error in the halo exchange: {e:?}"));
                 cudarc::nccl::result::group_start().map_err(err)?;
-                for i in 0..k {
-                    let (nx, pv) = ((i + 1) % k, (i + k - 1) % k);
-                    let p = &self.parts[i];
+                for (i, p) in self.parts.iter().enumerate() {
+                    // Peers are slabs: a slab's rank in the communicator is its index.
+                    let (nx, pv) = ((p.slab + 1) % n_slabs, (p.slab + n_slabs - 1) % n_slabs);
                     let st = p.comm.cu_stream() as nccl::cudaStream_t;
-                    let (up, down) = &msgs[i];
+                    let (up, down) = planes(p.slab);
                     // Sends: up then down; receives: from below (its up) then from above (its down).
-                    for pl in up {
+                    for pl in &up {
                         let src = p.ptr + self.offset(i, pl.d, pl.from);
                         // SAFETY: the range lies inside slab i's state buffer, alive while queued.
                         unsafe { cudarc::nccl::result::send(src as *const _, bytes, ty, nx as i32, comms.0[i], st) }.map_err(err)?;
                     }
-                    for pl in down {
+                    for pl in &down {
                         let src = p.ptr + self.offset(i, pl.d, pl.from);
                         // SAFETY: as above.
                         unsafe { cudarc::nccl::result::send(src as *const _, bytes, ty, pv as i32, comms.0[i], st) }.map_err(err)?;
                     }
-                    for pl in &msgs[pv].0 {
+                    for pl in &planes(pv).0 {
                         let dst = p.ptr + self.offset(i, pl.d, pl.to);
                         // SAFETY: the range lies inside slab i's state buffer.
                         unsafe { cudarc::nccl::result::recv(dst as *mut _, bytes, ty, pv as i32, comms.0[i], st) }.map_err(err)?;
                     }
-                    for pl in &msgs[nx].1 {
+                    for pl in &planes(nx).1 {
                         let dst = p.ptr + self.offset(i, pl.d, pl.to);
                         // SAFETY: as above.
                         unsafe { cudarc::nccl::result::recv(dst as *mut _, bytes, ty, nx as i32, comms.0[i], st) }.map_err(err)?;
@@ -431,6 +494,8 @@ impl MultiCudaSolver {
                 cudarc::nccl::result::group_end().map_err(err)?;
             }
             None => {
+                // Every slab is in this process (the copies need both ends' memory).
+                let msgs: Vec<(Vec<Plane>, Vec<Plane>)> = (0..k).map(planes).collect();
                 for i in 0..k {
                     let (nx, pv) = ((i + 1) % k, (i + k - 1) % k);
                     let p = &self.parts[i];
@@ -493,6 +558,56 @@ impl MultiCudaSolver {
         }
         self.t += 1;
         Ok(())
+    }
+}
+
+impl MultiCudaSolver {
+    /// `steps` steps of this process's slabs (the last computing the fields where `fuse`).
+    fn local_steps(&mut self, steps: u64, fuse: bool) -> Result<(), SolverError> {
+        for i in 0..steps {
+            self.one_step(fuse && i + 1 == steps)?;
+        }
+        Ok(())
+    }
+
+    /// Wait for this process's slabs and exchanges.
+    fn local_sync(&self) -> Result<(), SolverError> {
+        for p in &self.parts {
+            p.s.synchronize()?;
+            p.comm.synchronize().map_err(derr("waiting for the halo exchange"))?;
+        }
+        Ok(())
+    }
+
+    /// The fields of this process's slabs' own layers, by slab.
+    fn own_fields(&self) -> Vec<(usize, Fields)> {
+        let lc = layer_cells(self.mirror.domain().n, self.axis);
+        self.parts
+            .iter()
+            .map(|p| {
+                let f = p.s.fields();
+                let r = lc..lc * (p.len + 1);
+                let mut size = f.size;
+                size[self.axis] = p.len;
+                (p.slab, Fields { size, rho: f.rho[r.clone()].to_vec(), u: f.u[r.clone()].to_vec(), solid: f.solid[r].to_vec() })
+            })
+            .collect()
+    }
+
+    /// The checkpoint data of this process's slabs' own layers, by slab, and the parameters.
+    fn own_checkpoint_data(&self) -> (Vec<(usize, Vec<u8>)>, Params) {
+        let mut params = None;
+        let data = self
+            .parts
+            .iter()
+            .map(|p| {
+                let c = p.s.checkpoint();
+                let own = own_data(&c, p.s.domain(), self.axis, p.len).to_vec();
+                params.get_or_insert(c.params);
+                (p.slab, own)
+            })
+            .collect();
+        (data, params.unwrap_or_else(|| self.params()))
     }
 }
 
@@ -574,15 +689,17 @@ impl SlotIo for MultiIo<'_> {
 impl Solver for MultiCudaSolver {
     fn info(&self) -> SolverInfo {
         let mut i = self.parts[0].s.info();
-        let names: Vec<String> = self.parts.iter().map(|p| p.s.info().device).collect();
-        let same = names.iter().all(|n| *n == names[0]);
-        i.device = if same {
-            format!("{} x {} ({} halo exchange)", names.len(), names[0], self.transport)
-        } else {
-            format!("{} ({} halo exchange)", names.join(" + "), self.transport)
-        };
-        i.size = self.mirror.domain().n;
+        let mut names: Vec<String> = self.parts.iter().map(|p| p.s.info().device).collect();
         i.memory_bytes = self.parts.iter().map(|p| p.s.info().memory_bytes).sum();
+        let mut how = format!("{} halo exchange", self.transport);
+        if let Some(r) = &self.remote {
+            names.extend(r.devices().iter().cloned());
+            i.memory_bytes += r.memory_bytes();
+            how.push_str(&format!(", {} processes", self.slabs.len()));
+        }
+        let same = names.iter().all(|n| *n == names[0]);
+        i.device = if same { format!("{} x {} ({how})", names.len(), names[0]) } else { format!("{} ({how})", names.join(" + ")) };
+        i.size = self.mirror.domain().n;
         i
     }
     fn domain(&self) -> &Domain {
@@ -592,10 +709,17 @@ impl Solver for MultiCudaSolver {
         self.t
     }
     fn step(&mut self, steps: u64) -> Result<(), SolverError> {
-        for i in 0..steps {
-            self.one_step(self.fuse_fields && i + 1 == steps)?;
+        // The other processes queue their steps beside this one's (each step's exchange pairs
+        // with theirs), then say whether they could.
+        if let Some(r) = &self.remote {
+            r.failed()?;
+            r.send_all(remote::STEP, &remote::step_message(steps, self.fuse_fields))?;
         }
-        Ok(())
+        let mine = self.local_steps(steps, self.fuse_fields);
+        if let Some(r) = &self.remote {
+            r.replies()?;
+        }
+        mine
     }
     fn fuse_frame_fields(&mut self, on: bool) {
         self.fuse_fields = on;
@@ -603,28 +727,39 @@ impl Solver for MultiCudaSolver {
     fn fields(&self) -> Fields {
         let d = self.mirror.domain();
         let cells = d.cells();
-        let lc = layer_cells(d.n, self.axis);
         let mut out = Fields { size: d.n, rho: Vec::with_capacity(cells), u: Vec::with_capacity(cells), solid: Vec::with_capacity(cells) };
-        for p in &self.parts {
-            let f = p.s.fields();
-            let r = lc..lc * (p.len + 1);
-            out.rho.extend_from_slice(&f.rho[r.clone()]);
-            out.u.extend_from_slice(&f.u[r.clone()]);
-            out.solid.extend_from_slice(&f.solid[r]);
+        let mut slabs = self.own_fields();
+        if let Some(r) = &self.remote {
+            slabs.extend(r.fields(&self.slabs, d.n, self.axis));
+        }
+        slabs.sort_by_key(|(slab, _)| *slab);
+        for (_, f) in slabs {
+            out.rho.extend_from_slice(&f.rho);
+            out.u.extend_from_slice(&f.u);
+            out.solid.extend_from_slice(&f.solid);
         }
         out
     }
     fn synchronize(&self) -> Result<(), SolverError> {
-        for p in &self.parts {
-            p.s.synchronize()?;
-            p.comm.synchronize().map_err(derr("waiting for the halo exchange"))?;
+        if let Some(r) = &self.remote {
+            r.failed()?;
+            r.send_all(remote::SYNC, &[])?;
         }
-        Ok(())
+        let mine = self.local_sync();
+        if let Some(r) = &self.remote {
+            r.replies()?;
+        }
+        mine
     }
     fn stats(&self) -> Stats {
+        let mut all: Vec<(usize, Stats)> = self.parts.iter().map(|p| (p.slab, p.s.stats())).collect();
+        if let Some(r) = &self.remote {
+            all.extend(r.stats(self.t));
+        }
+        all.sort_by_key(|(slab, _)| *slab);
         let mut out = Stats { step: self.t, rho_range: [f64::INFINITY, f64::NEG_INFINITY], ..Stats::default() };
-        for p in &self.parts {
-            let s = p.s.stats();
+        for (slab, s) in all {
+            let lo = self.slabs[slab].0;
             out.step = s.step;
             out.mass += s.mass;
             out.max_u = if s.max_u.is_nan() || out.max_u.is_nan() { f64::NAN } else { out.max_u.max(s.max_u) };
@@ -644,7 +779,7 @@ impl Solver for MultiCudaSolver {
             }
             if out.first_bad_cell.is_none() {
                 out.first_bad_cell = s.first_bad_cell.map(|mut c| {
-                    c[self.axis] = c[self.axis] + p.lo - 1;
+                    c[self.axis] = c[self.axis] + lo - 1;
                     c
                 });
             }
@@ -656,6 +791,9 @@ impl Solver for MultiCudaSolver {
     }
     fn set_params(&mut self, p: Params) -> Result<(), SolverError> {
         self.mirror.set_params(p.clone())?;
+        if let Some(r) = &self.remote {
+            r.call(remote::PARAMS, &remote::params_message(&p))?;
+        }
         for part in &mut self.parts {
             part.s.set_params(p.clone())?;
         }
@@ -663,15 +801,16 @@ impl Solver for MultiCudaSolver {
     }
     fn checkpoint(&self) -> Checkpoint {
         let d = self.mirror.domain();
-        let mut data = Vec::new();
-        let mut c0 = None;
-        for p in &self.parts {
-            let c = p.s.checkpoint();
-            data.extend_from_slice(own_data(&c, p.s.domain(), self.axis, p.len));
-            c0.get_or_insert(c);
+        let (mut slabs, params) = self.own_checkpoint_data();
+        if let Some(r) = &self.remote {
+            slabs.extend(r.checkpoint_data());
+        }
+        slabs.sort_by_key(|(slab, _)| *slab);
+        let mut data = Vec::with_capacity(slabs.iter().map(|(_, b)| b.len()).sum());
+        for (_, b) in slabs {
+            data.extend_from_slice(&b);
         }
         let info = self.parts[0].s.info();
-        let params = c0.map_or_else(|| self.params(), |c| c.params);
         Checkpoint {
             lattice: info.lattice,
             precision: info.precision,
@@ -704,30 +843,54 @@ impl Solver for MultiCudaSolver {
         for g in 0..layers {
             start[g + 1] = start[g] + d.flags[g * lc..(g + 1) * lc].iter().filter(|&&f| !is_solid(f)).count() * per;
         }
-        let n_ax = layers;
-        for p in &mut self.parts {
+        // Each slab's own layers and halos, as the checkpoint of its local grid.
+        let slab_checkpoint = |lo: usize, len: usize, local: &Domain| {
             let mut data = Vec::new();
-            for l in 0..p.len + 2 {
-                let g = (p.lo + n_ax + l - 1) % n_ax;
+            for l in 0..len + 2 {
+                let g = (lo + layers + l - 1) % layers;
                 data.extend_from_slice(&c.data[start[g]..start[g + 1]]);
             }
-            let local = Checkpoint {
+            Checkpoint {
                 lattice: c.lattice,
                 precision: c.precision,
-                size: p.s.domain().n,
-                flags_crc: crc32fast::hash(&p.s.domain().flags),
+                size: local.n,
+                flags_crc: crc32fast::hash(&local.flags),
                 step: c.step,
                 params: c.params.clone(),
                 data,
                 probes: Vec::new(),
-            };
-            p.s.restore(&local)?;
+            }
+        };
+        if let Some(r) = &self.remote {
+            r.failed()?;
+            for link in r.links() {
+                let (lo, len) = self.slabs[link.peer];
+                let local = slab_domain(d, self.axis, lo, len);
+                r.send(link, remote::RESTORE, &slab_checkpoint(lo, len, &local).to_bytes())?;
+            }
         }
+        let mut mine = Ok(());
+        for p in &mut self.parts {
+            let local = slab_checkpoint(p.lo, p.len, p.s.domain());
+            if let Err(e) = p.s.restore(&local) {
+                mine = Err(e);
+                break;
+            }
+        }
+        if let Some(r) = &self.remote {
+            r.replies()?;
+        }
+        mine?;
         self.mirror.set_params(c.params.clone())?;
         self.t = c.step;
         Ok(())
     }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
+        if self.remote.is_some() {
+            return Err(SolverError::Backend(
+                "cells cannot be edited in a launch of several processes; edit in the viewer (one process, --gpus N) and resume from its checkpoint".into(),
+            ));
+        }
         self.synchronize()?;
         let t = self.t;
         let (size, axis) = (self.mirror.domain().n, self.axis);
