@@ -49,7 +49,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub export: Option<PathBuf>,
     /// Which field files --export writes (at the end, with --every and after a blow-up):
-    /// all (fields.csv and fields.vti), csv, vti, or none (stats.csv only).
+    /// all (fields.csv and fields.vti), csv, vti, or none (stats.csv only). In a launch of
+    /// several processes the VTK file is fields.pvti with one piece per process, each written
+    /// by its process (the folder must be one every process sees at the same path).
     #[arg(long, value_enum, value_name = "WHICH", default_value = "all", requires = "export")]
     pub export_fields: ExportFields,
     /// Also export the fields every K steps (fields_STEP.csv / .vti), K >= 1; with --record,
@@ -129,17 +131,27 @@ fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str, which: ExportFie
     if which == ExportFields::None {
         return Ok(Vec::new());
     }
-    let f = solver.fields();
     let mut written = Vec::new();
-    if which.csv() {
-        let csv = dir.join(format!("fields{suffix}.csv"));
-        write_fields_csv(&csv, &f).with_context(|| format!("writing {}", csv.display()))?;
-        written.push(csv);
-    }
+    // A launch of several processes writes a .pvti, each process its own piece.
     if which.vti() {
-        let vti = dir.join(format!("fields{suffix}.vti"));
-        write_fields_vti(&vti, &f).map_err(anyhow::Error::msg)?;
-        written.push(vti);
+        if let Some(pieces) = solver.write_vti_pieces(dir, &format!("fields{suffix}")) {
+            written
+                .extend(pieces.with_context(|| format!("writing the pieces of {}", dir.join(format!("fields{suffix}.pvti")).display()))?);
+        }
+    }
+    let pieces = !written.is_empty();
+    if which.csv() || (which.vti() && !pieces) {
+        let f = solver.fields();
+        if which.csv() {
+            let csv = dir.join(format!("fields{suffix}.csv"));
+            write_fields_csv(&csv, &f).with_context(|| format!("writing {}", csv.display()))?;
+            written.push(csv);
+        }
+        if which.vti() && !pieces {
+            let vti = dir.join(format!("fields{suffix}.vti"));
+            write_fields_vti(&vti, &f).map_err(anyhow::Error::msg)?;
+            written.push(vti);
+        }
     }
     Ok(written)
 }

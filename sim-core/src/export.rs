@@ -48,11 +48,29 @@ fn fields_csv(w: &mut dyn Write, f: &Fields) -> std::io::Result<()> {
 /// # Errors
 /// I/O or encoding errors.
 pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
-    use vtkio::model::{
-        Attribute, Attributes, ByteOrder, DataArray, DataSet, ElementType, Extent, IOBuffer, ImageDataPiece, Piece, Version, Vtk,
-    };
     let n = f.size;
-    let flat3 = |v: &[[f32; 3]]| v.iter().flat_map(|a| a.iter().copied()).collect::<Vec<f32>>();
+    write_vti(path, f, &fields::vorticity(f), &fields::q_criterion(f), n, [0; 3], 0..f.rho.len())
+}
+
+/// The extent of `size` cells from `at`, as VTK writes it (first and last point per axis).
+fn extent(at: [usize; 3], size: [usize; 3]) -> vtkio::model::Extent {
+    let r = |a: usize| at[a] as i32..=(at[a] + size[a]) as i32 - 1;
+    vtkio::model::Extent::Ranges([r(0), r(1), r(2)])
+}
+
+/// Write the cells `cells` of `f` (with their vorticity and Q) as image data of `size` cells
+/// from `at`, in a grid of `whole` cells.
+fn write_vti(
+    path: &Path,
+    f: &Fields,
+    vort: &[[f32; 3]],
+    q: &[f32],
+    size: [usize; 3],
+    at: [usize; 3],
+    cells: std::ops::Range<usize>,
+) -> Result<(), String> {
+    use vtkio::model::{Attribute, Attributes, ByteOrder, DataArray, DataSet, ElementType, IOBuffer, ImageDataPiece, Piece, Version, Vtk};
+    let flat3 = |v: &[[f32; 3]]| v[cells.clone()].iter().flat_map(|a| a.iter().copied()).collect::<Vec<f32>>();
     let arr = |name: &str, comps: u32, data: Vec<f32>| {
         Attribute::DataArray(DataArray {
             name: name.into(),
@@ -60,28 +78,27 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
             data: IOBuffer::F32(data),
         })
     };
-    let vort = fields::vorticity(f);
-    let q = fields::q_criterion(f);
-    let solid: Vec<f32> = f.solid.iter().map(|&s| if s { 1.0 } else { 0.0 }).collect();
-    let ext = Extent::Ranges([0..=(n[0] as i32 - 1), 0..=(n[1] as i32 - 1), 0..=(n[2] as i32 - 1)]);
+    let solid: Vec<f32> = f.solid[cells.clone()].iter().map(|&s| if s { 1.0 } else { 0.0 }).collect();
+    // A piece of a split file is image data of its own extent: the .pvti holds the grid's.
+    let piece = extent(at, size);
     let vtk = Vtk {
         version: Version::new((1, 0)),
         byte_order: ByteOrder::LittleEndian,
         title: "Esoflow fields".into(),
         file_path: None,
         data: DataSet::ImageData {
-            extent: ext.clone(),
+            extent: piece.clone(),
             origin: [0.0; 3],
             spacing: [1.0; 3],
             meta: None,
             pieces: vec![Piece::Inline(Box::new(ImageDataPiece {
-                extent: ext,
+                extent: piece,
                 data: Attributes {
                     point: vec![
-                        arr("rho", 1, f.rho.clone()),
+                        arr("rho", 1, f.rho[cells.clone()].to_vec()),
                         arr("velocity", 3, flat3(&f.u)),
-                        arr("vorticity", 3, flat3(&vort)),
-                        arr("Q", 1, q),
+                        arr("vorticity", 3, flat3(vort)),
+                        arr("Q", 1, q[cells.clone()].to_vec()),
                         arr("solid", 1, solid),
                     ],
                     cell: vec![],
@@ -91,6 +108,54 @@ pub fn write_fields_vti(path: &Path, f: &Fields) -> Result<(), String> {
     };
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     crate::atomic_file::write_atomic(path, |w| vtk.write_xml(w).map_err(|e| std::io::Error::other(e.to_string()))).map_err(io)
+}
+
+/// Write one piece of a field file split over the slabs of a grid: the layers `keep` of
+/// `block` along `axis` (the slowest of its axes), the first of them layer `at` of the whole
+/// grid. The block has at least one layer before and one after those it writes, so that the
+/// vorticity and Q of every written cell come from its true neighbours, as in the whole grid's
+/// file.
+///
+/// # Errors
+/// I/O or encoding errors; `keep` without a layer of the block on each side.
+pub fn write_fields_vti_piece(path: &Path, block: &Fields, axis: usize, keep: std::ops::Range<usize>, at: usize) -> Result<(), String> {
+    let n = block.size;
+    if keep.start == 0 || keep.end >= n[axis] || keep.is_empty() {
+        return Err(format!("{}: a piece needs a layer of its block on each side", path.display()));
+    }
+    let lc: usize = n[..axis].iter().product();
+    let (vort, q) = (fields::vorticity(block), fields::q_criterion(block));
+    let mut size = n;
+    size[axis] = keep.len();
+    let mut from = [0; 3];
+    from[axis] = at;
+    write_vti(path, block, &vort, &q, size, from, keep.start * lc..keep.end * lc)
+}
+
+/// Write the `.pvti` that joins the pieces of a split field file: the grid of `whole` cells,
+/// each piece's file name (beside the .pvti) and its layers `lo..=hi` along `axis`.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_fields_pvti(path: &Path, whole: [usize; 3], axis: usize, pieces: &[(String, usize, usize)]) -> std::io::Result<()> {
+    let ext = |lo: usize, hi: usize| {
+        (0..3).map(|a| if a == axis { format!("{lo} {hi}") } else { format!("0 {}", whole[a] - 1) }).collect::<Vec<_>>().join(" ")
+    };
+    crate::atomic_file::write_atomic(path, |w| {
+        writeln!(w, r#"<?xml version="1.0"?>"#)?;
+        writeln!(w, r#"<VTKFile type="PImageData" version="1.0" byte_order="LittleEndian">"#)?;
+        writeln!(w, r#"  <PImageData WholeExtent="{}" GhostLevel="0" Origin="0 0 0" Spacing="1 1 1">"#, ext(0, whole[axis] - 1))?;
+        writeln!(w, r#"    <PPointData Scalars="rho" Vectors="velocity">"#)?;
+        for (name, comps) in [("rho", 1), ("velocity", 3), ("vorticity", 3), ("Q", 1), ("solid", 1)] {
+            writeln!(w, r#"      <PDataArray type="Float32" Name="{name}" NumberOfComponents="{comps}"/>"#)?;
+        }
+        writeln!(w, "    </PPointData>")?;
+        for (file, lo, hi) in pieces {
+            writeln!(w, r#"    <Piece Extent="{}" Source="{file}"/>"#, ext(*lo, *hi))?;
+        }
+        writeln!(w, "  </PImageData>")?;
+        writeln!(w, "</VTKFile>")
+    })
 }
 
 /// Write `units.toml` (atomically): the factors that turn the lattice values of the exported

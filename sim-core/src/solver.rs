@@ -194,6 +194,13 @@ pub trait Solver: Send {
         }
         Ok(crate::probes::sample_fields(&self.fields(), self.time_step(), cells))
     }
+    /// Write the fields as ParaView image data split into one piece per slab, each written by
+    /// the process that holds it, joined by `DIR/STEM.pvti` (a launch of several processes);
+    /// returns the files written. `None` where the solver writes one file instead
+    /// ([`crate::export::write_fields_vti`] of [`Solver::fields`]).
+    fn write_vti_pieces(&self, _dir: &std::path::Path, _stem: &str) -> Option<Result<Vec<std::path::PathBuf>, SolverError>> {
+        None
+    }
     /// Write one frame of a view: the fields `kinds` of the current state into `target` as
     /// `layout` says, with each field's range over the fluid cells of `layout.region` (cells
     /// outside the region may be left as they were). Derived fields (speed,

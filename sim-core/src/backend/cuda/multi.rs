@@ -885,6 +885,10 @@ impl Solver for MultiCudaSolver {
         self.t = c.step;
         Ok(())
     }
+    fn write_vti_pieces(&self, dir: &std::path::Path, stem: &str) -> Option<Result<Vec<std::path::PathBuf>, SolverError>> {
+        let r = self.remote.as_ref()?;
+        Some(remote::write_pieces(self, r, dir, stem))
+    }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
         if self.remote.is_some() {
             return Err(SolverError::Backend(

@@ -5,7 +5,7 @@
 //!
 //! **Start.** Every rank voxelises the scene and builds its slab, then tells rank 0 whether it
 //! could, with the checksum of the grid it built; rank 0 stops all of them with one message
-//! where one could not (or built another grid), else sends an NCCL unique id and all join one
+//! where one could not (or loaded another scene), else sends an NCCL unique id and all join one
 //! communicator (`ncclCommInitRank`), the slab's index its rank there.
 //!
 //! **Run.** Steps: rank 0 tells the others how many, all queue them (each step's halo exchange
@@ -41,6 +41,8 @@ const CHECKPOINT: u8 = 14;
 pub(super) const RESTORE: u8 = 15;
 pub(super) const PARAMS: u8 = 16;
 const QUIT: u8 = 17;
+const EDGES: u8 = 18;
+const PIECE: u8 = 19;
 const OK: u8 = 20;
 const ERR: u8 = 21;
 const READY: u8 = 30;
@@ -327,10 +329,12 @@ fn rank_part(ls: &LoadedScene, r: &Rank) -> Result<MultiCudaSolver, SolverError>
     MultiCudaSolver::assemble(dom, s.scheme, s.precision, params, r.world, &[(r.rank, device)], |p| crate::domain::initial_state(ls, p))
 }
 
-/// Checksum of the grid a rank built (every rank must have built the same).
-fn grid_crc(m: &MultiCudaSolver) -> u64 {
+/// Checksum of the scene a rank loaded (after its `--set`) and of the grid it built from it:
+/// every rank must run the same (a different viscosity or initial state would not show in the
+/// grid, and the slabs would silently disagree).
+fn scene_crc(ls: &LoadedScene, m: &MultiCudaSolver) -> u64 {
     let d = m.mirror.domain();
-    (u64::from(crc32fast::hash(&d.flags)) << 32) | (d.n.iter().product::<usize>() as u64 & 0xffff_ffff)
+    (u64::from(crc32fast::hash(format!("{:?}", ls.scene).as_bytes())) << 32) | u64::from(crc32fast::hash(&d.flags))
 }
 
 /// Join this rank's part to the launch's NCCL communicator.
@@ -357,13 +361,13 @@ fn join_nccl(m: &mut MultiCudaSolver, id: &[u8], r: &Rank) -> Result<(), SolverE
     Ok(())
 }
 
-fn ready_message(built: &Result<MultiCudaSolver, SolverError>) -> Vec<u8> {
+fn ready_message(ls: &LoadedScene, built: &Result<MultiCudaSolver, SolverError>) -> Vec<u8> {
     use crate::solver::Solver;
     let mut e = Enc::new();
     match built {
         Ok(m) => {
             let i = m.parts[0].s.info();
-            e.u64(1).str(&i.device).u64(i.memory_bytes).u64(grid_crc(m));
+            e.u64(1).str(&i.device).u64(i.memory_bytes).u64(scene_crc(ls, m));
         }
         Err(why) => {
             e.u64(0).str(&why.to_string());
@@ -392,7 +396,7 @@ impl MultiCudaSolver {
     ///
     /// # Errors
     /// Any rank's failure to build its slab or to join NCCL, named with its rank and host; a
-    /// rank that built another grid (another scene or `--set`).
+    /// rank that loaded another scene (another file or `--set`).
     pub fn lead(ls: &LoadedScene, cluster: Cluster) -> Result<MultiCudaSolver, SolverError> {
         let Cluster { rank, links, hosts } = cluster;
         let who = |r: usize| format!("rank {r} on {}", hosts.get(r).map_or("?", String::as_str));
@@ -401,7 +405,7 @@ impl MultiCudaSolver {
         if let Err(e) = &built {
             problems.push(format!("{}: {e}", who(0)));
         }
-        let mine = built.as_ref().ok().map(grid_crc);
+        let mine = built.as_ref().ok().map(|m| scene_crc(ls, m));
         let (mut devices, mut memory) = (Vec::new(), 0u64);
         for l in &links {
             let answer = l.recv().map_err(|e| e.to_string()).and_then(|(t, b)| {
@@ -418,7 +422,7 @@ impl MultiCudaSolver {
                 Ok((dev, mem, crc)) => {
                     if mine.is_some_and(|c| c != crc) {
                         problems.push(format!(
-                            "{} built another grid than rank 0: start every rank with the same scene file and --set",
+                            "{} loaded another scene than rank 0 (another file, or other --set values): start every rank with the same command",
                             who(l.peer)
                         ));
                     }
@@ -468,7 +472,7 @@ pub fn follow(ls: &LoadedScene, cluster: Cluster) -> Result<(), SolverError> {
     let built = rank_part(ls, &rank);
     let lost = |e: std::io::Error| SolverError::Backend(format!("rank {}: rank 0 is gone ({e})", rank.rank));
     // Rank 0 may have stopped the start already: its word is read even where this one fails.
-    let _ = link.send(READY, &ready_message(&built));
+    let _ = link.send(READY, &ready_message(ls, &built));
     let (tag, b) = link.recv().map_err(lost)?;
     if tag == ABORT {
         // Rank 0 says why (this rank's failure among the reasons).
@@ -533,8 +537,110 @@ fn serve(m: &mut MultiCudaSolver, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverEr
             m.parts[0].s.set_params(p)?;
             Ok(Vec::new())
         }
+        EDGES => {
+            let (_, own) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?;
+            Ok(encode_fields(&edges(&own, m.axis)))
+        }
+        PIECE => {
+            let mut d = Dec::new(b);
+            let path = std::path::PathBuf::from(d.str().map_err(bad)?);
+            let lo = d.u64().map_err(bad)? as usize;
+            let overlap = d.u64().map_err(bad)? == 1;
+            let below = decode_fields(d.bytes().map_err(bad)?).map_err(bad)?;
+            let above = decode_fields(d.bytes().map_err(bad)?).map_err(bad)?;
+            let (_, own) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?;
+            write_piece(&path, &below, &own, &above, m.axis, lo, overlap)?;
+            Ok(Vec::new())
+        }
         t => Err(SolverError::Backend(format!("unknown command {t} from rank 0"))),
     }
+}
+
+/// Layers `r` of fields `f` along `axis` (the slowest of its axes).
+fn layers(f: &Fields, axis: usize, r: std::ops::Range<usize>) -> Fields {
+    let lc: usize = f.size[..axis].iter().product();
+    let mut size = f.size;
+    size[axis] = r.len();
+    let c = r.start * lc..r.end * lc;
+    Fields { size, rho: f.rho[c.clone()].to_vec(), u: f.u[c.clone()].to_vec(), solid: f.solid[c].to_vec() }
+}
+
+/// Fields stacked along `axis` (each the same cross-section).
+fn stack(parts: &[&Fields], axis: usize) -> Fields {
+    let mut size = parts[0].size;
+    size[axis] = parts.iter().map(|f| f.size[axis]).sum();
+    let mut out = Fields { size, rho: Vec::new(), u: Vec::new(), solid: Vec::new() };
+    for f in parts {
+        out.rho.extend_from_slice(&f.rho);
+        out.u.extend_from_slice(&f.u);
+        out.solid.extend_from_slice(&f.solid);
+    }
+    out
+}
+
+/// What a slab's neighbours need of it for their pieces: its first two own layers (for the
+/// slab below) and its last (for the slab above), in that order.
+fn edges(own: &Fields, axis: usize) -> Fields {
+    let n = own.size[axis];
+    stack(&[&layers(own, axis, 0..2), &layers(own, axis, n - 1..n)], axis)
+}
+
+/// Write a slab's piece: its own layers (and, where `overlap`, the next slab's first, so that
+/// the pieces meet without a gap), their vorticity and Q from the neighbours' layers.
+fn write_piece(
+    path: &std::path::Path,
+    below: &Fields,
+    own: &Fields,
+    above: &Fields,
+    axis: usize,
+    lo: usize,
+    overlap: bool,
+) -> Result<(), SolverError> {
+    let block = stack(&[below, own, above], axis);
+    let len = own.size[axis];
+    crate::export::write_fields_vti_piece(path, &block, axis, 1..1 + len + usize::from(overlap), lo).map_err(SolverError::Backend)
+}
+
+/// The fields of a launch as a `.pvti` with one piece per slab, each written by its process
+/// (rank 0 sends every rank its neighbours' edge layers and the file to write).
+pub(super) fn write_pieces(
+    m: &MultiCudaSolver,
+    r: &Followers,
+    dir: &std::path::Path,
+    stem: &str,
+) -> Result<Vec<std::path::PathBuf>, SolverError> {
+    let axis = m.axis;
+    let k = m.slabs.len();
+    let (_, own) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab on rank 0".into()))?;
+    let mut all_edges = vec![edges(&own, axis)];
+    for b in r.call(EDGES, &[])? {
+        all_edges.push(decode_fields(&b).map_err(SolverError::Backend)?);
+    }
+    // Of slab s: the layer below it and the two above it (the ring wraps).
+    let below = |s: usize| layers(&all_edges[(s + k - 1) % k], axis, 2..3);
+    let above = |s: usize| layers(&all_edges[(s + 1) % k], axis, 0..2);
+    let file = |s: usize| format!("{stem}.piece{s}.vti");
+    let mut written = Vec::with_capacity(k + 1);
+    for l in &r.links {
+        let s = l.peer;
+        let mut e = Enc::new();
+        let path = dir.join(file(s));
+        e.str(&path.to_string_lossy()).u64(m.slabs[s].0 as u64).u64(u64::from(s + 1 < k));
+        e.bytes(&encode_fields(&below(s))).bytes(&encode_fields(&above(s)));
+        r.send(l, PIECE, &e.0)?;
+        written.push(path);
+    }
+    let mine = write_piece(&dir.join(file(0)), &below(0), &own, &above(0), axis, m.slabs[0].0, k > 1);
+    r.replies()?;
+    mine?;
+    written.insert(0, dir.join(file(0)));
+    let pieces: Vec<(String, usize, usize)> =
+        m.slabs.iter().enumerate().map(|(s, &(lo, len))| (file(s), lo, lo + len - 1 + usize::from(s + 1 < k))).collect();
+    let pvti = dir.join(format!("{stem}.pvti"));
+    crate::export::write_fields_pvti(&pvti, m.mirror.domain().n, axis, &pieces)
+        .map_err(|e| SolverError::Backend(format!("{}: {e}", pvti.display())))?;
+    written.insert(0, pvti);
+    Ok(written)
 }
 
 #[cfg(test)]
@@ -563,5 +669,50 @@ mod tests {
         assert!(decode_fields(&encode_fields(&f)[..20]).is_err());
         let p = Params::timing_box(crate::collision::Collision::Bgk);
         assert_eq!(Checkpoint::from_bytes(&params_message(&p)).unwrap().params, p);
+    }
+
+    /// Each slab's piece, built from its own layers and its neighbours' edge layers as a launch
+    /// builds it, carries the whole grid's values, vorticity and Q (the cut axis wraps), and
+    /// the .pvti joins the pieces without a gap.
+    #[test]
+    fn pieces_carry_the_whole_grids_fields_and_join_without_a_gap() {
+        let text = "[domain]\nsize = [14, 10, 18]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.04, 0.0, 0.0] }\nx_max = \"outlet\"\n[fluid]\ntau = 0.6\n[[obstacles]]\nshape = \"sphere\"\ncenter = [6, 5, 8]\nradius = 3.0\n";
+        let ls = crate::scene::from_str(text, "test.toml", std::path::PathBuf::from("."), &[]).unwrap();
+        let mut s = crate::build::cpu(&ls).unwrap();
+        s.step(40).unwrap();
+        let f = s.fields();
+        let (axis, n) = (2, f.size);
+        let (vw, qw) = (crate::fields::vorticity(&f), crate::fields::q_criterion(&f));
+        let lc = n[0] * n[1];
+        let slabs = super::super::split(n[axis], 3);
+        let owns: Vec<Fields> = slabs.iter().map(|&(lo, len)| layers(&f, axis, lo..lo + len)).collect();
+        let all: Vec<Fields> = owns.iter().map(|o| edges(o, axis)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let k = slabs.len();
+        for (i, &(lo, len)) in slabs.iter().enumerate() {
+            let below = layers(&all[(i + k - 1) % k], axis, 2..3);
+            let above = layers(&all[(i + 1) % k], axis, 0..2);
+            let block = stack(&[&below, &owns[i], &above], axis);
+            let keep = len + usize::from(i + 1 < k);
+            let (vb, qb) = (crate::fields::vorticity(&block), crate::fields::q_criterion(&block));
+            assert_eq!(&vb[lc..lc * (1 + keep)], &vw[lc * lo..lc * (lo + keep)], "slab {i}: vorticity");
+            assert_eq!(&qb[lc..lc * (1 + keep)], &qw[lc * lo..lc * (lo + keep)], "slab {i}: Q");
+            assert_eq!(&block.rho[lc..lc * (1 + keep)], &f.rho[lc * lo..lc * (lo + keep)], "slab {i}: rho");
+            write_piece(&dir.path().join(format!("f.piece{i}.vti")), &below, &owns[i], &above, axis, lo, i + 1 < k).unwrap();
+        }
+        let pieces: Vec<(String, usize, usize)> = slabs
+            .iter()
+            .enumerate()
+            .map(|(i, &(lo, len))| (format!("f.piece{i}.vti"), lo, lo + len - 1 + usize::from(i + 1 < k)))
+            .collect();
+        crate::export::write_fields_pvti(&dir.path().join("f.pvti"), n, axis, &pieces).unwrap();
+        let pvti = std::fs::read_to_string(dir.path().join("f.pvti")).unwrap();
+        assert!(
+            pvti.contains(r#"WholeExtent="0 13 0 9 0 17""#) && pvti.contains(r#"<Piece Extent="0 13 0 9 0 6" Source="f.piece0.vti"/>"#),
+            "{pvti}"
+        );
+        assert!(pvti.contains(r#"<Piece Extent="0 13 0 9 12 17" Source="f.piece2.vti"/>"#), "{pvti}");
+        let piece = std::fs::read_to_string(dir.path().join("f.piece1.vti")).unwrap();
+        assert!(piece.contains(r#"WholeExtent="0 13 0 9 6 12""#), "{}", &piece[..400.min(piece.len())]);
     }
 }
