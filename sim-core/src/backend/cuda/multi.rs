@@ -221,13 +221,6 @@ fn own_data<'a>(c: &'a Checkpoint, local: &Domain, axis: usize, len: usize) -> &
     &c.data[start..start + fluid(lc..lc * (len + 1)) * per]
 }
 
-/// Byte offset of DDF plane `d` of local layer `layer` in a slab's state buffer.
-fn plane_offset(p: &Part, axis: usize, d: usize, layer: usize) -> u64 {
-    let n = p.s.domain().n;
-    let cells = n[0] * n[1] * n[2];
-    ((d * cells + layer * layer_cells(n, axis)) * p.s.element_bytes()) as u64
-}
-
 /// Split `n` layers into `k` slabs as evenly as possible: (first layer, layers) each.
 fn split(n: usize, k: usize) -> Vec<(usize, usize)> {
     let (base, extra) = (n / k, n % k);
@@ -436,7 +429,10 @@ impl MultiCudaSolver {
 
     /// Byte offset of a plane in slab `k`'s state buffer (`k`: this process's slabs).
     fn offset(&self, k: usize, d: usize, layer: usize) -> u64 {
-        plane_offset(&self.parts[k], self.axis, d, layer)
+        let p = &self.parts[k];
+        let n = p.s.domain().n;
+        let cells = n[0] * n[1] * n[2];
+        ((d * cells + layer * layer_cells(n, self.axis)) * p.s.element_bytes()) as u64
     }
 
     /// Queue the halo exchange after a step of parity `odd` (every slab's edge group done).
@@ -581,17 +577,7 @@ impl MultiCudaSolver {
 
     /// The fields of this process's slabs' own layers, by slab.
     fn own_fields(&self) -> Vec<(usize, Fields)> {
-        let lc = layer_cells(self.mirror.domain().n, self.axis);
-        self.parts
-            .iter()
-            .map(|p| {
-                let f = p.s.fields();
-                let r = lc..lc * (p.len + 1);
-                let mut size = f.size;
-                size[self.axis] = p.len;
-                (p.slab, Fields { size, rho: f.rho[r.clone()].to_vec(), u: f.u[r.clone()].to_vec(), solid: f.solid[r].to_vec() })
-            })
-            .collect()
+        self.parts.iter().map(|p| (p.slab, remote::layers(&p.s.fields(), self.axis, 1..p.len + 1))).collect()
     }
 
     /// The checkpoint data of this process's slabs' own layers, by slab, and the parameters.

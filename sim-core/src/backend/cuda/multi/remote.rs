@@ -485,6 +485,8 @@ pub fn follow(ls: &LoadedScene, cluster: Cluster) -> Result<(), SolverError> {
     join_nccl(&mut m, &b, &rank)?;
     let (closing, reading) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(true)));
     watch(&link, format!("rank {}: rank 0 stopped during the run; this rank stops too", rank.rank), closing.clone(), reading.clone());
+    // The own fields read for the edges of an export, kept for its piece (one read, not two).
+    let mut own = None;
     loop {
         reading.store(true, Ordering::SeqCst);
         let Ok((tag, b)) = link.recv() else {
@@ -497,7 +499,7 @@ pub fn follow(ls: &LoadedScene, cluster: Cluster) -> Result<(), SolverError> {
                 closing.store(true, Ordering::SeqCst);
                 return Ok(());
             }
-            _ => serve(&mut m, tag, &b),
+            _ => serve(&mut m, &mut own, tag, &b),
         };
         let sent = match answer {
             Ok(out) => link.send(OK, &out),
@@ -510,9 +512,13 @@ pub fn follow(ls: &LoadedScene, cluster: Cluster) -> Result<(), SolverError> {
 }
 
 /// One command of rank 0 on this rank's slab.
-fn serve(m: &mut MultiCudaSolver, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverError> {
+fn serve(m: &mut MultiCudaSolver, own: &mut Option<Fields>, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverError> {
     use crate::solver::Solver;
     let bad = |e: String| SolverError::Backend(format!("a damaged command from rank 0: {e}"));
+    // Kept only from an export's edges to its piece: any other command may change the state.
+    if tag != PIECE {
+        *own = None;
+    }
     match tag {
         STEP => {
             let mut d = Dec::new(b);
@@ -538,8 +544,10 @@ fn serve(m: &mut MultiCudaSolver, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverEr
             Ok(Vec::new())
         }
         EDGES => {
-            let (_, own) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?;
-            Ok(encode_fields(&edges(&own, m.axis)))
+            let (_, f) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?;
+            let out = encode_fields(&edges(&f, m.axis));
+            *own = Some(f);
+            Ok(out)
         }
         PIECE => {
             let mut d = Dec::new(b);
@@ -548,8 +556,11 @@ fn serve(m: &mut MultiCudaSolver, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverEr
             let overlap = d.u64().map_err(bad)? == 1;
             let below = decode_fields(d.bytes().map_err(bad)?).map_err(bad)?;
             let above = decode_fields(d.bytes().map_err(bad)?).map_err(bad)?;
-            let (_, own) = m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?;
-            write_piece(&path, &below, &own, &above, m.axis, lo, overlap)?;
+            let f = match own.take() {
+                Some(f) => f,
+                None => m.own_fields().into_iter().next().ok_or_else(|| SolverError::Backend("no slab here".into()))?.1,
+            };
+            write_piece(&path, &below, &f, &above, m.axis, lo, overlap)?;
             Ok(Vec::new())
         }
         t => Err(SolverError::Backend(format!("unknown command {t} from rank 0"))),
@@ -557,7 +568,7 @@ fn serve(m: &mut MultiCudaSolver, tag: u8, b: &[u8]) -> Result<Vec<u8>, SolverEr
 }
 
 /// Layers `r` of fields `f` along `axis` (the slowest of its axes).
-fn layers(f: &Fields, axis: usize, r: std::ops::Range<usize>) -> Fields {
+pub(super) fn layers(f: &Fields, axis: usize, r: std::ops::Range<usize>) -> Fields {
     let lc: usize = f.size[..axis].iter().product();
     let mut size = f.size;
     size[axis] = r.len();
