@@ -93,9 +93,6 @@ fn flag_error(e: BuildError, choice: &Choice) -> anyhow::Error {
             anyhow!("--gpus {g}: adaptive blocks (amr.enabled = true) run on one GPU; use --gpus 1 or set amr.enabled = false")
         }
         BuildError::GpusNeedCuda => anyhow!("--gpus {g} runs on the CUDA backend; drop --backend cpu (or use --gpus 1)"),
-        BuildError::CompressedOnOneGpu => {
-            anyhow!("--gpus {g}: compressed subgrids run on one GPU; set compression.enabled = false or use --gpus 1")
-        }
         BuildError::Gpu(why) if g > 1 => anyhow!("--gpus {g}: {why}"),
         BuildError::Memory { origin, why } if g > 1 => anyhow!("--gpus {g}: {origin}: {why}"),
         BuildError::Gpu(why) if choice.backend == Backend::Cuda => anyhow!("--backend cuda: {why}"),

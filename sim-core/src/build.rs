@@ -79,9 +79,12 @@ pub enum BuildError {
     /// Adaptive blocks were asked for on several GPUs.
     #[error("adaptive blocks (amr.enabled = true) run on one GPU; set amr.enabled = false to split the grid")]
     AdaptiveOnOneGpu,
-    /// Compressed subgrids were asked for on several GPUs.
-    #[error("compressed subgrids run on one GPU; set compression.enabled = false to split the grid")]
-    CompressedOnOneGpu,
+    /// Compressed subgrids were asked for in a launch of several processes.
+    #[error(
+        "compressed subgrids run in one process (on one GPU, or shared over several with --gpus N); a launch of several \
+         processes splits dense grids only: run one process with --gpus N, or set compression.enabled = false"
+    )]
+    CompressedInOneProcess,
     /// Several GPUs were asked for on the CPU backend.
     #[error("several GPUs run on the CUDA backend, not the CPU")]
     GpusNeedCuda,
@@ -169,7 +172,7 @@ fn on_cpu(ls: &LoadedScene, keeps: Keeps, notice: Option<String>) -> Result<Buil
 ///
 /// # Errors
 /// See [`BuildError`]: a plan over what is free, a scene that cannot be built, a choice that
-/// cannot be met (adaptive blocks or compressed subgrids on several GPUs), a GPU solver that
+/// cannot be met (adaptive blocks on several GPUs), a GPU solver that
 /// does not start where the CUDA backend was asked for.
 pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
     let gpus = choice.gpus.max(1);
@@ -180,16 +183,20 @@ pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
         if choice.backend == Backend::Cpu {
             return Err(BuildError::GpusNeedCuda);
         }
-        if ls.scene.compression.enabled {
-            return Err(BuildError::CompressedOnOneGpu);
-        }
         if choice.backend == Backend::Auto {
             if let Err(why) = cuda::probe() {
                 return on_cpu(ls, choice.keeps, Some(format!("{why}; running on the CPU backend (one grid, {gpus} GPUs not used)")));
             }
         }
         plan(ls, Place::Gpus(gpus), choice.keeps)?;
-        let solver = cuda::multi::MultiCudaSolver::from_scene(ls, gpus).map_err(|e| BuildError::Gpu(e.to_string()))?;
+        let gpu_err = |e: crate::solver::SolverError| BuildError::Gpu(e.to_string());
+        if ls.scene.compression.enabled {
+            // The subgrids shared out in slabs, one per GPU, each GPU its own ring.
+            let devices = cuda::multi::devices_for(gpus).map_err(gpu_err)?;
+            let solver = cuda::subgrid::from_scene_on(ls, &devices).map_err(gpu_err)?;
+            return Ok(Built { solver: Box::new(solver), notice: None });
+        }
+        let solver = cuda::multi::MultiCudaSolver::from_scene(ls, gpus).map_err(gpu_err)?;
         return Ok(Built { solver: Box::new(solver), notice: None });
     }
     let on_gpu = || -> Result<Built, BuildError> {
@@ -215,7 +222,7 @@ pub fn build(ls: &LoadedScene, choice: &Choice) -> Result<Built, BuildError> {
 /// files and saved states in this host's memory.
 ///
 /// # Errors
-/// Compressed subgrids or adaptive blocks (one GPU only), a plan over what is free (the other
+/// Compressed subgrids (one process) or adaptive blocks (one GPU), a plan over what is free (the other
 /// ranks are stopped with the reason), any rank's failure to build its slab or join NCCL.
 pub fn lead(ls: &LoadedScene, keeps: Keeps, cluster: crate::ranks::rendezvous::Cluster) -> Result<Built, BuildError> {
     let refuse = |e: BuildError| {
@@ -226,7 +233,7 @@ pub fn lead(ls: &LoadedScene, keeps: Keeps, cluster: crate::ranks::rendezvous::C
         return refuse(BuildError::AdaptiveOnOneGpu);
     }
     if ls.scene.compression.enabled {
-        return refuse(BuildError::CompressedOnOneGpu);
+        return refuse(BuildError::CompressedInOneProcess);
     }
     let world = cluster.rank.world;
     let spec = Spec::of_scene(ls, Place::Gpus(world), keeps.saved_states, keeps.export);
@@ -266,7 +273,7 @@ pub fn auto_gpus(ls: &LoadedScene, backend: Backend) -> cuda::split::GpuChoice {
         return one("adaptive blocks run on one GPU".into());
     }
     if ls.scene.compression.enabled {
-        return one("compressed subgrids run on one GPU".into());
+        return one("compressed subgrids stay on one GPU unless --gpus N shares them out".into());
     }
     if let Err(why) = cuda::probe() {
         return one(why);

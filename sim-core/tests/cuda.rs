@@ -794,6 +794,74 @@ fn gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round
     assert!(dr < 1e-3 && du < 5e-2, "after restore: rho {dr:e} u {du:e}");
 }
 
+/// Compressed subgrids shared out over several GPUs against one GPU, bit for bit, stored raw and
+/// compressed, with an inlet, an outlet, walls, a moving wall and a sphere (or a periodic box and
+/// a subgrid spanning an axis alone): the planes at the cuts carry what the neighbours' subgrids
+/// changed, and each subgrid's record is what one GPU makes. On one device the shares use it
+/// together (device copies); with two or more, NCCL carries the planes.
+fn gpu_subgrids_shared_over_gpus_equal_one_gpu() {
+    use sim_core::backend::cuda::subgrid::CudaSubgridSolver as Sub;
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    let mut layouts: Vec<Vec<usize>> = vec![vec![0, 0], vec![0, 0, 0]];
+    if count >= 2 {
+        layouts.push(vec![0, 1]);
+    } else {
+        eprintln!("one CUDA device: the shares use it together (device copies); the NCCL path needs two GPUs");
+    }
+    let staircase = [("domain.lattice", "D3Q19"), ("solver.walls", "staircase")];
+    let cases: [(&str, [usize; 3], Option<f32>); 4] = [
+        (SCENE_3D, [13, 8, 7], None),
+        (SCENE_3D, [16, 22, 5], Some(1e-6)),
+        (SCENE_ROWS_3D, [16, 9, 40], Some(1e-5)),
+        (SCENE_3D, [24, 22, 20], Some(0.0)),
+    ];
+    for devices in &layouts {
+        for (text, g, tau) in cases {
+            let ls = scene(text, &staircase);
+            let dom = sim_core::domain::Domain::from_scene(&ls).unwrap();
+            let params = sim_core::Params::from_scene(&ls, &dom);
+            let init = |p| sim_core::domain::initial_state(&ls, p);
+            let mut one = Sub::new(dom.clone(), params.clone(), g, tau, None, init).unwrap_or_else(|e| panic!("{e}"));
+            let mut many = match Sub::new_on(dom, params, g, tau, None, devices, init) {
+                Ok(m) => m,
+                Err(e) => {
+                    // Two subgrids along every axis cannot go to three GPUs: said, not run.
+                    assert!(one.counts().iter().all(|&c| c < devices.len()), "{devices:?} {g:?}: {e}");
+                    assert!(e.to_string().contains("compression.subgrid"), "{e}");
+                    continue;
+                }
+            };
+            assert_eq!(many.gpus(), devices.len());
+            let what = format!("{devices:?} subgrids {g:?} tau {tau:?}");
+            assert_eq!(dense_bits(&one), dense_bits(&many), "{what}: the built states differ");
+            for steps in [1u64, 1, 23] {
+                one.step(steps).unwrap();
+                many.step(steps).unwrap();
+                let (a, b) = (dense_bits(&one), dense_bits(&many));
+                let diff = a.chunks(4).zip(b.chunks(4)).filter(|(x, y)| x != y).count();
+                eprintln!("{what} after step {}: {diff} of {} values differ", one.time_step(), a.len() / 4);
+                assert_eq!(diff, 0, "{what}: shared over GPUs differs from one GPU at step {}", one.time_step());
+            }
+            let (s1, sn) = (one.stats(), many.stats());
+            assert!((s1.mass - sn.mass).abs() <= 1e-9 * s1.mass.abs(), "{what}: mass {} vs {}", s1.mass, sn.mass);
+            assert_eq!(s1.max_u.to_bits(), sn.max_u.to_bits(), "{what}: largest speed");
+            assert_eq!(s1.rho_range, sn.rho_range, "{what}: density range");
+            let (f1, fneg) = (s1.total_force(), sn.total_force());
+            for a in 0..3 {
+                assert!((f1[a] - fneg[a]).abs() <= 1e-9 * f1[a].abs().max(1e-6), "{what}: force {f1:?} vs {fneg:?}");
+            }
+            assert!((one.ratio() - many.ratio()).abs() <= 1e-9 * one.ratio(), "{what}: ratio {} vs {}", one.ratio(), many.ratio());
+            // A checkpoint of one GPU restores into the shared solver and the runs go on equal.
+            let ck = one.checkpoint();
+            many.restore(&ck).unwrap();
+            one.restore(&ck).unwrap();
+            one.step(5).unwrap();
+            many.step(5).unwrap();
+            assert_eq!(dense_bits(&one), dense_bits(&many), "{what}: after a restore");
+        }
+    }
+}
+
 fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
     let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]"), ("solver.walls", "staircase")]);
     let dense = (19 * 4 * 96 * 44 * 40) as u64;
@@ -1703,6 +1771,7 @@ fn main() {
         test(gpu_compressed_subgrids_conserve_mass_and_stay_close),
         test(gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip),
         test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
+        test(gpu_subgrids_shared_over_gpus_equal_one_gpu),
         test(gpu_multi_slabs_match_one_gpu),
         test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
         test(gpu_auto_gpus_times_the_split_and_says_why),

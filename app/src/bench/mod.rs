@@ -75,7 +75,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub tau: Vec<f32>,
     /// Multi-GPU bench (CUDA, Esoteric Pull): each case on one GPU and split over this many;
-    /// reports MLUPS, MLUPS per GPU, speedup and scaling efficiency.
+    /// reports MLUPS, MLUPS per GPU, speedup and scaling efficiency. With --subgrids: the
+    /// subgrids shared out over this many GPUs (compression.memory_budget is each GPU's).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
     /// With --gpus N: weak scaling, the N-GPU box N times the one-GPU box along the cut (each
@@ -157,7 +158,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(scene) = &a.subgrids {
         let taus = if a.tau.is_empty() && !a.raw { vec![1e-6] } else { a.tau.clone() };
-        subgrid::bench_subgrids(scene, &a.set, a.steps, &taus, a.raw, a.csv.as_ref())?;
+        subgrid::bench_subgrids(scene, &a.set, a.steps, &taus, a.raw, a.gpus as usize, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(scene) = &a.compress {

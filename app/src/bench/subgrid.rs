@@ -44,15 +44,28 @@ struct Row {
 ///
 /// # Errors
 /// Scene errors, no GPU, a budget that cannot hold the state.
-pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], raw: bool, csv: Option<&PathBuf>) -> anyhow::Result<()> {
+pub fn bench_subgrids(
+    scene: &Path,
+    sets: &[String],
+    steps: u64,
+    taus: &[f32],
+    raw: bool,
+    gpus: usize,
+    csv: Option<&PathBuf>,
+) -> anyhow::Result<()> {
     let gpu = sim_core::build::gpu_available().map_err(|e| anyhow::anyhow!("--subgrids runs on the GPU: {e}"))?;
     let mut sets = sets.to_vec();
     sets.push("compression.enabled=true".into());
     let ls = crate::solvers::load_scene(Some(scene), &sets)?;
     let c = &ls.scene.compression;
-    // Its runs hold the reference state beside the compressed one.
-    sim_core::build::plan(&ls, sim_core::memory::Place::Gpus(1), sim_core::build::Keeps { saved_states: 1, export: false })?;
+    // Runs of small grids hold the reference state beside the compressed one.
+    let small = ls.derived.size.iter().product::<usize>() <= 64 << 20;
+    let keeps = sim_core::build::Keeps { saved_states: usize::from(small && raw), export: false };
+    sim_core::build::plan(&ls, sim_core::memory::Place::Gpus(gpus), keeps)?;
+    let devices = if gpus > 1 { sim_core::backend::cuda::multi::devices_for(gpus)? } else { vec![0] };
+    let t0 = Instant::now();
     let dom = Domain::from_scene(&ls)?;
+    eprintln!("grid voxelised in {:.1} s", t0.elapsed().as_secs_f64());
     let params = sim_core::Params::from_scene(&ls, &dom);
     let n = dom.n;
     let cells = dom.cells();
@@ -61,10 +74,12 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     let dense = (4 * dom.lattice.q() * cells) as u64;
     println!("device: {} (sm_{}{})", gpu.name, gpu.cc.0, gpu.cc.1);
     println!(
-        "grid {n:?} {} = {cells} cells, {} of FP32 DDFs; subgrids of {g:?}; memory budget {}; {steps} steps",
+        "grid {n:?} {} = {cells} cells, {} of FP32 DDFs; subgrids of {g:?}; on {gpus} GPU{}, memory budget {}{}; {steps} steps",
         dom.lattice,
         human_bytes(dense),
-        budget.map_or_else(|| "none".to_string(), human_bytes)
+        if gpus == 1 { "" } else { "s" },
+        budget.map_or_else(|| "none".to_string(), human_bytes),
+        if gpus == 1 { "" } else { " each" }
     );
     let mut cases: Vec<Option<f32>> = Vec::new();
     if raw {
@@ -77,10 +92,11 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
         let label = tau.map_or_else(|| "raw".to_string(), |t| format!("{t:e}"));
         eprintln!("tau {label}: building ...");
         let t0 = Instant::now();
-        let mut s = CudaSubgridSolver::new(dom.clone(), params.clone(), g, tau, if tau.is_some() { budget } else { None }, |p| {
-            sim_core::domain::initial_state(&ls, p)
-        })
-        .with_context(|| format!("building the subgrid solver at tau {label}"))?;
+        let mut s =
+            CudaSubgridSolver::new_on(dom.clone(), params.clone(), g, tau, if tau.is_some() { budget } else { None }, &devices, |p| {
+                sim_core::domain::initial_state(&ls, p)
+            })
+            .with_context(|| format!("building the subgrid solver at tau {label}"))?;
         eprintln!("tau {label}: built in {:.1} s; running {steps} steps ...", t0.elapsed().as_secs_f64());
         let m0 = s.stats().mass;
         s.enable_timing();
@@ -88,7 +104,6 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
         let st = s.stats();
         let tm = s.timing().unwrap_or_default();
         let k = tm.steps.max(1) as f64;
-        let small = cells <= 64 << 20;
         let rho = if small && (raw || reference.is_some()) { Some(s.fields().rho) } else { None };
         let nm = match (&reference, &rho, tau) {
             (Some(r), Some(x), Some(_)) => Some(nmse(r, x)),
@@ -121,7 +136,8 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     }
     println!();
     println!(
-        "{:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>19} {:>10} {:>9}",
+        "{:>4} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>19} {:>10} {:>9}",
+        "GPUs",
         "tau",
         "MLUPS",
         "ms/step",
@@ -140,7 +156,7 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
     );
     for r in &rows {
         println!(
-            "{:>8} {:>8.1} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>10} {:>10} {:>9.1e}..{:<8.1e} {:>10.2e} {:>9}",
+            "{gpus:>4} {:>8} {:>8.1} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>10} {:>10} {:>9.1e}..{:<8.1e} {:>10.2e} {:>9}",
             r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:.0e}")),
             r.mlups,
             r.step_ms,
@@ -160,25 +176,27 @@ pub fn bench_subgrids(scene: &Path, sets: &[String], steps: u64, taus: &[f32], r
         );
     }
     println!(
-        "(ms per step summed over subgrids, from CUDA events; ms/step is wall-clock and sync the rest of it: host waits and \
-         launch gaps; ratio = FP32 DDFs over shells + records)"
+        "(ms per step summed over subgrids, from CUDA events, on several GPUs the mean over GPUs, the planes at the cuts in \
+         sync; ms/step is wall-clock and sync the rest of it: host waits, launch gaps and the cut exchange; ratio = FP32 \
+         DDFs over shells + records; device = the state's device memory over all GPUs)"
     );
     if let Some(path) = csv {
         sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
             writeln!(
                 f,
-                "# esoflow bench --subgrids {} {} --steps {steps}; device {}; date {}",
+                "# esoflow bench --subgrids {} {} --steps {steps} --gpus {gpus}; device {}{}; date {}",
                 scene.display(),
                 sets.join(" "),
+                if gpus > 1 { format!("{gpus} x ") } else { String::new() },
                 gpu.name,
                 date_utc()
             )?;
             writeln!(f, "# grid {n:?} {}; subgrids {g:?}; budget {budget:?}; dense {dense} bytes", dom.lattice)?;
-            writeln!(f, "tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho")?;
+            writeln!(f, "gpus,tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho")?;
             for r in &rows {
                 writeln!(
                     f,
-                    "{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{}",
+                    "{gpus},{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{}",
                     r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:e}")),
                     r.mlups,
                     r.step_ms,

@@ -27,11 +27,13 @@
 
 #![allow(clippy::redundant_closure, clippy::needless_range_loop, clippy::neg_cmp_op_on_partial_ord)]
 
+mod cuts;
+mod parts;
 mod ring;
 
 use crate::backend::cpu::{apply_params, CpuSolver, Forces};
 use crate::backend::cuda::codec::GpuCodec;
-use crate::backend::cuda::{derr, device_info, gpu_inlets, gpu_outlets, probe, upload_pod, DeviceInfo};
+use crate::backend::cuda::{derr, device_info, gpu_inlets, gpu_outlets, probe, upload_pod};
 use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP, TAU_FLOOR};
 use crate::checkpoint::Checkpoint;
 use crate::compress::BlockShape;
@@ -67,7 +69,8 @@ pub struct PhaseTimes {
     pub wall: f64,
 }
 
-/// The compressed-subgrid solver on one GPU.
+/// The compressed-subgrid solver on one GPU or several (the subgrids shared out in slabs,
+/// [`cuts`]).
 pub struct CudaSubgridSolver {
     dom: Domain,
     params: Params,
@@ -77,15 +80,14 @@ pub struct CudaSubgridSolver {
     /// Whether cores are compressed (else stored raw: the exact mode).
     compress: bool,
     tau: f32,
+    /// Device memory a GPU may take.
     budget: Option<u64>,
     budget_warned: bool,
-    dev_info: DeviceInfo,
-    d: std::sync::Mutex<Dev>,
+    /// Before `parts`: the communicators go before their devices' contexts.
+    comms: Option<cuts::Comms>,
+    /// One share of the subgrids per GPU.
+    parts: Vec<std::sync::Mutex<Dev>>,
     last_forces: Forces,
-    /// Bytes of device memory besides the ring.
-    fixed_bytes: u64,
-    /// How a budget sizes the ring.
-    sizing: RingSizing,
     timing: Option<PhaseTimes>,
 }
 
@@ -97,9 +99,20 @@ struct GridStats {
     first_bad: Option<[usize; 3]>,
 }
 
+impl GridStats {
+    fn join(self, o: GridStats) -> GridStats {
+        GridStats {
+            mass: self.mass + o.mass,
+            max_u: self.max_u.max(o.max_u),
+            rho_range: [self.rho_range[0].min(o.rho_range[0]), self.rho_range[1].max(o.rho_range[1])],
+            first_bad: self.first_bad.or(o.first_bad),
+        }
+    }
+}
+
 /// What sizes the ring of compressed cores from a memory budget.
 #[derive(Clone, Copy, Debug)]
-struct RingSizing {
+pub(super) struct RingSizing {
     /// Device bytes besides the ring (shells, working box, scratch, tables).
     fixed: u64,
     /// The smallest budget accepted: the fixed bytes and room for cores compressed 25x.
@@ -135,9 +148,9 @@ impl RingSizing {
 }
 
 impl CudaSubgridSolver {
-    /// Build on a domain: subgrids of (at most) `g` cells a side, cores compressed with `tau`
-    /// (or stored raw with `None`), at most `budget` bytes of device memory. The initial state
-    /// is built subgrid by subgrid (never the whole grid at once).
+    /// Build on a domain on device 0: subgrids of (at most) `g` cells a side, cores compressed
+    /// with `tau` (or stored raw with `None`), at most `budget` bytes of device memory. The
+    /// initial state is built subgrid by subgrid (never the whole grid at once).
     ///
     /// # Errors
     /// No device, NVRTC, a 2D lattice, a budget below what the shells and the working box need
@@ -148,6 +161,23 @@ impl CudaSubgridSolver {
         g: [usize; 3],
         tau: Option<f32>,
         budget: Option<u64>,
+        init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
+    ) -> Result<CudaSubgridSolver, SolverError> {
+        CudaSubgridSolver::new_on(dom, params, g, tau, budget, &[0], init)
+    }
+
+    /// As [`CudaSubgridSolver::new`], the subgrids shared out over `devices` (CUDA ordinals;
+    /// one slab of subgrids each, see [`cuts`]); `budget` is each GPU's.
+    ///
+    /// # Errors
+    /// As [`CudaSubgridSolver::new`], per GPU; fewer subgrids along every axis than GPUs.
+    pub fn new_on(
+        dom: Domain,
+        params: Params,
+        g: [usize; 3],
+        tau: Option<f32>,
+        budget: Option<u64>,
+        devices: &[usize],
         init: impl Fn([usize; 3]) -> (f32, [f32; 3]) + Sync,
     ) -> Result<CudaSubgridSolver, SolverError> {
         if dom.lattice.dims() != 3 {
@@ -162,172 +192,86 @@ impl CudaSubgridSolver {
         if n.iter().any(|&x| !(3..=0xffff).contains(&x)) {
             return Err(SolverError::Backend(format!("compressed subgrids need 3 to 65535 cells per axis, got {n:?}")));
         }
+        if devices.is_empty() {
+            return Err(SolverError::Backend("compressed subgrids need at least one GPU".into()));
+        }
         probe().map_err(SolverError::Backend)?;
-        let ctx = CudaContext::new(0).map_err(derr("opening device 0"))?;
-        let dev_info = device_info(&ctx).map_err(SolverError::Backend)?;
-        let stream = ctx.default_stream();
-        let q = dom.lattice.q();
         let sl = [0, 1, 2].map(|a| slabs(n[a], g[a].max(3)));
-        let mut boxes = Vec::new();
-        for &(z0, sz) in &sl[2] {
-            for &(y0, sy) in &sl[1] {
-                for &(x0, sx) in &sl[0] {
-                    boxes.push(([x0, y0, z0], [sx, sy, sz]));
-                }
-            }
+        let share = cuts::share([0, 1, 2].map(|a| sl[a].len()), devices.len())?;
+        let layout = parts::Layout::new(&dom, &sl, share);
+        let mut built = Vec::with_capacity(devices.len());
+        for (p, &ordinal) in devices.iter().enumerate() {
+            let dev = layout.part(&dom, &params, p, ordinal, tau, budget).map_err(|e| match devices.len() {
+                1 => e,
+                _ => SolverError::Backend(format!("GPU {ordinal}: {e}")),
+            })?;
+            built.push(std::sync::Mutex::new(dev));
         }
-        let shape = BlockShape::DEFAULT;
-        let blocks_of = |s: [usize; 3]| crate::compress::field::block_counts(s.map(|x| x - 2), &shape).iter().product::<usize>();
-        let max_nb = boxes.iter().map(|&(_, s)| vol(s.map(|x| x + 2))).max().unwrap_or(0);
-        let max_core = boxes.iter().map(|&(_, s)| vol(s.map(|x| x - 2))).max().unwrap_or(0);
-        let max_blocks = boxes.iter().map(|&(_, s)| blocks_of(s)).max().unwrap_or(0);
-        let shell_floats: usize = boxes.iter().map(|&(_, s)| q * shell_cells(s)).sum();
-        // Worst case of one record: every block dense, or the raw core.
-        let scratch_words = (q * max_blocks * (1 + shape.samples())).max(q * max_core);
-        // Grid flags; box flags, change marks, DDFs and field planes; shells; scratch; block
-        // offsets; axis maps.
-        let fixed = (dom.cells() + max_nb * (1 + 4 + 4 * q + 16) + 4 * shell_floats + 4 * scratch_words) as u64
-            + 8 * (q * max_blocks * (boxes.len() + 1)) as u64
-            + 4 * (n[0] + n[1] + n[2]) as u64;
-        let raw_core_words: u64 = boxes.iter().map(|&(_, s)| (q * vol(s.map(|x| x - 2))) as u64).sum();
-        let free = dev_info.mem.0 as u64;
-        let sizing = RingSizing {
-            fixed,
-            least: fixed + raw_core_words / 25,
-            max_words: raw_core_words + (q * max_blocks * boxes.len()) as u64,
-            shell_bytes: 4 * shell_floats as u64,
-        };
-        let ring_words = sizing.words(budget, free)?;
-        let need = fixed + 4 * ring_words;
-        if need > free {
-            return Err(SolverError::Backend(format!(
-                "out of GPU memory: the compressed-subgrid state needs {} but {} has {} free; lower compression.memory_budget \
-                 or use a smaller grid",
-                human_bytes(need),
-                dev_info.name,
-                human_bytes(free)
-            )));
-        }
-        let a = |e| derr("allocating the compressed-subgrid state")(e);
-        let mut axis = Vec::with_capacity(n[0] + n[1] + n[2]);
-        let mut lens = Vec::new();
-        for s in &sl {
-            for (k, &(_, len)) in s.iter().enumerate() {
-                lens.push(len as u32);
-                axis.extend((0..len).map(|u| ((k as u32) << 16) | u as u32));
-            }
-        }
-        let mut offs = Vec::with_capacity(boxes.len());
-        let mut acc = 0u64;
-        for &(_, s) in &boxes {
-            offs.push(acc);
-            acc += (q * shell_cells(s)) as u64;
-        }
-        let codec = GpuCodec::new(Arc::clone(&stream))?;
-        let mut kernels: Vec<([usize; 3], BoxKernels)> = Vec::new();
-        let mut subs = Vec::with_capacity(boxes.len());
-        for &(origin, size) in &boxes {
-            let bn = size.map(|s| s + 2);
-            let k = match kernels.iter().position(|(s, _)| *s == bn) {
-                Some(k) => k,
-                None => {
-                    kernels.push((bn, load_box(&ctx, &box_config(&dom, &params, bn), &dev_info)?));
-                    kernels.len() - 1
-                }
-            };
-            let (bricks, n_bricks) = box_bricks(&dom, origin, bn);
-            let mut inlets = stream.alloc_zeros::<u8>(16 * 64).map_err(a)?;
-            upload_pod(&stream, &gpu_inlets(&dom, origin.map(|o| 1 - o as i32)), &mut inlets)?;
-            subs.push(GSub {
-                origin,
-                size,
-                tau: tau.unwrap_or(0.0),
-                record: Record::None,
-                raw: true,
-                offsets: stream.alloc_zeros::<u64>((q * blocks_of(size)).max(1)).map_err(a)?,
-                bricks: stream.clone_htod(&bricks).map_err(a)?,
-                n_bricks,
-                inlets,
-                kernels: k,
-            });
-        }
-        let mut walls = vec![0.0f32; 48];
-        for (i, w) in params.walls.iter().enumerate().take(16) {
-            walls[3 * i..3 * i + 3].copy_from_slice(w);
-        }
-        let mut outlets = stream.alloc_zeros::<u8>(16 * 64).map_err(a)?;
-        upload_pod(&stream, &gpu_outlets(&dom, [0; 3]), &mut outlets)?;
-        let d = Dev {
-            q,
-            n: n.map(|x| x as u32),
-            counts: [sl[0].len() as u32, sl[1].len() as u32],
-            subs,
-            kernels,
-            codec,
-            gflags: stream.clone_htod(&dom.flags).map_err(a)?,
-            bflags: stream.alloc_zeros::<u8>(max_nb).map_err(a)?,
-            boxbuf: stream.alloc_zeros::<f32>(q * max_nb).map_err(a)?,
-            changed: stream.alloc_zeros::<u32>(max_nb).map_err(a)?,
-            shells: stream.alloc_zeros::<f32>(shell_floats.max(1)).map_err(a)?,
-            shell_off: stream.clone_htod(&offs).map_err(a)?,
-            axis_map: stream.clone_htod(&axis).map_err(a)?,
-            slab_len: stream.clone_htod(&lens).map_err(a)?,
-            scratch: stream.alloc_zeros::<u32>(scratch_words.max(1)).map_err(a)?,
-            offs_scratch: stream.alloc_zeros::<u64>((q * max_blocks).max(1)).map_err(a)?,
-            ring: stream.alloc_zeros::<u32>(ring_words as usize).map_err(a)?,
-            ring_tail: 0,
-            ring_used: 0,
-            walls: stream.clone_htod(&walls).map_err(a)?,
-            outlets,
-            forces: stream.alloc_zeros::<f64>(48).map_err(a)?,
-            no_links: stream.clone_htod(&crate::walls::Links::default().packed()).map_err(a)?,
-            no_links_save: stream.alloc_zeros::<f32>(1).map_err(a)?,
-            planes: None,
-            spilled_warned: false,
-            events: Vec::new(),
-            ctx,
-            stream,
-        };
+        let comms = cuts::communicators(devices)?;
         let mut s = CudaSubgridSolver {
             dom,
             params,
             t: 0,
-            q,
+            q: layout.q,
             slabs: sl,
             compress: tau.is_some(),
             tau: tau.unwrap_or(0.0),
             budget,
             budget_warned: false,
-            dev_info,
-            d: std::sync::Mutex::new(d),
+            comms,
+            parts: built,
             last_forces: [[0.0; 3]; 16],
-            fixed_bytes: fixed,
-            sizing,
             timing: None,
         };
-        let taus = s.taus();
-        let dom = s.dom.clone();
-        s.dev()?.build(&dom, &taus, &|sub: &GSub, bn: [usize; 3], dom: &Domain, out: &mut [f32]| {
-            initial_box(dom, sub.origin, bn, &init, out)
-        })?;
+        s.build_all(&|sub: &GSub, bn: [usize; 3], dom: &Domain, out: &mut [f32]| initial_box(dom, sub.origin, bn, &init, out))?;
         Ok(s)
     }
 
-    fn dev(&mut self) -> Result<&mut Dev, SolverError> {
-        self.d.get_mut().map_err(|_| Dev::lock_err())
+    /// Every GPU's share, to be used by one thread each.
+    fn devs(&mut self) -> Result<Vec<&mut Dev>, SolverError> {
+        self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect()
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Dev>, SolverError> {
-        self.d.lock().map_err(|_| Dev::lock_err())
+    /// Every GPU's share, locked, for `&self` methods.
+    fn locked(&self) -> Result<Vec<std::sync::MutexGuard<'_, Dev>>, SolverError> {
+        self.parts.iter().map(|m| m.lock().map_err(|_| Dev::lock_err())).collect()
     }
 
-    /// Each subgrid's threshold, `None` where cores are stored raw.
-    fn taus(&self) -> Vec<Option<f32>> {
-        let compress = self.compress;
-        match self.d.lock() {
-            Ok(d) => d.subs.iter().map(|s| compress.then_some(s.tau)).collect(),
-            Err(_) => Vec::new(),
+    /// Sum of `f` over the GPUs' shares (0 where one cannot be read).
+    fn sum(&self, f: impl Fn(&Dev) -> u64) -> u64 {
+        self.locked().map_or(0, |v| v.iter().map(|d| f(d)).sum())
+    }
+
+    /// Run `f` on every GPU's share at once (a thread each where there are several).
+    fn each<R: Send>(devs: &mut [&mut Dev], f: impl Fn(&mut Dev) -> Result<R, SolverError> + Sync) -> Result<Vec<R>, SolverError> {
+        if devs.len() == 1 {
+            return Ok(vec![f(devs[0])?]);
         }
+        let out: Vec<Result<R, SolverError>> = std::thread::scope(|s| {
+            let f = &f;
+            let hs: Vec<_> = devs.iter_mut().map(|d| s.spawn(move || f(d))).collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(SolverError::Backend("a GPU's worker thread panicked (a bug)".into()))))
+                .collect()
+        });
+        out.into_iter().collect()
+    }
+
+    /// Fill every subgrid from `fill` on every GPU, then give each GPU the neighbours' planes
+    /// at its cuts.
+    fn build_all(&mut self, fill: &BoxFill<'_>) -> Result<(), SolverError> {
+        let (dom, compress) = (self.dom.clone(), self.compress);
+        let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
+        Self::each(&mut devs, |d| d.build(&dom, compress, fill))?;
+        cuts::settle(&mut devs, self.comms.as_ref(), 2)?;
+        Self::each(&mut devs, |d| d.stream.synchronize().map_err(derr("exchanging the cut planes")))?;
+        Ok(())
+    }
+
+    /// GPUs the subgrids are shared over.
+    #[must_use]
+    pub fn gpus(&self) -> usize {
+        self.parts.len()
     }
 
     /// Time the parts of every following step (CUDA events; costs a little).
@@ -335,7 +279,7 @@ impl CudaSubgridSolver {
         self.timing = Some(PhaseTimes::default());
     }
 
-    /// The summed phase times since [`Self::enable_timing`].
+    /// The summed phase times since [`Self::enable_timing`] (on several GPUs, their mean).
     #[must_use]
     pub fn timing(&self) -> Option<PhaseTimes> {
         self.timing
@@ -353,17 +297,19 @@ impl CudaSubgridSolver {
         self.tau = tau;
         self.compress = true;
         self.budget_warned = false;
-        for s in &mut self.dev()?.subs {
-            s.tau = tau;
+        for d in self.devs()? {
+            for s in &mut d.subs {
+                s.tau = tau;
+            }
         }
         Ok(())
     }
 
     /// Bytes of device memory the state takes (shells, box, scratch, flags and the records in
-    /// the ring) plus records spilled to the host.
+    /// the ring, over all GPUs) plus records spilled to the host.
     #[must_use]
     pub fn bytes(&self) -> u64 {
-        self.lock().map_or(0, |d| self.fixed_bytes + 4 * d.ring_used + 4 * d.host_words())
+        self.sum(|d| d.fixed + 4 * d.ring_used + 4 * d.host_words())
     }
 
     /// Bytes of the whole state uncompressed (FP32 DDFs).
@@ -375,20 +321,22 @@ impl CudaSubgridSolver {
     /// Bytes of records spilled to host memory.
     #[must_use]
     pub fn host_bytes(&self) -> u64 {
-        self.lock().map_or(0, |d| 4 * d.host_words())
+        self.sum(|d| 4 * d.host_words())
     }
 
-    /// Capacity of the ring (bytes).
+    /// Capacity of the rings (bytes, over all GPUs).
     #[must_use]
     pub fn ring_bytes(&self) -> u64 {
-        self.lock().map_or(0, |d| 4 * d.ring.len() as u64)
+        self.sum(|d| 4 * d.ring.len() as u64)
     }
 
     /// The uncompressed DDFs over the shells and records (what compression saves; the working
-    /// box and scratch are left out, they do not grow with the grid).
+    /// box, scratch and the copies of shells across cuts are left out, they do not grow with
+    /// the grid).
     #[must_use]
     pub fn ratio(&self) -> f64 {
-        self.lock().map_or(f64::NAN, |d| self.dense_bytes() as f64 / (4 * (d.shells.len() as u64 + d.ring_used + d.host_words())) as f64)
+        let stored = self.sum(|d| 4 * (d.own_shell_floats + d.ring_used + d.host_words()));
+        self.dense_bytes() as f64 / stored as f64
     }
 
     /// Subgrids per axis.
@@ -409,12 +357,15 @@ impl CudaSubgridSolver {
     #[must_use]
     pub fn subgrid_stats(&self) -> Vec<SubgridStat> {
         let q = self.q;
-        self.lock().map_or(Vec::new(), |d| {
-            d.subs
-                .iter()
-                .map(|s| {
-                    let bytes = 4 * (q * shell_cells(s.size)) as u64 + 4 * s.record.words();
-                    let dense = 4 * (q * vol(s.size)) as u64;
+        let Ok(parts) = self.locked() else { return Vec::new() };
+        let mut all: Vec<(usize, SubgridStat)> = parts
+            .iter()
+            .flat_map(|d| d.subs.iter())
+            .map(|s| {
+                let bytes = 4 * (q * shell_cells(s.size)) as u64 + 4 * s.record.words();
+                let dense = 4 * (q * vol(s.size)) as u64;
+                (
+                    s.id,
                     SubgridStat {
                         origin: s.origin,
                         size: s.size,
@@ -422,33 +373,39 @@ impl CudaSubgridSolver {
                         tau: s.tau,
                         bytes,
                         dense_bytes: dense,
-                    }
-                })
-                .collect()
-        })
+                    },
+                )
+            })
+            .collect();
+        all.sort_by_key(|(id, _)| *id);
+        all.into_iter().map(|(_, s)| s).collect()
     }
 
-    /// Limit the device memory to `budget` bytes (`None`: 90 % of what is free): the ring of
-    /// compressed cores is made again at the size that leaves, its records moved through host
-    /// memory. A smaller ring that the records outgrow spills and raises tau at the next step,
-    /// as at the start.
+    /// Limit each GPU's device memory to `budget` bytes (`None`: 90 % of what is free): the
+    /// ring of compressed cores is made again at the size that leaves, its records moved
+    /// through host memory. A smaller ring that the records outgrow spills and raises tau at
+    /// the next step, as at the start.
     ///
     /// # Errors
     /// A budget below what the shells and the working box need (the message says how much), a
     /// ring that could not be allocated (the old one is kept).
     pub fn set_budget(&mut self, budget: Option<u64>) -> Result<(), SolverError> {
-        let free = match budget {
-            Some(_) => 0,
-            None => {
-                // The caller's thread may not have the context current (the viewer's worker).
-                let d = self.lock()?;
-                d.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
-                let free = cudarc::driver::result::mem_get_info().map_err(derr("reading free device memory"))?.0 as u64;
-                free + 4 * d.ring.len() as u64
-            }
-        };
-        let words = self.sizing.words(budget, free)?;
-        self.dev()?.resize_ring(words)?;
+        let mut words = Vec::new();
+        for d in self.devs()? {
+            let free = match budget {
+                Some(_) => 0,
+                None => {
+                    // The caller's thread may not have the context current (the viewer's worker).
+                    d.ctx.bind_to_thread().map_err(derr("binding the CUDA context"))?;
+                    let free = cudarc::driver::result::mem_get_info().map_err(derr("reading free device memory"))?.0 as u64;
+                    free + 4 * d.ring.len() as u64
+                }
+            };
+            words.push(d.sizing.words(budget, free)?);
+        }
+        for (d, w) in self.devs()?.into_iter().zip(words) {
+            d.resize_ring(w)?;
+        }
         self.budget = budget;
         self.budget_warned = false;
         Ok(())
@@ -461,42 +418,38 @@ impl CudaSubgridSolver {
     pub fn run(&mut self, steps: u64) -> Result<(), SolverError> {
         for _ in 0..steps {
             let wall = Instant::now();
-            let (t, p, timing) = (self.t, self.params.clone(), self.timing.is_some());
-            let taus = self.taus();
-            let d = self.dev()?;
-            d.stream.memset_zeros(&mut d.forces).map_err(derr("clearing forces"))?;
-            // Seven events per subgrid, made once and read after the step, so that timing adds
-            // no host wait between subgrids.
-            let n = d.subs.len();
-            let mut ev = std::mem::take(&mut d.events);
-            if timing && ev.len() != 7 * n {
-                let f = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-                ev = (0..7 * n).map(|_| d.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+            let (t, p, timing, compress) = (self.t, self.params.clone(), self.timing.is_some(), self.compress);
+            let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
+            let comms = self.comms.as_ref();
+            let times = Self::each(&mut devs, |d| d.step_all(t, &p, compress, timing, comms.map(|c| c.of(d.index)))).inspect_err(|_| {
+                if let Some(c) = comms {
+                    c.1.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            })?;
+            if comms.is_none() {
+                cuts::settle(&mut devs, None, 1)?;
             }
-            let mut parts = [0.0f64; 6];
-            let stepped = (0..n).try_for_each(|id| d.step_subgrid(id, t, &p, taus[id], timing.then(|| &ev[7 * id..7 * id + 7])));
-            if stepped.is_ok() && timing {
-                for e in ev.chunks(7) {
-                    for k in 0..6 {
-                        parts[k] += f64::from(e[k].elapsed_ms(&e[k + 1]).map_err(derr("reading an event"))?);
+            let mut forces = [[0.0f64; 3]; 16];
+            for d in &mut devs {
+                d.check_damage()?;
+                let fr = d.stream.clone_dtoh(&d.forces).map_err(derr("reading forces"))?;
+                for (k, f) in forces.iter_mut().enumerate() {
+                    for a in 0..3 {
+                        f[a] += fr[3 * k + a];
                     }
                 }
             }
-            d.events = ev;
-            stepped?;
-            d.check_damage()?;
-            let fr = d.stream.clone_dtoh(&d.forces).map_err(derr("reading forces"))?;
-            for (k, f) in self.last_forces.iter_mut().enumerate() {
-                *f = [fr[3 * k], fr[3 * k + 1], fr[3 * k + 2]];
-            }
+            self.last_forces = forces;
             self.t += 1;
             if let Some(tm) = &mut self.timing {
+                let k = times.len() as f64;
+                let mean = |i: usize| times.iter().map(|x| x[i]).sum::<f64>() / k;
                 tm.steps += 1;
-                tm.decompress += parts[0];
-                tm.interfaces += parts[1] + parts[3];
-                tm.lbm += parts[2];
-                tm.compress += parts[4];
-                tm.store += parts[5];
+                tm.decompress += mean(0);
+                tm.interfaces += mean(1) + mean(3);
+                tm.lbm += mean(2);
+                tm.compress += mean(4);
+                tm.store += mean(5);
                 tm.wall += wall.elapsed().as_secs_f64() * 1e3;
             }
             self.enforce_budget()?;
@@ -504,49 +457,54 @@ impl CudaSubgridSolver {
         Ok(())
     }
 
-    /// After a step with records in host memory: double tau for the largest subgrids, enough of
-    /// them that halving their records would bring the spill back into the ring.
+    /// After a step with records in host memory: double tau for the largest subgrids of that
+    /// GPU, enough of them that halving their records would bring the spill back into its ring.
     fn enforce_budget(&mut self) -> Result<(), SolverError> {
-        let (t, compress) = (self.t, self.compress);
-        let d = self.d.get_mut().map_err(|_| Dev::lock_err())?;
-        let spilled = d.host_words();
-        if spilled == 0 || !compress {
-            return Ok(());
-        }
-        let ring = 4 * d.ring.len() as u64;
-        let mut order: Vec<usize> = (0..d.subs.len()).filter(|&k| d.subs[k].tau < TAU_CAP).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(d.subs[k].record.words()));
-        if order.is_empty() {
-            if !self.budget_warned {
-                tracing::warn!(
-                    "step {t}: {} of records are in host memory and every subgrid is at the largest tau ({TAU_CAP}); running on \
-                     (raise compression.memory_budget or use a smaller grid)",
-                    human_bytes(4 * spilled)
-                );
-                self.budget_warned = true;
+        let (t, compress, several) = (self.t, self.compress, self.parts.len() > 1);
+        let mut warned = self.budget_warned;
+        for d in self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())) {
+            let d = d?;
+            let spilled = d.host_words();
+            if spilled == 0 || !compress {
+                continue;
             }
-            return Ok(());
-        }
-        let mut covered = 0u64;
-        let mut raised = Vec::new();
-        for k in order {
-            if covered >= spilled {
-                break;
+            let gpu = if several { format!(" on GPU {}", d.ordinal) } else { String::new() };
+            let ring = 4 * d.ring.len() as u64;
+            let mut order: Vec<usize> = (0..d.subs.len()).filter(|&k| d.subs[k].tau < TAU_CAP).collect();
+            order.sort_by_key(|&k| std::cmp::Reverse(d.subs[k].record.words()));
+            if order.is_empty() {
+                if !warned {
+                    tracing::warn!(
+                        "step {t}: {} of records{gpu} are in host memory and every subgrid is at the largest tau ({TAU_CAP}); \
+                         running on (raise compression.memory_budget or use a smaller grid)",
+                        human_bytes(4 * spilled)
+                    );
+                    warned = true;
+                }
+                continue;
             }
-            let s = &mut d.subs[k];
-            let old = s.tau;
-            s.tau = if old > 0.0 { (2.0 * old).min(TAU_CAP) } else { TAU_FLOOR };
-            covered += s.record.words() / 2;
-            raised.push((s.origin, old, s.tau));
+            let mut covered = 0u64;
+            let mut raised = Vec::new();
+            for k in order {
+                if covered >= spilled {
+                    break;
+                }
+                let s = &mut d.subs[k];
+                let old = s.tau;
+                s.tau = if old > 0.0 { (2.0 * old).min(TAU_CAP) } else { TAU_FLOOR };
+                covered += s.record.words() / 2;
+                raised.push((s.origin, old, s.tau));
+            }
+            let (origin, old, new) = raised[0];
+            tracing::warn!(
+                "step {t}: {} of records did not fit in the ring of {}{gpu}: raising tau for {} subgrid(s), the largest at \
+                 {origin:?} from {old:e} to {new:e}; they compress harder from the next step",
+                human_bytes(4 * spilled),
+                human_bytes(ring),
+                raised.len(),
+            );
         }
-        let (origin, old, new) = raised[0];
-        tracing::warn!(
-            "step {t}: {} of records did not fit in the ring of {}: raising tau for {} subgrid(s), the largest at {origin:?} \
-             from {old:e} to {new:e}; they compress harder from the next step",
-            human_bytes(4 * spilled),
-            human_bytes(ring),
-            raised.len(),
-        );
+        self.budget_warned = warned;
         Ok(())
     }
 
@@ -556,7 +514,11 @@ impl CudaSubgridSolver {
     /// # Errors
     /// CUDA errors, a damaged record.
     pub fn dense_state(&self) -> Result<Vec<f32>, SolverError> {
-        self.lock()?.dense_state(&self.dom)
+        let mut out = vec![0.0f32; self.q * self.dom.cells()];
+        for mut d in self.locked()? {
+            d.dense_state(&self.dom, &mut out)?;
+        }
+        Ok(out)
     }
 
     /// Replace the state by a dense one (`F[i * cells + n]`), split into subgrids again.
@@ -569,9 +531,7 @@ impl CudaSubgridSolver {
         if state.len() != q * nn {
             return Err(SolverError::Backend(format!("a state of {} values for {nn} cells x {q}", state.len())));
         }
-        let taus = self.taus();
-        let dom = self.dom.clone();
-        self.dev()?.build(&dom, &taus, &|sub: &GSub, bn: [usize; 3], dom: &Domain, out: &mut [f32]| {
+        self.build_all(&|sub: &GSub, bn: [usize; 3], dom: &Domain, out: &mut [f32]| {
             let nb = vol(bn);
             for uz in 0..sub.size[2] {
                 for uy in 0..sub.size[1] {
@@ -607,12 +567,14 @@ impl CudaSubgridSolver {
             walls[3 * i..3 * i + 3].copy_from_slice(w);
         }
         let dom = self.dom.clone();
-        let d = self.dev()?;
-        d.stream.memcpy_htod(&walls, &mut d.walls).map_err(derr("uploading walls"))?;
-        for s in &mut d.subs {
-            upload_pod(&d.stream, &gpu_inlets(&dom, s.origin.map(|o| 1 - o as i32)), &mut s.inlets)?;
+        for d in self.devs()? {
+            d.stream.memcpy_htod(&walls, &mut d.walls).map_err(derr("uploading walls"))?;
+            for s in &mut d.subs {
+                upload_pod(&d.stream, &gpu_inlets(&dom, s.origin.map(|o| 1 - o as i32)), &mut s.inlets)?;
+            }
+            upload_pod(&d.stream, &gpu_outlets(&dom, [0; 3]), &mut d.outlets)?;
         }
-        upload_pod(&d.stream, &gpu_outlets(&dom, [0; 3]), &mut d.outlets)
+        Ok(())
     }
 }
 
@@ -626,9 +588,10 @@ impl Solver for CudaSubgridSolver {
     fn info(&self) -> SolverInfo {
         let cells = self.dom.cells() as f64;
         let bytes = self.bytes();
+        let name = self.locked().map_or_else(|_| String::new(), |v| v[0].info.name.clone());
         SolverInfo {
             backend: "cuda-subgrid",
-            device: self.dev_info.name.clone(),
+            device: if self.parts.len() > 1 { format!("{} x {name}", self.parts.len()) } else { name },
             lattice: self.dom.lattice,
             scheme: Scheme::EsotericPull,
             precision: Precision::Fp32,
@@ -658,7 +621,17 @@ impl Solver for CudaSubgridSolver {
         }
     }
     fn stats(&self) -> Stats {
-        let r = self.lock().and_then(|mut d| d.stats(self.t, &self.params));
+        let r = self.locked().and_then(|mut v| {
+            let mut all: Option<GridStats> = None;
+            for d in &mut v {
+                let s = d.stats(self.t, &self.params)?;
+                all = Some(match all {
+                    Some(a) => a.join(s),
+                    None => s,
+                });
+            }
+            all.ok_or_else(|| SolverError::Backend("no GPU holds subgrids (a bug)".into()))
+        });
         match r {
             Ok(GridStats { mass, max_u: u, rho_range: rho, first_bad }) => {
                 let nobs = self.dom.obstacles.len();
@@ -679,7 +652,10 @@ impl Solver for CudaSubgridSolver {
         }
     }
     fn synchronize(&self) -> Result<(), SolverError> {
-        self.lock()?.stream.synchronize().map_err(derr("waiting for the GPU"))
+        for d in self.locked()? {
+            d.stream.synchronize().map_err(derr("waiting for the GPU"))?;
+        }
+        Ok(())
     }
     fn params(&self) -> Params {
         self.params.clone()
@@ -689,10 +665,11 @@ impl Solver for CudaSubgridSolver {
         let rebuild = p.collide.kind != self.params.collide.kind || p.collide.has_force() != self.params.collide.has_force();
         self.params = p;
         if rebuild {
-            let (dom, params, info) = (self.dom.clone(), self.params.clone(), self.dev_info.clone());
-            let d = self.dev()?;
-            for (bn, k) in &mut d.kernels {
-                *k = load_box(&d.ctx, &box_config(&dom, &params, *bn), &info)?;
+            let (dom, params) = (self.dom.clone(), self.params.clone());
+            for d in self.devs()? {
+                for (bn, k) in &mut d.kernels {
+                    *k = load_box(&d.ctx, &box_config(&dom, &params, *bn), &d.info)?;
+                }
             }
         }
         self.upload_params()
@@ -754,13 +731,15 @@ impl Solver for CudaSubgridSolver {
         if !report.changed.is_empty() {
             self.dom = dom;
             let dom = self.dom.clone();
-            let d = self.dev()?;
-            d.stream.memcpy_htod(&dom.flags, &mut d.gflags).map_err(derr("uploading flags"))?;
-            // The boxes' bricks follow the new flags.
-            for s in &mut d.subs {
-                let (bricks, count) = box_bricks(&dom, s.origin, s.box_size());
-                s.bricks = d.stream.clone_htod(&bricks).map_err(derr("uploading bricks"))?;
-                s.n_bricks = count;
+            for d in self.devs()? {
+                let flags = d.flag_slab(&dom);
+                d.stream.memcpy_htod(&flags, &mut d.gflags).map_err(derr("uploading flags"))?;
+                // The boxes' bricks follow the new flags.
+                for s in &mut d.subs {
+                    let (bricks, count) = box_bricks(&dom, s.origin, s.box_size());
+                    s.bricks = d.stream.clone_htod(&bricks).map_err(derr("uploading bricks"))?;
+                    s.n_bricks = count;
+                }
             }
             self.load_dense(&state)?;
         }
@@ -774,10 +753,19 @@ impl Solver for CudaSubgridSolver {
 /// # Errors
 /// As [`CudaSubgridSolver::new`]; voxelisation errors.
 pub fn from_scene(ls: &crate::scene::LoadedScene) -> Result<CudaSubgridSolver, SolverError> {
+    from_scene_on(ls, &[0])
+}
+
+/// As [`from_scene`], the subgrids shared out over `devices` (CUDA ordinals), the memory
+/// budget each GPU's.
+///
+/// # Errors
+/// As [`CudaSubgridSolver::new_on`]; voxelisation errors.
+pub fn from_scene_on(ls: &crate::scene::LoadedScene, devices: &[usize]) -> Result<CudaSubgridSolver, SolverError> {
     let c = &ls.scene.compression;
     let dom = Domain::from_scene(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
     let params = crate::solver::Params::from_scene(ls, &dom);
-    CudaSubgridSolver::new(dom, params, c.subgrid_size(), Some(c.tau), c.memory_budget.map(|b| b.0), |p| {
+    CudaSubgridSolver::new_on(dom, params, c.subgrid_size(), Some(c.tau), c.memory_budget.map(|b| b.0), devices, |p| {
         crate::domain::initial_state(ls, p)
     })
 }

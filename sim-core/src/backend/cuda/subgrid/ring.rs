@@ -18,6 +18,9 @@ use std::sync::Arc;
 
 use super::*;
 
+/// Boxes filled on the host at once while building a state.
+const BUILD_AHEAD: usize = 8;
+
 /// Brick shape of the box kernels (the dense solver's default shape for 3D).
 pub(super) const BOX_BRICK: [usize; 3] = [32, 2, 2];
 
@@ -30,6 +33,7 @@ pub(super) struct BoxKernels {
     pub(super) outer: CudaFunction,
     pub(super) pack: CudaFunction,
     pub(super) stats: CudaFunction,
+    pub(super) cut: CudaFunction,
 }
 
 /// Where a subgrid's core is.
@@ -53,6 +57,8 @@ impl Record {
 }
 
 pub(super) struct GSub {
+    /// Index among all subgrids of the grid (x fastest).
+    pub(super) id: usize,
     pub(super) origin: [usize; 3],
     pub(super) size: [usize; 3],
     pub(super) tau: f32,
@@ -79,19 +85,42 @@ impl GSub {
     }
 }
 
-/// The device state and the buffers of one working box: everything a step, the statistics or a
-/// read-back of the state changes. Behind a mutex in the solver, so `&self` methods of
-/// [`Solver`] (fields, statistics, checkpoints) can read records through the working box.
+/// One GPU's share of the grid: its subgrids, their records and its working box, everything a
+/// step, the statistics or a read-back of the state changes. Behind a mutex in the solver, so
+/// `&self` methods of [`Solver`] (fields, statistics, checkpoints) can read records through the
+/// working box.
 pub(super) struct Dev {
     pub(super) ctx: Arc<CudaContext>,
+    pub(super) info: DeviceInfo,
+    /// CUDA ordinal of the device.
+    pub(super) ordinal: usize,
     pub(super) stream: Arc<CudaStream>,
     pub(super) q: usize,
     pub(super) n: [u32; 3],
     pub(super) counts: [u32; 2],
+    /// This GPU's subgrids.
     pub(super) subs: Vec<GSub>,
+    /// The order they step in and their records enter the ring (those next to a cut first),
+    /// and how many are next to a cut.
+    pub(super) order: Vec<usize>,
+    pub(super) edges: usize,
+    /// The axis the grid is shared along, this GPU's index among the solver's GPUs, its cuts
+    /// and the exchange's stream (none on one GPU).
+    pub(super) axis: usize,
+    pub(super) index: usize,
+    pub(super) cuts: Vec<super::cuts::Cut>,
+    pub(super) link: Option<super::cuts::Link>,
+    /// Bytes of device memory besides the ring, and how a budget sizes the ring.
+    pub(super) fixed: u64,
+    pub(super) sizing: RingSizing,
+    /// Values in the shells of this GPU's own subgrids (the copies across cuts left out).
+    pub(super) own_shell_floats: u64,
     pub(super) kernels: Vec<([usize; 3], BoxKernels)>,
     pub(super) codec: GpuCodec,
+    /// The grid's flags on the layers along `axis` this GPU's boxes reach: from
+    /// `flag_layers.0`, `flag_layers.1` of them (wrapping).
     pub(super) gflags: CudaSlice<u8>,
+    pub(super) flag_layers: (u32, u32),
     pub(super) bflags: CudaSlice<u8>,
     pub(super) boxbuf: CudaSlice<f32>,
     pub(super) changed: CudaSlice<u32>,
@@ -120,6 +149,23 @@ pub(super) struct Dev {
 
 /// Writes the own cells' slots of a subgrid's working box (of the given size) on the host.
 pub(super) type BoxFill<'a> = dyn Fn(&GSub, [usize; 3], &Domain, &mut [f32]) + Sync + 'a;
+
+/// The layers `(lo, len)` (wrapping) along `axis` of a grid of `n` cells' `flags`, x fastest.
+pub(super) fn layers_of(flags: &[u8], n: [usize; 3], axis: usize, (lo, len): (u32, u32)) -> Vec<u8> {
+    let mut m = n;
+    m[axis] = len as usize;
+    let mut out = vec![0u8; vol(m)];
+    out.par_chunks_mut(m[0] * m[1]).enumerate().for_each(|(z, plane)| {
+        for y in 0..m[1] {
+            for x in 0..m[0] {
+                let mut g = [x, y, z];
+                g[axis] = (lo as usize + g[axis]) % n[axis];
+                plane[x + m[0] * y] = flags[g[0] + n[0] * (g[1] + n[1] * g[2])];
+            }
+        }
+    });
+    out
+}
 
 /// Cells of a box.
 pub(super) fn vol(s: [usize; 3]) -> usize {
@@ -157,6 +203,11 @@ pub(super) fn box_config(dom: &Domain, params: &Params, bn: [usize; 3]) -> Kerne
 }
 
 impl Dev {
+    /// This GPU's layers of `dom`'s flags (see `gflags`).
+    pub(super) fn flag_slab(&self, dom: &Domain) -> Vec<u8> {
+        layers_of(&dom.flags, dom.n, self.axis, self.flag_layers)
+    }
+
     pub(super) fn lock_err() -> SolverError {
         SolverError::Backend("the compressed-subgrid state's lock is poisoned (an earlier error)".into())
     }
@@ -166,10 +217,10 @@ impl Dev {
         let s = &self.subs[id];
         let k = &self.kernels[s.kernels].1;
         let o = s.origin.map(|x| x as u32);
-        let (n, c) = (self.n, self.counts);
+        let (n, c, ax) = (self.n, self.counts, self.axis as u32);
         let mut b = self.stream.launch_builder(&k.outer);
         b.arg(&mut self.boxbuf).arg(&mut self.shells).arg(&mut self.changed).arg(&self.axis_map).arg(&self.slab_len).arg(&self.shell_off);
-        b.arg(&n[0]).arg(&n[1]).arg(&n[2]).arg(&c[0]).arg(&c[1]).arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&mode);
+        b.arg(&n[0]).arg(&n[1]).arg(&n[2]).arg(&c[0]).arg(&c[1]).arg(&ax).arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&mode);
         // SAFETY: arguments match box_outer; the box buffer holds this box, the shell array
         // every shell, the maps every axis.
         unsafe { b.launch(threads(vol(s.box_size()))) }.map_err(derr("launching box_outer"))?;
@@ -183,7 +234,9 @@ impl Dev {
         let o = s.origin.map(|x| x as u32);
         let n = self.n;
         let mut b = self.stream.launch_builder(&k.flags);
+        let (axis, lo, len) = (self.axis as u32, self.flag_layers.0, self.flag_layers.1);
         b.arg(&self.gflags).arg(&mut self.bflags).arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&n[0]).arg(&n[1]).arg(&n[2]);
+        b.arg(&axis).arg(&lo).arg(&len);
         // SAFETY: arguments match box_flags; bflags holds the box.
         unsafe { b.launch(threads(vol(s.box_size()))) }.map_err(derr("launching box_flags"))?;
         Ok(())
@@ -425,23 +478,36 @@ impl Dev {
 
     /// Fill every subgrid from `fill` (the own cells' slots of its box, as the dense solver
     /// keeps them), storing shells and records in order (the ring starts empty).
-    pub(super) fn build(&mut self, dom: &Domain, taus: &[Option<f32>], fill: &BoxFill<'_>) -> Result<(), SolverError> {
+    pub(super) fn build(&mut self, dom: &Domain, compress: bool, fill: &BoxFill<'_>) -> Result<(), SolverError> {
         self.ring_tail = 0;
         self.ring_used = 0;
         for s in &mut self.subs {
             s.record = Record::None;
         }
-        let mut host = Vec::new();
-        for id in 0..self.subs.len() {
-            let bn = self.subs[id].box_size();
-            host.clear();
-            host.resize(self.q * vol(bn), 0.0f32);
-            fill(&self.subs[id], bn, dom, &mut host);
-            let mut view = self.boxbuf.slice_mut(0..host.len());
-            self.stream.memcpy_htod(&host, &mut view).map_err(derr("uploading a working box"))?;
-            self.outer(id, 3)?;
-            self.store(id, taus[id], 0)?;
+        // The boxes are filled on the host a few at once (each fill is partly serial), then
+        // uploaded and stored one by one in the ring's order.
+        let order = self.order.clone();
+        for chunk in order.chunks(BUILD_AHEAD) {
+            let subs = &self.subs;
+            let q = self.q;
+            let hosts: Vec<Vec<f32>> = chunk
+                .par_iter()
+                .map(|&id| {
+                    let bn = subs[id].box_size();
+                    let mut host = vec![0.0f32; q * vol(bn)];
+                    fill(&subs[id], bn, dom, &mut host);
+                    host
+                })
+                .collect();
+            for (&id, host) in chunk.iter().zip(hosts) {
+                let mut view = self.boxbuf.slice_mut(0..host.len());
+                self.stream.memcpy_htod(&host, &mut view).map_err(derr("uploading a working box"))?;
+                self.outer(id, 3)?;
+                let tau = compress.then_some(self.subs[id].tau);
+                self.store(id, tau, 0)?;
+            }
         }
+        self.pack_cuts()?;
         self.stream.synchronize().map_err(derr("building the compressed state"))
     }
 
@@ -493,11 +559,11 @@ impl Dev {
         Ok(GridStats { mass: m, max_u: u, rho_range: rho, first_bad })
     }
 
-    /// The state as the dense solver lays it out (`F[i * cells + n]`), reassembled on the host.
-    pub(super) fn dense_state(&mut self, dom: &Domain) -> Result<Vec<f32>, SolverError> {
+    /// Write this GPU's subgrids into the state as the dense solver lays it out
+    /// (`F[i * cells + n]`), on the host.
+    pub(super) fn dense_state(&mut self, dom: &Domain, out: &mut [f32]) -> Result<(), SolverError> {
         let q = self.q;
         let nn = dom.cells();
-        let mut out = vec![0.0f32; q * nn];
         for id in 0..self.subs.len() {
             self.fetch(id)?;
             self.outer(id, 0)?;
@@ -516,7 +582,64 @@ impl Dev {
                 }
             }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// One step of every subgrid of this GPU, in its order; with `timing`, the summed event
+    /// times of the parts of a subgrid's step. Where the GPU has cuts: with a communicator the
+    /// planes travel and merge while the subgrids away from the cuts step (the main stream then
+    /// waits for the merge); without, they are packed for the main thread's exchange.
+    pub(super) fn step_all(
+        &mut self,
+        t: u64,
+        p: &Params,
+        compress: bool,
+        timing: bool,
+        comm: Option<super::cuts::Comm>,
+    ) -> Result<[f64; 6], SolverError> {
+        self.stream.memset_zeros(&mut self.forces).map_err(derr("clearing forces"))?;
+        // Seven events per subgrid, made once and read after the step, so that timing adds no
+        // host wait between subgrids.
+        let n = self.subs.len();
+        let mut ev = std::mem::take(&mut self.events);
+        if timing && ev.len() != 7 * n {
+            let f = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            ev = (0..7 * n).map(|_| self.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+        }
+        let overlap = comm.filter(|_| !self.cuts.is_empty());
+        let order = std::mem::take(&mut self.order);
+        let mut stepped = || -> Result<(), SolverError> {
+            for (k, &id) in order.iter().enumerate() {
+                if let (Some(c), true) = (overlap, k == self.edges) {
+                    self.launch_exchange(c)?;
+                }
+                let tau = compress.then_some(self.subs[id].tau);
+                self.step_subgrid(id, t, p, tau, timing.then(|| &ev[7 * id..7 * id + 7]))?;
+            }
+            match overlap {
+                Some(c) if self.edges == order.len() => self.launch_exchange(c)?,
+                _ => {}
+            }
+            Ok(())
+        };
+        let stepped = stepped();
+        self.order = order;
+        let mut parts = [0.0f64; 6];
+        if stepped.is_ok() && timing {
+            for e in ev.chunks(7) {
+                for k in 0..6 {
+                    parts[k] += f64::from(e[k].elapsed_ms(&e[k + 1]).map_err(derr("reading an event"))?);
+                }
+            }
+        }
+        self.events = ev;
+        stepped?;
+        if overlap.is_some() {
+            self.wait_merge()?;
+        } else if !self.cuts.is_empty() {
+            self.pack_cuts()?;
+        }
+        Ok(parts)
     }
 }
 
@@ -532,6 +655,7 @@ pub(super) fn load_box(ctx: &Arc<CudaContext>, cfg: &KernelConfig, dev: &DeviceI
         outer: get("box_outer")?,
         pack: get("core_pack")?,
         stats: get("stats")?,
+        cut: get("cut_planes")?,
         _module: module.keep(),
     })
 }
