@@ -1,4 +1,6 @@
-//! Compressed subgrids on the GPU (Flint et al. 2024): grids larger than the GPU's memory.
+//! Compressed subgrids on the GPU (Flint et al. 2024): grids larger than the GPU's memory, on
+//! one GPU or shared out over several ([`cuts`]: each GPU its own subgrids, ring and working
+//! box, the planes at the cuts exchanged after every step).
 //!
 //! The same scheme as the CPU reference ([`crate::backend::subgrid`]), with the state on the device:
 //!
