@@ -808,6 +808,10 @@ fn gpu_subgrids_shared_over_gpus_equal_one_gpu() {
     } else {
         eprintln!("one CUDA device: the shares use it together (device copies); the NCCL path needs two GPUs");
     }
+    if count >= 4 {
+        // Four distinct neighbours over NCCL.
+        layouts.push(vec![0, 1, 2, 3]);
+    }
     let staircase = [("domain.lattice", "D3Q19"), ("solver.walls", "staircase")];
     let cases: [(&str, [usize; 3], Option<f32>); 4] = [
         (SCENE_3D, [13, 8, 7], None),
