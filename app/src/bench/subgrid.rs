@@ -31,6 +31,7 @@ struct Row {
     compress: f64,
     interfaces: f64,
     store: f64,
+    busiest: f64,
     ratio: f64,
     device_bytes: u64,
     host_bytes: u64,
@@ -122,6 +123,7 @@ pub fn bench_subgrids(
             compress: tm.compress / k,
             interfaces: tm.interfaces / k,
             store: tm.store / k,
+            busiest: tm.busiest / k,
             ratio: s.ratio(),
             device_bytes: s.bytes() - s.host_bytes(),
             host_bytes: s.host_bytes(),
@@ -136,7 +138,7 @@ pub fn bench_subgrids(
     }
     println!();
     println!(
-        "{:>4} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>19} {:>10} {:>9}",
+        "{:>4} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>19} {:>10} {:>9}",
         "GPUs",
         "tau",
         "MLUPS",
@@ -147,6 +149,7 @@ pub fn bench_subgrids(
         "iface",
         "store",
         "sync",
+        "busiest",
         "ratio",
         "device",
         "host",
@@ -156,7 +159,7 @@ pub fn bench_subgrids(
     );
     for r in &rows {
         println!(
-            "{gpus:>4} {:>8} {:>8.1} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>10} {:>10} {:>9.1e}..{:<8.1e} {:>10.2e} {:>9}",
+            "{gpus:>4} {:>8} {:>8.1} {:>8.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>10} {:>10} {:>9.1e}..{:<8.1e} {:>10.2e} {:>9}",
             r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:.0e}")),
             r.mlups,
             r.step_ms,
@@ -166,6 +169,7 @@ pub fn bench_subgrids(
             r.interfaces,
             r.store,
             r.sync(),
+            r.busiest,
             r.ratio,
             human_bytes(r.device_bytes),
             human_bytes(r.host_bytes),
@@ -177,7 +181,8 @@ pub fn bench_subgrids(
     }
     println!(
         "(ms per step summed over subgrids, from CUDA events, on several GPUs the mean over GPUs, the planes at the cuts in \
-         sync; ms/step is wall-clock and sync the rest of it: host waits, launch gaps and the cut exchange; ratio = FP32 \
+         sync; ms/step is wall-clock and sync the rest of it: host waits, launch gaps and the cut exchange; busiest = the \
+         summed phases of the busiest GPU; ratio = FP32 \
          DDFs over shells + records; device = the state's device memory over all GPUs)"
     );
     if let Some(path) = csv {
@@ -192,11 +197,11 @@ pub fn bench_subgrids(
                 date_utc()
             )?;
             writeln!(f, "# grid {n:?} {}; subgrids {g:?}; budget {budget:?}; dense {dense} bytes", dom.lattice)?;
-            writeln!(f, "gpus,tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho")?;
+            writeln!(f, "gpus,tau,mlups,ms_per_step,lbm_ms,decompress_ms,compress_ms,interfaces_ms,store_ms,sync_ms,ratio,device_bytes,host_bytes,tau_min,tau_max,mass_drift,nmse_rho,busiest_ms")?;
             for r in &rows {
                 writeln!(
                     f,
-                    "{gpus},{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{}",
+                    "{gpus},{},{:.2},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.3},{},{},{:e},{:e},{:e},{},{:.4}",
                     r.tau.map_or_else(|| "raw".to_string(), |t| format!("{t:e}")),
                     r.mlups,
                     r.step_ms,
@@ -212,7 +217,8 @@ pub fn bench_subgrids(
                     r.tau_range.0,
                     r.tau_range.1,
                     r.drift,
-                    r.nmse.map_or_else(String::new, |x| format!("{x:e}"))
+                    r.nmse.map_or_else(String::new, |x| format!("{x:e}")),
+                    r.busiest
                 )?;
             }
             Ok(())

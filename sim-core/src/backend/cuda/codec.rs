@@ -9,7 +9,10 @@
 use crate::backend::cuda::{compile_source, device_info};
 use crate::compress::{BlockShape, CompressedField, Format, Thresholds};
 use crate::solver::SolverError;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
+};
 use std::sync::Arc;
 
 /// The wavelet's device functions.
@@ -128,6 +131,8 @@ pub struct GpuCodec {
     flags: CudaSlice<u32>,
     /// Words the last compression could write.
     capacity: u64,
+    /// Recorded after the cursor's copy to pinned memory ([`GpuCodec::launch_written`]).
+    cursor_copied: CudaEvent,
 }
 
 impl GpuCodec {
@@ -147,6 +152,10 @@ impl GpuCodec {
             cursor: stream.alloc_zeros::<u64>(1).map_err(derr("allocating the record cursor"))?,
             flags: stream.alloc_zeros::<u32>(2).map_err(derr("allocating the codec flags"))?,
             capacity: 0,
+            cursor_copied: stream
+                .context()
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(derr("creating an event"))?,
             _module: module.keep(),
             shape,
             stream,
@@ -194,7 +203,7 @@ impl GpuCodec {
         out: &mut CudaSlice<u32>,
         offsets: &mut CudaSlice<u64>,
     ) -> Result<(), SolverError> {
-        self.launch_compress_window(&field.as_view(), Window::packed(n, fields), tau, out, offsets)
+        self.launch_compress_window(&field.as_view(), Window::packed(n, fields), tau, &mut out.as_view_mut(), offsets)
     }
 
     /// [`GpuCodec::launch_compress`] on a window of a larger buffer.
@@ -206,7 +215,7 @@ impl GpuCodec {
         field: &CudaView<'_, f32>,
         w: Window,
         tau: f32,
-        out: &mut CudaSlice<u32>,
+        out: &mut CudaViewMut<'_, u32>,
         offsets: &mut CudaSlice<u64>,
     ) -> Result<(), SolverError> {
         let n = w.n;
@@ -237,6 +246,29 @@ impl GpuCodec {
         // Every block adds its record's size to the cursor, written or not, so the cursor runs
         // past the capacity exactly when a record did not fit: one read, one host round trip.
         let words = self.stream.clone_dtoh(&self.cursor).map_err(derr("reading the record cursor"))?[0];
+        Ok(Written { words, overflow: words > self.capacity })
+    }
+
+    /// Start copying the last compression's word count into `host` (pinned memory), so that
+    /// [`GpuCodec::written_in`] reads it later without a round trip of its own: the host can
+    /// queue more work behind the compression before it needs the count.
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn launch_written(&self, host: &mut PinnedHostSlice<u64>) -> Result<(), SolverError> {
+        self.stream.memcpy_dtoh(&self.cursor, host).map_err(derr("reading the record cursor"))?;
+        // The pinned slice's own event is recorded only while the context runs several
+        // streams, so the copy gets an event of its own.
+        self.cursor_copied.record(&self.stream).map_err(derr("recording an event"))
+    }
+
+    /// What the compression before [`GpuCodec::launch_written`] wrote (waits for that copy).
+    ///
+    /// # Errors
+    /// CUDA errors.
+    pub fn written_in(&self, host: &PinnedHostSlice<u64>) -> Result<Written, SolverError> {
+        self.cursor_copied.synchronize().map_err(derr("waiting for the record cursor"))?;
+        let words = host.as_slice().map_err(derr("reading the record cursor"))?[0];
         Ok(Written { words, overflow: words > self.capacity })
     }
 

@@ -67,6 +67,9 @@ pub struct PhaseTimes {
     pub compress: f64,
     /// Record into the ring (or down to the host).
     pub store: f64,
+    /// The busiest GPU's sum of the above (equal to it on one GPU): against the mean, how
+    /// unevenly the work is shared.
+    pub busiest: f64,
     /// Wall-clock time of the steps (host).
     pub wall: f64,
 }
@@ -452,6 +455,7 @@ impl CudaSubgridSolver {
                 tm.lbm += mean(2);
                 tm.compress += mean(4);
                 tm.store += mean(5);
+                tm.busiest += times.iter().map(|x| x.iter().sum::<f64>()).fold(0.0, f64::max);
                 tm.wall += wall.elapsed().as_secs_f64() * 1e3;
             }
             self.enforce_budget()?;

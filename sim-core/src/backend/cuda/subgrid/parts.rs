@@ -28,7 +28,7 @@ pub(super) struct Layout {
 
 /// Words of a subgrid's largest record: its core raw, or compressed with every block dense
 /// (a block's header and all its samples, more than the raw core where blocks are cut short).
-fn worst_record(q: usize, size: [usize; 3]) -> u64 {
+pub(super) fn worst_record(q: usize, size: [usize; 3]) -> u64 {
     (q * vol(size.map(|x| x - 2))).max(q * blocks_of(size) * (1 + BlockShape::DEFAULT.samples())) as u64
 }
 
@@ -95,6 +95,13 @@ impl Layout {
     ) -> Result<Dev, SolverError> {
         let (q, n, axis) = (self.q, dom.n, self.share.axis);
         let ctx = CudaContext::new(ordinal).map_err(derr("opening the device"))?;
+        // SAFETY: every slice below is made after this call. Slices are used on `stream`; the
+        // exchange stream reaches the shells, maps and cut buffers through raw addresses, after
+        // the `packed` event and before the main stream waits for `merged` (cuts.rs), so
+        // cudarc's tracking would order nothing the events do not. With tracking on and two
+        // streams in the context, every launch would also record and wait for an event per
+        // buffer argument.
+        unsafe { ctx.disable_event_tracking() };
         let info = device_info(&ctx).map_err(SolverError::Backend)?;
         let stream = ctx.default_stream();
         let parts = self.share.ranges.len();
@@ -142,7 +149,7 @@ impl Layout {
         // Grid flags; box flags, change marks, DDFs and field planes; shells; scratch; block
         // offsets; axis maps; three buffers per cut.
         let fixed = (flag_cells + max_nb * (1 + 4 + 4 * q + 16) + 4 * shell_floats + 4 * scratch_words) as u64
-            + 8 * (q * self.max_blocks * (own.len() + 1)) as u64
+            + 8 * (q * self.max_blocks * own.len()) as u64
             + 4 * (n[0] + n[1] + n[2]) as u64
             + 12 * (sides.len() * cut_len) as u64;
         let raw_core_words: u64 = own.iter().map(|&id| (q * vol(self.boxes[id].1.map(|x| x - 2))) as u64).sum();
@@ -264,10 +271,12 @@ impl Layout {
             axis_map,
             slab_len,
             scratch: stream.alloc_zeros::<u32>(scratch_words.max(1)).map_err(a)?,
-            offs_scratch: stream.alloc_zeros::<u64>((q * self.max_blocks).max(1)).map_err(a)?,
             ring: stream.alloc_zeros::<u32>(ring_words as usize).map_err(a)?,
             ring_tail: 0,
             ring_used: 0,
+            pending: None,
+            // SAFETY: the word is only read after the cursor was copied into it.
+            sizes: unsafe { ctx.alloc_pinned_with_flags::<u64>(1, 0) }.map_err(a)?,
             walls: stream.clone_htod(&walls).map_err(a)?,
             outlets,
             forces: stream.alloc_zeros::<f64>(48).map_err(a)?,

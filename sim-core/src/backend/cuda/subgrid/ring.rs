@@ -12,7 +12,9 @@ use crate::precision::Precision;
 use crate::scene::human_bytes;
 use crate::schemes::Scheme;
 use crate::solver::{Params, SolverError};
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -55,6 +57,22 @@ impl Record {
         }
     }
 }
+
+/// A record being written: the codec runs ahead of the host, which learns the record's size
+/// (through pinned memory) only while the next subgrid already steps.
+pub(super) struct Pending {
+    id: usize,
+    /// Where the codec writes it: the ring from this word (its tail at launch), else scratch.
+    at: Option<u64>,
+    /// Its size where known at launch (a raw core).
+    words: Option<u64>,
+    /// The step, for the warning of a full ring.
+    step: u64,
+}
+
+/// Timing events per subgrid: around its fetch, its interfaces, its LBM and its compression
+/// (0 to 5), and around the placing of its record (6, 7), which happens later.
+pub(super) const EVENTS: usize = 8;
 
 pub(super) struct GSub {
     /// Index among all subgrids of the grid (x fastest).
@@ -128,12 +146,15 @@ pub(super) struct Dev {
     pub(super) shell_off: CudaSlice<u64>,
     pub(super) axis_map: CudaSlice<u32>,
     pub(super) slab_len: CudaSlice<u32>,
-    /// A record on its way: the codec writes here, the ring copies from here.
+    /// A record on its way where the ring's tail has no room for its worst case (the ring
+    /// copies it from here), and a wrapped or spilled record on its way to the working box.
     pub(super) scratch: CudaSlice<u32>,
-    pub(super) offs_scratch: CudaSlice<u64>,
     pub(super) ring: CudaSlice<u32>,
     pub(super) ring_tail: u64,
     pub(super) ring_used: u64,
+    /// The record being written, and the pinned word its size comes back in.
+    pub(super) pending: Option<Pending>,
+    pub(super) sizes: PinnedHostSlice<u64>,
     pub(super) walls: CudaSlice<f32>,
     pub(super) outlets: CudaSlice<u8>,
     pub(super) forces: CudaSlice<f64>,
@@ -143,8 +164,23 @@ pub(super) struct Dev {
     /// Field planes of one box (statistics), made when first needed.
     pub(super) planes: Option<CudaSlice<f32>>,
     pub(super) spilled_warned: bool,
-    /// Timing events, seven per subgrid (made when a timed step first needs them).
+    /// Timing events, [`EVENTS`] per subgrid (made when a timed step first needs them).
     pub(super) events: Vec<CudaEvent>,
+}
+
+/// Words free in one piece from the tail of a ring of `cap` words holding `used` words of
+/// records that end at `tail`: up to the ring's end, or up to the oldest record where the
+/// records wrap around the end.
+pub(super) fn tail_room(cap: u64, tail: u64, used: u64) -> u64 {
+    if used >= cap {
+        return 0;
+    }
+    let head = (tail + cap - used) % cap;
+    if head > tail {
+        head - tail
+    } else {
+        cap - tail
+    }
 }
 
 /// Writes the own cells' slots of a subgrid's working box (of the given size) on the host.
@@ -260,10 +296,31 @@ impl Dev {
         Ok(())
     }
 
-    /// Copy a subgrid's record into scratch and decompress (or unpack) it into the box's core.
+    /// Whether a subgrid's record decompresses straight out of the ring (compressed, in one
+    /// piece), else it goes through scratch.
+    pub(super) fn direct(&self, id: usize) -> bool {
+        let s = &self.subs[id];
+        match s.record {
+            Record::Ring { start, words } => !s.raw && start + words <= self.ring.len() as u64,
+            _ => false,
+        }
+    }
+
+    /// Decompress (or unpack) a subgrid's record into the box's core: straight out of the ring
+    /// where it is in one piece, else through scratch (a record still there is placed first).
     /// The record stays where it is.
     pub(super) fn fetch(&mut self, id: usize) -> Result<(), SolverError> {
         let words = self.subs[id].record.words() as usize;
+        if self.direct(id) {
+            let Record::Ring { start, .. } = self.subs[id].record else { unreachable!("direct means in the ring") };
+            let (base, w) = self.core_window(id);
+            let mut field = self.boxbuf.slice_mut(base..base + w.span());
+            let rec = self.ring.slice(start as usize..start as usize + words);
+            return self.codec.launch_decompress_window_deferred(&rec, &self.subs[id].offsets.as_view(), w, &mut field);
+        }
+        if self.pending.as_ref().is_some_and(|p| p.at.is_none()) {
+            self.settle(None)?;
+        }
         match &self.subs[id].record {
             Record::None => return Err(SolverError::Backend("a subgrid has no record (a bug)".into())),
             Record::Ring { start, .. } => {
@@ -309,41 +366,91 @@ impl Dev {
             let cap = self.ring.len() as u64;
             debug_assert_eq!(start, (self.ring_tail + cap - self.ring_used) % cap, "records leave the ring in the order they came");
             self.ring_used -= words;
+            if self.ring_used == 0 && self.pending.as_ref().is_none_or(|p| p.at.is_none()) {
+                // An empty ring starts over at its beginning: the most room in one piece.
+                self.ring_tail = 0;
+            }
         }
         self.subs[id].record = Record::None;
     }
 
-    /// Compress (`tau`) or pack (`None`) the box's core and store the record: at the ring's
-    /// tail where it has room, else in host memory.
+    /// Compress (`tau`) or pack (`None`) the box's core and store the record: in the ring
+    /// where it has room, else in host memory.
     pub(super) fn store(&mut self, id: usize, tau: Option<f32>, step: u64) -> Result<(), SolverError> {
-        let words = self.encode(id, tau)?;
-        self.place(id, words, step)
+        self.launch_encode(id, tau, step)?;
+        self.settle(None)
     }
 
-    /// Compress (`tau`) or pack (`None`) the box's core into scratch; the record's words.
-    pub(super) fn encode(&mut self, id: usize, tau: Option<f32>) -> Result<usize, SolverError> {
+    /// Words free in one piece from the ring's tail.
+    fn tail_room(&self) -> u64 {
+        tail_room(self.ring.len() as u64, self.ring_tail, self.ring_used)
+    }
+
+    /// Start compressing (`tau`) or packing (`None`) the box's core. A compressed record goes
+    /// straight to the ring's tail where its worst case fits there, else to scratch; the host
+    /// learns its size in [`Dev::settle`], which the step calls once the next subgrid's work
+    /// is queued, so the GPU never waits for that round trip.
+    pub(super) fn launch_encode(&mut self, id: usize, tau: Option<f32>, step: u64) -> Result<(), SolverError> {
+        debug_assert!(self.pending.is_none(), "one record under way at a time");
         let q = self.q;
-        let words = match tau {
+        let pending = match tau {
             Some(tau) => {
                 let (base, w) = self.core_window(id);
+                let worst = super::parts::worst_record(q, self.subs[id].size);
+                let at = (self.tail_room() >= worst).then_some(self.ring_tail);
                 let field = self.boxbuf.slice(base..base + w.span());
-                self.codec.launch_compress_window(&field, w, tau, &mut self.scratch, &mut self.offs_scratch)?;
-                let written = self.codec.written()?;
-                if written.overflow {
-                    return Err(SolverError::Backend("a record overflowed its worst-case scratch (a bug)".into()));
-                }
-                let nb = q * self.codec.blocks(w.n);
-                let mut dst = self.subs[id].offsets.slice_mut(0..nb);
-                self.stream.memcpy_dtod(&self.offs_scratch.slice(0..nb), &mut dst).map_err(derr("copying block offsets"))?;
-                written.words as usize
+                let s = &mut self.subs[id];
+                let mut out = match at {
+                    Some(t) => self.ring.slice_mut(t as usize..(t + worst) as usize),
+                    None => self.scratch.slice_mut(..),
+                };
+                self.codec.launch_compress_window(&field, w, tau, &mut out, &mut s.offsets)?;
+                self.codec.launch_written(&mut self.sizes)?;
+                Pending { id, at, words: None, step }
             }
             None => {
                 self.pack(id, 0)?;
-                q * vol(self.subs[id].core())
+                Pending { id, at: None, words: Some((q * vol(self.subs[id].core())) as u64), step }
             }
         };
         self.subs[id].raw = tau.is_none();
-        Ok(words)
+        self.pending = Some(pending);
+        Ok(())
+    }
+
+    /// Place the record under way, if any: wait for its size, then keep it where the codec
+    /// wrote it in the ring, or copy it from scratch to the ring's tail (host memory where the
+    /// ring is full). With `ev`, the copy is timed by the record's events 6 and 7.
+    pub(super) fn settle(&mut self, ev: Option<&[CudaEvent]>) -> Result<(), SolverError> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        let words = match p.words {
+            Some(w) => w,
+            None => {
+                let w = self.codec.written_in(&self.sizes)?;
+                if w.overflow {
+                    return Err(SolverError::Backend("a record overflowed its worst case (a bug)".into()));
+                }
+                w.words
+            }
+        };
+        let mark = |k: usize, stream: &Arc<CudaStream>| -> Result<(), SolverError> {
+            match ev {
+                Some(e) => e[EVENTS * p.id + k].record(stream).map_err(derr("recording an event")),
+                None => Ok(()),
+            }
+        };
+        mark(6, &self.stream)?;
+        match p.at {
+            Some(start) => {
+                debug_assert_eq!(start, self.ring_tail, "nothing enters the ring while a record is under way");
+                let cap = self.ring.len() as u64;
+                self.ring_tail = (start + words) % cap;
+                self.ring_used += words;
+                self.subs[p.id].record = Record::Ring { start, words };
+            }
+            None => self.place(p.id, words as usize, p.step)?,
+        }
+        mark(7, &self.stream)
     }
 
     /// Give the ring `words` words: every record in it goes to host memory first (the next step
@@ -443,7 +550,9 @@ impl Dev {
         Ok(())
     }
 
-    /// One step of subgrid `id`; with `ev`, events between its parts.
+    /// One step of subgrid `id`; with `ev` (every subgrid's), events between its parts. Its
+    /// record is left under way; the previous subgrid's is placed once this one's work up to
+    /// its compression is queued.
     pub(super) fn step_subgrid(
         &mut self,
         id: usize,
@@ -454,10 +563,13 @@ impl Dev {
     ) -> Result<(), SolverError> {
         let mark = |k: usize, stream: &Arc<CudaStream>| -> Result<(), SolverError> {
             match ev {
-                Some(e) => e[k].record(stream).map_err(derr("recording an event")),
+                Some(e) => e[EVENTS * id + k].record(stream).map_err(derr("recording an event")),
                 None => Ok(()),
             }
         };
+        if !self.direct(id) {
+            self.settle(ev)?;
+        }
         mark(0, &self.stream)?;
         self.fetch(id)?;
         self.release(id);
@@ -470,10 +582,9 @@ impl Dev {
         self.outer(id, 1)?;
         self.outer(id, 2)?;
         mark(4, &self.stream)?;
-        let words = self.encode(id, tau)?;
-        mark(5, &self.stream)?;
-        self.place(id, words, t)?;
-        mark(6, &self.stream)
+        self.settle(ev)?;
+        self.launch_encode(id, tau, t)?;
+        mark(5, &self.stream)
     }
 
     /// Fill every subgrid from `fill` (the own cells' slots of its box, as the dense solver
@@ -598,13 +709,13 @@ impl Dev {
         comm: Option<super::cuts::Comm>,
     ) -> Result<[f64; 6], SolverError> {
         self.stream.memset_zeros(&mut self.forces).map_err(derr("clearing forces"))?;
-        // Seven events per subgrid, made once and read after the step, so that timing adds no
-        // host wait between subgrids.
+        // Events made once and read after the step, so that timing adds no host wait between
+        // subgrids.
         let n = self.subs.len();
         let mut ev = std::mem::take(&mut self.events);
-        if timing && ev.len() != 7 * n {
+        if timing && ev.len() != EVENTS * n {
             let f = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-            ev = (0..7 * n).map(|_| self.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+            ev = (0..EVENTS * n).map(|_| self.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
         }
         let overlap = comm.filter(|_| !self.cuts.is_empty());
         let order = std::mem::take(&mut self.order);
@@ -614,22 +725,23 @@ impl Dev {
                     self.launch_exchange(c)?;
                 }
                 let tau = compress.then_some(self.subs[id].tau);
-                self.step_subgrid(id, t, p, tau, timing.then(|| &ev[7 * id..7 * id + 7]))?;
+                self.step_subgrid(id, t, p, tau, timing.then_some(ev.as_slice()))?;
             }
             match overlap {
                 Some(c) if self.edges == order.len() => self.launch_exchange(c)?,
                 _ => {}
             }
-            Ok(())
+            self.settle(timing.then_some(ev.as_slice()))
         };
         let stepped = stepped();
         self.order = order;
         let mut parts = [0.0f64; 6];
         if stepped.is_ok() && timing {
-            for e in ev.chunks(7) {
-                for k in 0..6 {
+            for e in ev.chunks(EVENTS) {
+                for k in 0..5 {
                     parts[k] += f64::from(e[k].elapsed_ms(&e[k + 1]).map_err(derr("reading an event"))?);
                 }
+                parts[5] += f64::from(e[6].elapsed_ms(&e[7]).map_err(derr("reading an event"))?);
             }
         }
         self.events = ev;

@@ -45,3 +45,25 @@ radius = 2.5
         }
     }
 }
+
+/// The room at the ring's tail never reaches a word of a record, whichever way the records
+/// lie: a record compressed there in place cannot overwrite one still to be read.
+#[test]
+fn tail_room_stays_clear_of_the_records() {
+    for cap in [1u64, 2, 7, 64] {
+        for tail in 0..cap {
+            for used in 0..=cap {
+                let room = tail_room(cap, tail, used);
+                let head = (tail + cap - used) % cap;
+                let live = |w: u64| used > 0 && (w + cap - head) % cap < used;
+                assert!(tail + room <= cap, "cap {cap} tail {tail} used {used}: room {room} runs past the end");
+                for w in tail..tail + room {
+                    assert!(!live(w), "cap {cap} tail {tail} used {used}: word {w} of the room holds a record");
+                }
+                // All of the free words up to the end or the oldest record.
+                let free_ahead = (tail..cap).take_while(|&w| !live(w)).count() as u64;
+                assert_eq!(room, free_ahead, "cap {cap} tail {tail} used {used}");
+            }
+        }
+    }
+}
