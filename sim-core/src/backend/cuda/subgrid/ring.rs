@@ -590,6 +590,8 @@ impl Dev {
     /// Fill every subgrid from `fill` (the own cells' slots of its box, as the dense solver
     /// keeps them), storing shells and records in order (the ring starts empty).
     pub(super) fn build(&mut self, dom: &Domain, compress: bool, fill: &BoxFill<'_>) -> Result<(), SolverError> {
+        // A record left under way by a step that failed is dropped with the old state.
+        self.pending = None;
         self.ring_tail = 0;
         self.ring_used = 0;
         for s in &mut self.subs {
