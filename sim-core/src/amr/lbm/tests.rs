@@ -213,7 +213,7 @@ fn taylor_green(n: usize, patch: bool, all: bool, time: f64) -> (f64, f64) {
 
 /// Ghia, Ghia & Shin (1982), J. Comput. Phys. 48, 387-411, Re = 100: (y, u / U) on the
 /// vertical centreline (Table I) and (x, v / U) on the horizontal one (Table II), the points
-/// of `sim-core/tests/physics.rs`.
+/// of `sim-core/tests/solver/physics.rs`.
 const GHIA_RE100: [((f64, f64), (f64, f64)); 15] = [
     ((0.0547, -0.03717), (0.0625, 0.09233)),
     ((0.0625, -0.04192), (0.0703, 0.10091)),

@@ -2,8 +2,7 @@
 //! README documents every key and matches the files; `KEYS` matches the serde types; bad input
 //! gives one clear error line naming file, line, key and what is valid.
 
-mod common;
-use common::{ov, parse};
+use crate::common::{ov, parse};
 use sim_core::domain::{self, Domain};
 use sim_core::scene::{self, KEYS};
 use sim_core::schemes::Scheme;
@@ -151,7 +150,7 @@ fn taylor_green_scene_decays_at_its_documented_rate() {
 
 /// Schaefer & Turek 2D-1 at D = 20 as shipped: drag within 1 % and lift within 5 % of the
 /// benchmark, as the scene documents. About a minute on two cores:
-/// `cargo test --release --test scenes -- --ignored`.
+/// `cargo test --release -p sim-core --test solver scenes:: -- --ignored`.
 #[test]
 #[ignore = "slow (80,000 steps of a 37,000-cell grid)"]
 fn schaefer_turek_drag_and_lift() {

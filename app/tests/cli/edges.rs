@@ -2,8 +2,7 @@
 //! first step, outputs that are whole or absent when the process is killed, clean stops on
 //! Ctrl+C and SIGTERM, resumes that continue stats.csv, and progress lines in a log.
 
-mod common;
-use common::{esoflow, root, stderr};
+use crate::common::{esoflow, root, stderr};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

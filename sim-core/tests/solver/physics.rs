@@ -9,8 +9,7 @@
 //! Sizes are chosen to prove the point and no more: the whole file takes about 40 s of wall time
 //! on an otherwise idle 2-core machine in release mode (the cylinder is the longest test).
 
-mod common;
-use common::*;
+use crate::common::*;
 use sim_core::backend::cpu;
 use sim_core::domain::Domain;
 use sim_core::Solver;

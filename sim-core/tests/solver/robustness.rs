@@ -1,8 +1,7 @@
 //! Checkpoints resume bit-exactly (for every scheme, and across schemes), damaged ones are
 //! refused, and a blow-up is reported with the first bad cell.
 
-mod common;
-use common::*;
+use crate::common::*;
 use sim_core::schemes::Scheme;
 
 const SCENE: &str = r#"

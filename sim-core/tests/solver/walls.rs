@@ -3,8 +3,7 @@
 //! checkpoint continues exactly, the wall sits where the shape is, and a pressure pulse leaves
 //! through an absorbing layer instead of bouncing back.
 
-mod common;
-use common::*;
+use crate::common::*;
 use sim_core::backend::cpu;
 use sim_core::domain::Domain;
 use sim_core::Solver;

@@ -1,8 +1,7 @@
 //! Every in-place scheme equals One-Step Pull after 1,000 steps, with resting walls, a moving
 //! wall, an obstacle, an inlet and an outlet, for each lattice and each storage precision.
 
-mod common;
-use common::*;
+use crate::common::*;
 use sim_core::schemes::Scheme;
 
 const SCENE_2D: &str = r#"

@@ -1,7 +1,11 @@
 //! The CLI contract other tools script against: `esoflow run/bench/info`, exports, errors,
-//! checkpoints and blow-ups, through the real binary.
+//! checkpoints and blow-ups, through the real binary; and in `edges`, what happens at the edges
+//! of a run. One test binary for both, so that the solver code they link is optimised once.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod edges;
+
 use common::{esoflow, stderr};
 use std::path::{Path, PathBuf};
 

@@ -2,8 +2,7 @@
 //! One-Step Pull does, at odd and even time steps; cells that stay fluid keep their state bit
 //! for bit; mass changes by exactly the cells added and removed; refused edits change nothing.
 
-mod common;
-use common::*;
+use crate::common::*;
 use sim_core::domain::{id_of, is_solid, kind, kind_of};
 use sim_core::schemes::Scheme;
 use sim_core::{CellEdit, EditTo, Solver};

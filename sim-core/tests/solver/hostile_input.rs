@@ -2,8 +2,7 @@
 //! domain or filling it, and generated overrides of every scene key. Each gets one clear error
 //! (or loads); nothing panics.
 
-mod common;
-use common::parse;
+use crate::common::parse;
 use proptest::prelude::*;
 use sim_core::checkpoint::Checkpoint;
 use sim_core::domain::Domain;
