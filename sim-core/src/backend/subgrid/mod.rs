@@ -159,6 +159,8 @@ pub struct SubgridSolver<L: Lat> {
     budget: Option<u64>,
     /// The "budget cannot be met" warning was given.
     budget_warned: bool,
+    /// What the budget remembers of each subgrid (its last raise, whether raises still pay).
+    memos: Vec<budget::Memo>,
     last_forces: Forces,
     _l: std::marker::PhantomData<L>,
 }
@@ -199,6 +201,7 @@ impl<L: Lat> SubgridSolver<L> {
             tau,
             budget: None,
             budget_warned: false,
+            memos: Vec::new(),
             last_forces: [[0.0; 3]; 16],
             _l: std::marker::PhantomData,
         };
@@ -251,6 +254,7 @@ impl<L: Lat> SubgridSolver<L> {
                 Subgrid { origin, size, core, shell, tau }
             })
             .collect();
+        self.memos = vec![budget::Memo::default(); self.subs.len()];
     }
 
     /// Steps done.
@@ -329,6 +333,7 @@ impl<L: Lat> SubgridSolver<L> {
         self.tau = tau;
         self.compress = true;
         self.budget_warned = false;
+        self.memos.fill(budget::Memo::default());
         for s in &mut self.subs {
             s.tau = tau;
         }
@@ -339,56 +344,52 @@ impl<L: Lat> SubgridSolver<L> {
     pub fn set_budget(&mut self, budget: Option<u64>) {
         self.budget = budget;
         self.budget_warned = false;
+        self.memos.fill(budget::Memo::default());
     }
 
     /// After a step: a state over the memory budget doubles tau for its largest subgrids,
-    /// enough of them that halving their cores would cover the excess (at least one).
+    /// enough of them that halving their cores would cover the excess, and raises that did not
+    /// shrink their cores are undone ([`budget`]).
     fn enforce_budget(&mut self) {
         let Some(budget) = self.budget else { return };
-        let bytes = self.bytes() as u64;
-        if !self.compress || bytes <= budget {
+        if !self.compress {
             return;
         }
-        let mut order: Vec<usize> = (0..self.subs.len()).filter(|&k| self.subs[k].tau < TAU_CAP).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(self.subs[k].bytes()));
-        if order.is_empty() {
+        let bytes = self.bytes() as u64;
+        let mut taus: Vec<f32> = self.subs.iter().map(|s| s.tau).collect();
+        let cores: Vec<u64> = self.subs.iter().map(|s| s.core_bytes() as u64).collect();
+        let out = budget::after_step(&mut taus, &cores, &mut self.memos, bytes.saturating_sub(budget));
+        for (s, tau) in self.subs.iter_mut().zip(taus) {
+            s.tau = tau;
+        }
+        if out.exhausted {
             if !self.budget_warned {
                 tracing::warn!(
-                    "step {}: the compressed state takes {} but the memory budget is {}, and every subgrid is at the largest tau \
-                     ({TAU_CAP}); running on over budget (raise compression.memory_budget or use a smaller grid)",
+                    "step {}: the compressed state takes {} but the memory budget is {}, and a higher tau no longer makes any \
+                     subgrid smaller (each is at the largest tau, {TAU_CAP}, or its last raise saved less than {:.0} %); running on \
+                     over budget (raise compression.memory_budget or use a smaller grid)",
                     self.t,
                     human_bytes(bytes),
-                    human_bytes(budget)
+                    human_bytes(budget),
+                    100.0 * budget::PAYS
                 );
                 self.budget_warned = true;
             }
             return;
         }
-        let excess = bytes - budget;
-        let mut covered = 0u64;
-        let mut raised = Vec::new();
-        for k in order {
-            if covered >= excess {
-                break;
-            }
-            let s = &mut self.subs[k];
-            let old = s.tau;
-            s.tau = if old > 0.0 { (2.0 * old).min(TAU_CAP) } else { TAU_FLOOR };
-            covered += s.core_bytes() as u64 / 2;
-            raised.push((s.origin, old, s.tau));
+        if let Some(&(k, old, new)) = out.raised.first() {
+            tracing::warn!(
+                "step {}: the compressed state takes {}, over the memory budget of {}: raising tau for {} subgrid(s), \
+                 the largest at {:?} from {:e} to {:e}; they compress harder from the next step",
+                self.t,
+                human_bytes(bytes),
+                human_bytes(budget),
+                out.raised.len(),
+                self.subs[k].origin,
+                old,
+                new
+            );
         }
-        let (origin, old, new) = raised[0];
-        tracing::warn!(
-            "step {}: the compressed state takes {}, over the memory budget of {}: raising tau for {} subgrid(s), \
-             the largest at {:?} from {:e} to {:e}; they compress harder from the next step",
-            self.t,
-            human_bytes(bytes),
-            human_bytes(budget),
-            raised.len(),
-            origin,
-            old,
-            new
-        );
     }
 
     /// Uncompressed bytes over [`Self::bytes`].
@@ -838,6 +839,8 @@ fn load_core(core: &Core, cs: [usize; 3]) -> Result<std::borrow::Cow<'_, [f32]>,
         }
     }
 }
+
+pub(crate) mod budget;
 
 #[cfg(test)]
 mod tests;

@@ -349,13 +349,36 @@ fn a_state_over_the_budget_raises_tau_for_the_largest_subgrids_and_runs_on() {
     // The raised subgrids compress harder in the next step.
     Solver::step(&mut s, 3).unwrap();
     assert!((s.bytes() as u64) < bytes, "{} >= {bytes}", s.bytes());
-    // A budget nothing can meet: every tau climbs to the cap, and the run goes on.
+    // A budget nothing can meet: tau climbs while it makes records smaller, then stays (each
+    // subgrid at the cap or where its last raise stopped paying), and the run goes on.
     s.set_budget(Some(1));
     Solver::step(&mut s, 30).unwrap();
-    assert!(s.subgrid_taus().iter().all(|&t| t == TAU_CAP), "{:?}", s.subgrid_taus());
+    let taus = s.subgrid_taus();
+    assert!(taus.iter().all(|&t| t > 1e-5), "raised from 2e-7 while it paid: {taus:?}");
+    assert!(s.memos.iter().zip(&taus).all(|(m, &t)| m.spent() || t == TAU_CAP), "{taus:?}");
     assert!(s.budget_warned);
+    Solver::step(&mut s, 10).unwrap();
+    assert_eq!(s.subgrid_taus(), taus, "tau stays once raising stops paying");
     assert!(!s.stats().blown_up());
-    assert_eq!(s.compressed().map(|c| c.compression()).unwrap().tau, (TAU_CAP, TAU_CAP));
+}
+
+#[test]
+fn a_flow_at_rest_over_the_budget_keeps_its_tau() {
+    // A box at rest compresses to its approximations at once: a higher tau cannot make it
+    // smaller, so the raise after the first step is undone and tau stays where it was.
+    let ls =
+        crate::scene::from_str(BOX, "test", std::path::PathBuf::from("."), &[("initial.velocity".into(), "[0, 0, 0]".into())]).unwrap();
+    let dom = Domain::from_scene(&ls).unwrap();
+    let params = Params::from_scene(&ls, &dom);
+    let d = CpuSolver::<D3Q19, f32>::new(dom, Scheme::EsotericPull, params, 16, |p| crate::domain::initial_state(&ls, p));
+    let mut s = SubgridSolver::from_dense(&d, [17, 18, 18], Some(Thresholds { tau: 1e-5 })).unwrap();
+    s.set_budget(Some(s.bytes() as u64 * 9 / 10));
+    Solver::step(&mut s, 1).unwrap();
+    assert!(s.subgrid_taus().iter().any(|&t| t == 2e-5), "the first step over the budget raises tau");
+    Solver::step(&mut s, 20).unwrap();
+    assert!(s.subgrid_taus().iter().all(|&t| t == 1e-5), "{:?}", s.subgrid_taus());
+    assert!(s.budget_warned, "the budget cannot be met: said once");
+    assert!(!s.stats().blown_up());
 }
 
 #[test]

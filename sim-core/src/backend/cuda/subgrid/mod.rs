@@ -36,7 +36,8 @@ mod ring;
 use crate::backend::cpu::{apply_params, CpuSolver, Forces};
 use crate::backend::cuda::codec::GpuCodec;
 use crate::backend::cuda::{derr, device_info, gpu_inlets, gpu_outlets, probe, upload_pod};
-use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP, TAU_FLOOR};
+use crate::backend::subgrid::budget::{self, Memo};
+use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP};
 use crate::checkpoint::Checkpoint;
 use crate::compress::BlockShape;
 use crate::domain::Domain;
@@ -305,6 +306,7 @@ impl CudaSubgridSolver {
         for d in self.devs()? {
             for s in &mut d.subs {
                 s.tau = tau;
+                s.memo = Memo::default();
             }
         }
         Ok(())
@@ -410,6 +412,9 @@ impl CudaSubgridSolver {
         }
         for (d, w) in self.devs()?.into_iter().zip(words) {
             d.resize_ring(w)?;
+            for s in &mut d.subs {
+                s.memo = Memo::default();
+            }
         }
         self.budget = budget;
         self.budget_warned = false;
@@ -426,7 +431,15 @@ impl CudaSubgridSolver {
             let (t, p, timing, compress) = (self.t, self.params.clone(), self.timing.is_some(), self.compress);
             let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
             let comms = self.comms.as_ref();
-            let times = Self::each(&mut devs, |d| d.step_all(t, &p, compress, timing, comms.map(|c| c.of(d.index)))).inspect_err(|_| {
+            // Each GPU's thread also reads its damage flag and forces after its step, so that
+            // the GPUs' reads overlap.
+            let stepped = Self::each(&mut devs, |d| {
+                let times = d.step_all(t, &p, compress, timing, comms.map(|c| c.of(d.index)))?;
+                d.check_damage()?;
+                let forces = d.stream.clone_dtoh(&d.forces).map_err(derr("reading forces"))?;
+                Ok((times, forces))
+            })
+            .inspect_err(|_| {
                 if let Some(c) = comms {
                     c.1.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -435,15 +448,14 @@ impl CudaSubgridSolver {
                 cuts::settle(&mut devs, None, 1)?;
             }
             let mut forces = [[0.0f64; 3]; 16];
-            for d in &mut devs {
-                d.check_damage()?;
-                let fr = d.stream.clone_dtoh(&d.forces).map_err(derr("reading forces"))?;
+            for (_, fr) in &stepped {
                 for (k, f) in forces.iter_mut().enumerate() {
                     for a in 0..3 {
                         f[a] += fr[3 * k + a];
                     }
                 }
             }
+            let times: Vec<[f64; 6]> = stepped.into_iter().map(|(t, _)| t).collect();
             self.last_forces = forces;
             self.t += 1;
             if let Some(tm) = &mut self.timing {
@@ -464,51 +476,49 @@ impl CudaSubgridSolver {
     }
 
     /// After a step with records in host memory: double tau for the largest subgrids of that
-    /// GPU, enough of them that halving their records would bring the spill back into its ring.
+    /// GPU, enough of them that halving their records would bring the spill back into its ring;
+    /// raises that did not make records smaller are undone ([`budget`]).
     fn enforce_budget(&mut self) -> Result<(), SolverError> {
         let (t, compress, several) = (self.t, self.compress, self.parts.len() > 1);
         let mut warned = self.budget_warned;
         for d in self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())) {
             let d = d?;
-            let spilled = d.host_words();
-            if spilled == 0 || !compress {
+            if !compress {
                 continue;
             }
+            let spilled = 4 * d.host_words();
+            let mut taus: Vec<f32> = d.subs.iter().map(|s| s.tau).collect();
+            let bytes: Vec<u64> = d.subs.iter().map(|s| 4 * s.record.words()).collect();
+            let mut memos: Vec<Memo> = d.subs.iter().map(|s| s.memo).collect();
+            let out = budget::after_step(&mut taus, &bytes, &mut memos, spilled);
+            for ((s, tau), memo) in d.subs.iter_mut().zip(taus).zip(memos) {
+                s.tau = tau;
+                s.memo = memo;
+            }
             let gpu = if several { format!(" on GPU {}", d.ordinal) } else { String::new() };
-            let ring = 4 * d.ring.len() as u64;
-            let mut order: Vec<usize> = (0..d.subs.len()).filter(|&k| d.subs[k].tau < TAU_CAP).collect();
-            order.sort_by_key(|&k| std::cmp::Reverse(d.subs[k].record.words()));
-            if order.is_empty() {
+            if out.exhausted {
                 if !warned {
                     tracing::warn!(
-                        "step {t}: {} of records{gpu} are in host memory and every subgrid is at the largest tau ({TAU_CAP}); \
-                         running on (raise compression.memory_budget or use a smaller grid)",
-                        human_bytes(4 * spilled)
+                        "step {t}: {} of records{gpu} are in host memory, and a higher tau no longer makes any subgrid smaller \
+                         (each is at the largest tau, {TAU_CAP}, or its raises saved less than {:.0} %); running on (raise \
+                         compression.memory_budget or use a smaller grid)",
+                        human_bytes(spilled),
+                        100.0 * budget::PAYS
                     );
                     warned = true;
                 }
                 continue;
             }
-            let mut covered = 0u64;
-            let mut raised = Vec::new();
-            for k in order {
-                if covered >= spilled {
-                    break;
-                }
-                let s = &mut d.subs[k];
-                let old = s.tau;
-                s.tau = if old > 0.0 { (2.0 * old).min(TAU_CAP) } else { TAU_FLOOR };
-                covered += s.record.words() / 2;
-                raised.push((s.origin, old, s.tau));
+            if let Some(&(k, old, new)) = out.raised.first() {
+                tracing::warn!(
+                    "step {t}: {} of records did not fit in the ring of {}{gpu}: raising tau for {} subgrid(s), the largest at \
+                     {:?} from {old:e} to {new:e}; they compress harder from the next step",
+                    human_bytes(spilled),
+                    human_bytes(4 * d.ring.len() as u64),
+                    out.raised.len(),
+                    d.subs[k].origin,
+                );
             }
-            let (origin, old, new) = raised[0];
-            tracing::warn!(
-                "step {t}: {} of records did not fit in the ring of {}{gpu}: raising tau for {} subgrid(s), the largest at \
-                 {origin:?} from {old:e} to {new:e}; they compress harder from the next step",
-                human_bytes(4 * spilled),
-                human_bytes(ring),
-                raised.len(),
-            );
         }
         self.budget_warned = warned;
         Ok(())

@@ -207,6 +207,7 @@ impl Layout {
                 n_bricks,
                 inlets,
                 kernels: k,
+                memo: Memo::default(),
             });
         }
         if kernels.is_empty() {

@@ -92,6 +92,8 @@ pub(super) struct GSub {
     pub(super) inlets: CudaSlice<u8>,
     /// Index into the kernels per box size.
     pub(super) kernels: usize,
+    /// What the memory budget remembers of the subgrid's raises of tau.
+    pub(super) memo: Memo,
 }
 
 impl GSub {
