@@ -29,8 +29,9 @@
 //!
 //! **Thresholds and memory.** Each subgrid has its own tau (all start at the scene's). With a
 //! memory budget, a state that outgrows it after a step gets tau doubled for its largest
-//! subgrids (a warning says which); the next step compresses them harder. The run never halts
-//! for memory: once every subgrid is at the largest tau it goes on over budget, with a warning.
+//! subgrids (a warning says which); the next step compresses them harder, and a raise that does
+//! not make the core smaller is taken back ([`budget`]). The run never halts for memory: once no
+//! raise pays it goes on over budget, with a warning.
 //!
 //! Only 3D lattices, Esoteric Pull and FP32 storage, the product's default. A ghost value is
 //! written back only where the step changed its bits: with one subgrid across a periodic axis
@@ -76,6 +77,8 @@ struct Subgrid {
     shell: Vec<f32>,
     /// This subgrid's threshold (used when the solver compresses).
     tau: f32,
+    /// What the memory budget remembers of its raises of tau.
+    memo: budget::Memo,
 }
 
 impl Subgrid {
@@ -159,8 +162,6 @@ pub struct SubgridSolver<L: Lat> {
     budget: Option<u64>,
     /// The "budget cannot be met" warning was given.
     budget_warned: bool,
-    /// What the budget remembers of each subgrid (its last raise, whether raises still pay).
-    memos: Vec<budget::Memo>,
     last_forces: Forces,
     _l: std::marker::PhantomData<L>,
 }
@@ -201,7 +202,6 @@ impl<L: Lat> SubgridSolver<L> {
             tau,
             budget: None,
             budget_warned: false,
-            memos: Vec::new(),
             last_forces: [[0.0; 3]; 16],
             _l: std::marker::PhantomData,
         };
@@ -251,10 +251,9 @@ impl<L: Lat> SubgridSolver<L> {
                     }
                 }
                 let core = store_core(core, cs, compress.then_some(Thresholds { tau }));
-                Subgrid { origin, size, core, shell, tau }
+                Subgrid { origin, size, core, shell, tau, memo: budget::Memo::default() }
             })
             .collect();
-        self.memos = vec![budget::Memo::default(); self.subs.len()];
     }
 
     /// Steps done.
@@ -333,9 +332,9 @@ impl<L: Lat> SubgridSolver<L> {
         self.tau = tau;
         self.compress = true;
         self.budget_warned = false;
-        self.memos.fill(budget::Memo::default());
         for s in &mut self.subs {
             s.tau = tau;
+            s.memo = budget::Memo::default();
         }
         Ok(())
     }
@@ -344,7 +343,7 @@ impl<L: Lat> SubgridSolver<L> {
     pub fn set_budget(&mut self, budget: Option<u64>) {
         self.budget = budget;
         self.budget_warned = false;
-        self.memos.fill(budget::Memo::default());
+        self.subs.iter_mut().for_each(|s| s.memo = budget::Memo::default());
     }
 
     /// After a step: a state over the memory budget doubles tau for its largest subgrids,
@@ -358,9 +357,11 @@ impl<L: Lat> SubgridSolver<L> {
         let bytes = self.bytes() as u64;
         let mut taus: Vec<f32> = self.subs.iter().map(|s| s.tau).collect();
         let cores: Vec<u64> = self.subs.iter().map(|s| s.core_bytes() as u64).collect();
-        let out = budget::after_step(&mut taus, &cores, &mut self.memos, bytes.saturating_sub(budget));
-        for (s, tau) in self.subs.iter_mut().zip(taus) {
+        let mut memos: Vec<budget::Memo> = self.subs.iter().map(|s| s.memo).collect();
+        let out = budget::after_step(&mut taus, &cores, &mut memos, bytes.saturating_sub(budget));
+        for ((s, tau), memo) in self.subs.iter_mut().zip(taus).zip(memos) {
             s.tau = tau;
+            s.memo = memo;
         }
         if out.exhausted {
             if !self.budget_warned {
