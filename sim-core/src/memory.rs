@@ -173,12 +173,19 @@ impl Spec {
                 }
             }
             Engine::Subgrids => {
-                // The state is built from a dense FP32 grid on the host, and checkpoints are
-                // dense; the compressed cores take at most the budget (without one, a quarter of
-                // the raw DDFs is assumed: smooth flows compress 5-10x).
+                // On the CPU the state is built from a dense FP32 grid on the host, and the
+                // compressed cores take at most the budget (without one, a quarter of the raw
+                // DDFs is assumed: smooth flows compress 5-10x). On the GPU the state is built
+                // subgrid by subgrid and the cores stay on the device. Checkpoints and fields
+                // are dense, reassembled on the host beside the saved states: a GPU run that
+                // keeps none and exports nothing (a bench) holds only the grid's flags there.
                 let raw = per(q.checked_mul(4)?)?;
                 let cores = self.budget.unwrap_or(raw / 4);
-                let host = add(add(add(add(raw, per(2)?)?, saved(raw)?)?, export)?, if on_gpu.is_some() { 0 } else { cores })?;
+                let dense = on_gpu.is_none() || self.saved_states > 0 || self.export;
+                let host = add(
+                    add(add(add(if dense { raw } else { 0 }, per(2)?)?, saved(raw)?)?, export)?,
+                    if on_gpu.is_some() { 0 } else { cores },
+                )?;
                 // On the GPU the solver sizes its ring of compressed cores from what is free and
                 // refuses a budget it cannot hold: the plan counts the grid's flags and the budget.
                 let device = if on_gpu.is_some() { add(add(per(1)?, self.budget.unwrap_or(0))?, DEVICE_FIXED)? } else { 0 };
@@ -374,6 +381,34 @@ mod tests {
         assert!(check(&dense([1024, 1024, 1024], Place::Gpus(1)), &free).unwrap_err().contains("of GPU memory"));
         let e = check(&dense([1024, 1024, 1024], Place::Gpus(4)), &Free { host: Some(1 << 40), device: Some(20 << 30) }).unwrap_err();
         assert!(e.contains("on each GPU"), "{e}");
+    }
+
+    #[test]
+    fn compressed_subgrids_on_the_gpu_need_the_dense_state_on_the_host_only_to_save_or_export_it() {
+        let size = [3600, 756, 756];
+        let raw = 19 * 4 * (3600 * 756 * 756) as u64;
+        let sub = |place, saved_states, export| Spec {
+            engine: Engine::Subgrids,
+            budget: Some(15_000_000_000),
+            saved_states,
+            export,
+            ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32)
+        };
+        // A bench on the GPU keeps the grid's flags (2 B a cell) on the host, not its 156 GB of
+        // DDFs: a host with less memory than the dense state runs it.
+        let bench = sub(Place::Gpus(1), 0, false).need().unwrap();
+        assert!(bench.host < raw / 10, "{bench:?} against {raw} dense");
+        assert_eq!(bench.device, (3600 * 756 * 756) as u64 + 15_000_000_000 + DEVICE_FIXED);
+        assert!(check(&sub(Place::Gpus(1), 0, false), &Free { host: Some(128 << 30), device: Some(80 << 30) }).is_ok());
+        // `esoflow run` keeps a rollback state and writes checkpoints: both dense, reassembled
+        // from a dense copy.
+        let run = sub(Place::Gpus(1), 2, false).need().unwrap();
+        assert!(run.host >= 3 * raw, "{run:?}");
+        let export = sub(Place::Gpus(1), 0, true).need().unwrap();
+        assert!(export.host >= raw + 250 * (3600 * 756 * 756) as u64, "{export:?}");
+        // On the CPU the state is built from the dense grid and the cores live on the host.
+        let cpu = sub(Place::Cpu, 0, false).need().unwrap();
+        assert!(cpu.host >= raw + 15_000_000_000 && cpu.device == 0, "{cpu:?}");
     }
 
     #[test]

@@ -897,6 +897,44 @@ fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
     assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
 }
 
+fn gpu_subgrid_timing_counts_every_step_and_changes_nothing() {
+    use sim_core::backend::cuda::subgrid::CudaSubgridSolver as Sub;
+    let ls = scene(SCENE_3D, &[("domain.lattice", "D3Q19"), ("solver.walls", "staircase")]);
+    let dom = sim_core::domain::Domain::from_scene(&ls).unwrap();
+    let params = sim_core::Params::from_scene(&ls, &dom);
+    let init = |p| sim_core::domain::initial_state(&ls, p);
+    // One GPU, and two shares (of one GPU where there is one): each GPU's events are read while
+    // its next step runs, the last step's at the end of the call.
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    for devices in [vec![0], if count >= 2 { vec![0, 1] } else { vec![0, 0] }] {
+        let build =
+            || Sub::new_on(dom.clone(), params.clone(), [16, 22, 5], Some(1e-6), None, &devices, init).unwrap_or_else(|e| panic!("{e}"));
+        let (mut plain, mut timed) = (build(), build());
+        assert!(timed.timing().is_none());
+        timed.enable_timing();
+        for steps in [1u64, 3, 1, 0, 4] {
+            plain.step(steps).unwrap();
+            timed.step(steps).unwrap();
+        }
+        assert_eq!(dense_bits(&plain), dense_bits(&timed), "{devices:?}: timing changed the state");
+        let tm = timed.timing().unwrap();
+        eprintln!("{devices:?}: {tm:?}");
+        assert_eq!(tm.steps, 9, "{devices:?}: every step timed once");
+        for (what, ms) in [("decompression", tm.decompress), ("interfaces", tm.interfaces), ("LBM", tm.lbm), ("compression", tm.compress)] {
+            assert!(ms > 0.0 && ms.is_finite(), "{devices:?}: {what} took {ms} ms");
+        }
+        let mean = tm.decompress + tm.interfaces + tm.lbm + tm.compress + tm.store;
+        assert!(tm.busiest >= mean * (1.0 - 1e-9), "{devices:?}: the busiest GPU ({}) under the mean ({mean})", tm.busiest);
+        // The GPU cannot be busy for longer than the calls took (on a shared GPU the shares
+        // run one after the other, so each share's time is below the wall time too).
+        assert!(tm.wall >= tm.busiest, "{devices:?}: wall {} ms under GPU time {} ms", tm.wall, tm.busiest);
+        // Enabling it again starts over.
+        timed.enable_timing();
+        timed.step(2).unwrap();
+        assert_eq!(timed.timing().unwrap().steps, 2);
+    }
+}
+
 // ---------------------------------------------------------------- multi-GPU slabs
 use sim_core::backend::cuda::multi::MultiCudaSolver;
 use sim_core::{CellEdit, EditTo};
@@ -1776,6 +1814,7 @@ fn main() {
         test(gpu_subgrids_spill_and_raise_tau_when_the_ring_is_small_and_checkpoints_round_trip),
         test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
         test(gpu_subgrids_shared_over_gpus_equal_one_gpu),
+        test(gpu_subgrid_timing_counts_every_step_and_changes_nothing),
         test(gpu_multi_slabs_match_one_gpu),
         test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
         test(gpu_auto_gpus_times_the_split_and_says_why),

@@ -426,8 +426,8 @@ impl CudaSubgridSolver {
     /// # Errors
     /// CUDA errors, a damaged record.
     pub fn run(&mut self, steps: u64) -> Result<(), SolverError> {
+        let wall = Instant::now();
         for _ in 0..steps {
-            let wall = Instant::now();
             let (t, p, timing, compress) = (self.t, self.params.clone(), self.timing.is_some(), self.compress);
             let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
             let comms = self.comms.as_ref();
@@ -455,24 +455,40 @@ impl CudaSubgridSolver {
                     }
                 }
             }
-            let times: Vec<[f64; 6]> = stepped.into_iter().map(|(t, _)| t).collect();
+            // The parts of the step before this one (read while this one ran).
+            let times: Vec<[f64; 6]> = stepped.into_iter().filter_map(|(t, _)| t).collect();
             self.last_forces = forces;
             self.t += 1;
-            if let Some(tm) = &mut self.timing {
-                let k = times.len() as f64;
-                let mean = |i: usize| times.iter().map(|x| x[i]).sum::<f64>() / k;
-                tm.steps += 1;
-                tm.decompress += mean(0);
-                tm.interfaces += mean(1) + mean(3);
-                tm.lbm += mean(2);
-                tm.compress += mean(4);
-                tm.store += mean(5);
-                tm.busiest += times.iter().map(|x| x.iter().sum::<f64>()).fold(0.0, f64::max);
-                tm.wall += wall.elapsed().as_secs_f64() * 1e3;
-            }
+            self.add_times(&times);
             self.enforce_budget()?;
         }
+        if self.timing.is_some() {
+            let mut devs = self.devs()?;
+            let last = Self::each(&mut devs, |d| d.read_unread())?;
+            let times: Vec<[f64; 6]> = last.into_iter().flatten().collect();
+            self.add_times(&times);
+            if let Some(tm) = &mut self.timing {
+                tm.wall += wall.elapsed().as_secs_f64() * 1e3;
+            }
+        }
         Ok(())
+    }
+
+    /// Add one timed step's parts, one entry per GPU (none where no step was timed).
+    fn add_times(&mut self, times: &[[f64; 6]]) {
+        let Some(tm) = &mut self.timing else { return };
+        if times.is_empty() {
+            return;
+        }
+        let k = times.len() as f64;
+        let mean = |i: usize| times.iter().map(|x| x[i]).sum::<f64>() / k;
+        tm.steps += 1;
+        tm.decompress += mean(0);
+        tm.interfaces += mean(1) + mean(3);
+        tm.lbm += mean(2);
+        tm.compress += mean(4);
+        tm.store += mean(5);
+        tm.busiest += times.iter().map(|x| x.iter().sum::<f64>()).fold(0.0, f64::max);
     }
 
     /// After a step with records in host memory: double tau for the largest subgrids of that

@@ -286,6 +286,7 @@ impl Layout {
             planes: None,
             spilled_warned: false,
             events: Vec::new(),
+            unread: None,
             ctx,
             stream,
         })

@@ -70,9 +70,10 @@ pub(super) struct Pending {
     step: u64,
 }
 
-/// Timing events per subgrid: around its fetch, its interfaces, its LBM and its compression
-/// (0 to 5), and around the placing of its record (6, 7), which happens later.
-pub(super) const EVENTS: usize = 8;
+/// Timing events per subgrid: around its fetch, its interfaces and its LBM (0 to 4), its
+/// compression (8 to 5), and around the placing of its record (6, 7), which happens later: in
+/// the next subgrid's step, between that one's events 4 and 8, so no time is counted twice.
+pub(super) const EVENTS: usize = 9;
 
 pub(super) struct GSub {
     /// Index among all subgrids of the grid (x fastest).
@@ -166,8 +167,11 @@ pub(super) struct Dev {
     /// Field planes of one box (statistics), made when first needed.
     pub(super) planes: Option<CudaSlice<f32>>,
     pub(super) spilled_warned: bool,
-    /// Timing events, [`EVENTS`] per subgrid (made when a timed step first needs them).
+    /// Timing events, two sets of [`EVENTS`] per subgrid (made when a timed step first needs
+    /// them): a step records into one set while the host reads the other, the last step's.
     pub(super) events: Vec<CudaEvent>,
+    /// The set that holds a timed step not yet read.
+    pub(super) unread: Option<usize>,
 }
 
 /// Words free in one piece from the tail of a ring of `cap` words holding `used` words of
@@ -585,6 +589,7 @@ impl Dev {
         self.outer(id, 2)?;
         mark(4, &self.stream)?;
         self.settle(ev)?;
+        mark(8, &self.stream)?;
         self.launch_encode(id, tau, t)?;
         mark(5, &self.stream)
     }
@@ -700,10 +705,13 @@ impl Dev {
         Ok(())
     }
 
-    /// One step of every subgrid of this GPU, in its order; with `timing`, the summed event
-    /// times of the parts of a subgrid's step. Where the GPU has cuts: with a communicator the
-    /// planes travel and merge while the subgrids away from the cuts step (the main stream then
-    /// waits for the merge); without, they are packed for the main thread's exchange.
+    /// One step of every subgrid of this GPU, in its order. With `timing`, its parts are timed
+    /// by events, and the summed times of the parts of the last timed step come back: they are
+    /// read subgrid by subgrid while this step runs (each read is a few host calls; reading them
+    /// all between steps would leave the GPU idle), and [`Dev::read_unread`] reads the last
+    /// step's. Where the GPU has cuts: with a communicator the planes travel and merge while the
+    /// subgrids away from the cuts step (the main stream then waits for the merge); without,
+    /// they are packed for the main thread's exchange.
     pub(super) fn step_all(
         &mut self,
         t: u64,
@@ -711,43 +719,47 @@ impl Dev {
         compress: bool,
         timing: bool,
         comm: Option<super::cuts::Comm>,
-    ) -> Result<[f64; 6], SolverError> {
+    ) -> Result<Option<[f64; 6]>, SolverError> {
         self.stream.memset_zeros(&mut self.forces).map_err(derr("clearing forces"))?;
-        // Events made once and read after the step, so that timing adds no host wait between
-        // subgrids.
         let n = self.subs.len();
         let mut ev = std::mem::take(&mut self.events);
-        if timing && ev.len() != EVENTS * n {
+        if timing && ev.len() != 2 * EVENTS * n {
             let f = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-            ev = (0..EVENTS * n).map(|_| self.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+            ev = (0..2 * EVENTS * n).map(|_| self.ctx.new_event(f)).collect::<Result<Vec<_>, _>>().map_err(derr("creating events"))?;
+            self.unread = None;
         }
+        let last = if timing { self.unread.take() } else { None };
+        self.unread = None;
+        let set = last.map_or(0, |h| 1 - h);
+        let (cur, old) = if timing {
+            let (a, b) = ev.split_at(EVENTS * n);
+            let (cur, old) = if set == 0 { (a, b) } else { (b, a) };
+            (Some(cur), last.map(|_| old))
+        } else {
+            (None, None)
+        };
         let overlap = comm.filter(|_| !self.cuts.is_empty());
         let order = std::mem::take(&mut self.order);
+        let mut parts = [0.0f64; 6];
         let mut stepped = || -> Result<(), SolverError> {
             for (k, &id) in order.iter().enumerate() {
                 if let (Some(c), true) = (overlap, k == self.edges) {
                     self.launch_exchange(c)?;
                 }
                 let tau = compress.then_some(self.subs[id].tau);
-                self.step_subgrid(id, t, p, tau, timing.then_some(ev.as_slice()))?;
+                self.step_subgrid(id, t, p, tau, cur)?;
+                if let Some(o) = old {
+                    add_parts(&mut parts, &o[EVENTS * id..EVENTS * (id + 1)])?;
+                }
             }
             match overlap {
                 Some(c) if self.edges == order.len() => self.launch_exchange(c)?,
                 _ => {}
             }
-            self.settle(timing.then_some(ev.as_slice()))
+            self.settle(cur)
         };
         let stepped = stepped();
         self.order = order;
-        let mut parts = [0.0f64; 6];
-        if stepped.is_ok() && timing {
-            for e in ev.chunks(EVENTS) {
-                for k in 0..5 {
-                    parts[k] += f64::from(e[k].elapsed_ms(&e[k + 1]).map_err(derr("reading an event"))?);
-                }
-                parts[5] += f64::from(e[6].elapsed_ms(&e[7]).map_err(derr("reading an event"))?);
-            }
-        }
         self.events = ev;
         stepped?;
         if overlap.is_some() {
@@ -755,8 +767,31 @@ impl Dev {
         } else if !self.cuts.is_empty() {
             self.pack_cuts()?;
         }
-        Ok(parts)
+        self.unread = timing.then_some(set);
+        Ok(last.map(|_| parts))
     }
+
+    /// The summed times of the parts of the last timed step, if not read yet (waits for it).
+    pub(super) fn read_unread(&mut self) -> Result<Option<[f64; 6]>, SolverError> {
+        let Some(set) = self.unread.take() else { return Ok(None) };
+        let n = self.subs.len();
+        let mut parts = [0.0f64; 6];
+        for e in self.events[set * EVENTS * n..(set + 1) * EVENTS * n].chunks(EVENTS) {
+            add_parts(&mut parts, e)?;
+        }
+        Ok(Some(parts))
+    }
+}
+
+/// Add the times between one subgrid's events (see [`EVENTS`]) to the parts of a step.
+fn add_parts(parts: &mut [f64; 6], e: &[CudaEvent]) -> Result<(), SolverError> {
+    let ms = |a: usize, b: usize| e[a].elapsed_ms(&e[b]).map(f64::from).map_err(derr("reading an event"));
+    for k in 0..4 {
+        parts[k] += ms(k, k + 1)?;
+    }
+    parts[4] += ms(8, 5)?;
+    parts[5] += ms(6, 7)?;
+    Ok(())
 }
 
 /// Compile and load the kernels of one working-box size.
