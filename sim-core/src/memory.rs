@@ -54,6 +54,8 @@ pub struct Spec {
     pub amr: Option<crate::scene::Amr>,
     /// Compressed subgrids: the memory budget, if any.
     pub budget: Option<u64>,
+    /// Compressed subgrids: cells of a subgrid per axis.
+    pub subgrid: [usize; 3],
     /// Whole saved states the caller holds at once (rollback states and a checkpoint being
     /// written): `esoflow run` 2, the viewer 3.
     pub saved_states: usize,
@@ -104,6 +106,7 @@ impl Spec {
             ghost_block: s.solver.ghost_block,
             amr: s.amr.enabled.then(|| s.amr.clone()),
             budget: s.compression.memory_budget.map(|b| b.0),
+            subgrid: s.compression.subgrid_size(),
             saved_states,
             export,
         }
@@ -123,6 +126,7 @@ impl Spec {
             ghost_block: 16,
             amr: None,
             budget: None,
+            subgrid: [64; 3],
             saved_states: 0,
             export: false,
         }
@@ -176,14 +180,26 @@ impl Spec {
                 // On the CPU the state is built from a dense FP32 grid on the host, and the
                 // compressed cores take at most the budget (without one, a quarter of the raw
                 // DDFs is assumed: smooth flows compress 5-10x). On the GPU the state is built
-                // subgrid by subgrid and the cores stay on the device. Checkpoints and fields
-                // are dense, reassembled on the host beside the saved states: a GPU run that
-                // keeps none and exports nothing (a bench) holds only the grid's flags there.
+                // on the host a few working boxes at a time per GPU (each box's DDFs and its
+                // cells' equilibria) and the cores stay on the device; the grid's flags are
+                // held three times while it builds (the caller's domain, the solver's, the
+                // build's). Checkpoints and fields are dense, reassembled on the host beside the
+                // saved states: a GPU run that keeps none and exports nothing (a bench) holds
+                // no dense copy there.
                 let raw = per(q.checked_mul(4)?)?;
                 let cores = self.budget.unwrap_or(raw / 4);
                 let dense = on_gpu.is_none() || self.saved_states > 0 || self.export;
+                let (flags, build) = match on_gpu {
+                    None => (per(2)?, 0),
+                    Some(g) => {
+                        let box_cells = (0..3).try_fold(1u64, |p, a| p.checked_mul(self.subgrid[a].min(self.size[a]) as u64 + 2))?;
+                        let per_cell = q.checked_mul(4)?.checked_add(4 * (crate::lattice::MAX_Q as u64 + 1))?;
+                        let boxes = (crate::backend::cuda::subgrid::BUILD_AHEAD as u64).checked_mul(g)?;
+                        (per(3)?, box_cells.checked_mul(per_cell)?.checked_mul(boxes)?)
+                    }
+                };
                 let host = add(
-                    add(add(add(if dense { raw } else { 0 }, per(2)?)?, saved(raw)?)?, export)?,
+                    add(add(add(add(if dense { raw } else { 0 }, flags)?, build)?, saved(raw)?)?, export)?,
                     if on_gpu.is_some() { 0 } else { cores },
                 )?;
                 // On the GPU the solver sizes its ring of compressed cores from what is free and
@@ -390,14 +406,18 @@ mod tests {
         let sub = |place, saved_states, export| Spec {
             engine: Engine::Subgrids,
             budget: Some(15_000_000_000),
+            subgrid: [200, 189, 189],
             saved_states,
             export,
             ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32)
         };
-        // A bench on the GPU keeps the grid's flags (2 B a cell) on the host, not its 156 GB of
-        // DDFs: a host with less memory than the dense state runs it.
+        // A bench on the GPU keeps the grid's flags and the boxes being built on the host, not
+        // its 156 GB of DDFs: a host with less memory than the dense state runs it. (Measured on
+        // this grid, one H100: 17.7 GB peak resident memory, while the state was built.)
         let bench = sub(Place::Gpus(1), 0, false).need().unwrap();
-        assert!(bench.host < raw / 10, "{bench:?} against {raw} dense");
+        assert!(bench.host > 16_000_000_000 && bench.host < 19_000_000_000, "{bench:?} against {raw} dense");
+        let two = sub(Place::Gpus(2), 0, false).need().unwrap();
+        assert!(two.host > bench.host + 10_000_000_000, "two GPUs build twice the boxes at once: {two:?}");
         assert_eq!(bench.device, (3600 * 756 * 756) as u64 + 15_000_000_000 + DEVICE_FIXED);
         assert!(check(&sub(Place::Gpus(1), 0, false), &Free { host: Some(128 << 30), device: Some(80 << 30) }).is_ok());
         // `esoflow run` keeps a rollback state and writes checkpoints: both dense, reassembled

@@ -48,6 +48,8 @@ use crate::scene::human_bytes;
 use crate::schemes::Scheme;
 use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
 use cudarc::driver::CudaContext;
+/// Working boxes a GPU fills on the host at once while the state is built.
+pub(crate) use ring::BUILD_AHEAD;
 use ring::*;
 use std::sync::Arc;
 use std::time::Instant;

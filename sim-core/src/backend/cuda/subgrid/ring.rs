@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::*;
 
 /// Boxes filled on the host at once while building a state.
-const BUILD_AHEAD: usize = 8;
+pub(crate) const BUILD_AHEAD: usize = 8;
 
 /// Brick shape of the box kernels (the dense solver's default shape for 3D).
 pub(super) const BOX_BRICK: [usize; 3] = [32, 2, 2];
