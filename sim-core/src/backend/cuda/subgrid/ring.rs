@@ -867,28 +867,29 @@ pub(super) fn initial_box_l<L: Lat>(
     let bd = box_domain(dom, origin, bn);
     let n = dom.n;
     let nb = vol(bn);
-    // Equilibria in parallel, then the scatter (cheap) in order.
-    let feq: Vec<Option<[f32; MAX_Q]>> = (0..nb)
-        .into_par_iter()
-        .map(|b| {
-            let flag = bd.flags[b];
-            if is_solid(flag) {
-                return None;
-            }
-            let l = [b % bn[0], (b / bn[0]) % bn[1], b / (bn[0] * bn[1])];
-            let p = [0, 1, 2].map(|a| (origin[a] + n[a] + l[a] - 1) % n[a]);
-            let (rho, mut u) = init(p);
-            if kind_of(flag) == kind::INLET {
-                u = dom.inlets[id_of(flag)].velocity_at(p, L::D);
-            }
-            let mut f = [0.0f32; MAX_Q];
-            equilibrium::<L>(rho - 1.0, u, &mut f);
-            Some(f)
-        })
-        .collect();
-    for (b, f) in feq.iter().enumerate() {
-        if let Some(f) = f {
-            ep_scatter::<L>(out, &bd.flags, bn, b, f, false);
+    // Equilibria in parallel (Q values a cell, in one array: the memory plan counts 4 Q bytes a
+    // cell beside the box), then the scatter (cheap) in order.
+    let mut feq = vec![0.0f32; L::Q * nb];
+    feq.par_chunks_mut(L::Q).enumerate().for_each(|(b, f)| {
+        let flag = bd.flags[b];
+        if is_solid(flag) {
+            return;
+        }
+        let l = [b % bn[0], (b / bn[0]) % bn[1], b / (bn[0] * bn[1])];
+        let p = [0, 1, 2].map(|a| (origin[a] + n[a] + l[a] - 1) % n[a]);
+        let (rho, mut u) = init(p);
+        if kind_of(flag) == kind::INLET {
+            u = dom.inlets[id_of(flag)].velocity_at(p, L::D);
+        }
+        let mut e = [0.0f32; MAX_Q];
+        equilibrium::<L>(rho - 1.0, u, &mut e);
+        f.copy_from_slice(&e[..L::Q]);
+    });
+    let mut e = [0.0f32; MAX_Q];
+    for (b, f) in feq.chunks(L::Q).enumerate() {
+        if !is_solid(bd.flags[b]) {
+            e[..L::Q].copy_from_slice(f);
+            ep_scatter::<L>(out, &bd.flags, bn, b, &e, false);
         }
     }
 }
