@@ -189,7 +189,7 @@ fn info() -> anyhow::Result<ExitCode> {
 fn cube_plan(place: sim_core::memory::Place) -> sim_core::memory::Spec {
     use sim_core::{lattice::Lattice, precision::Precision, schemes::Scheme};
     let dense = sim_core::memory::Spec::dense(place, Lattice::D3Q19, [1 << 14; 3], Scheme::EsotericPull, Precision::Fp32);
-    sim_core::memory::Spec { saved_states: 2, export: true, ..dense }
+    sim_core::memory::Spec { saved_states: 2, checkpoints: true, export: true, ..dense }
 }
 
 /// Bytes to GiB.

@@ -29,6 +29,11 @@ impl CheckpointPacer {
         now.saturating_duration_since(self.at).as_secs_f64() >= Self::RATIO * self.cost
     }
 
+    /// Seconds the last checkpoint took, and the least time until the next.
+    pub(crate) fn cost(&self) -> (f64, f64) {
+        (self.cost, Self::RATIO * self.cost)
+    }
+
     /// Take a checkpoint through `take`, timing it.
     pub(crate) fn take<T>(&mut self, take: impl FnOnce() -> T) -> T {
         let t = Instant::now();

@@ -412,8 +412,13 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
     // Bad probes are refused before any output folder is made.
     let mut probes = probes::Probes::new(a, &ls, resume.as_ref().map_or(&[], |c| c.probes.as_slice()))?;
     let render_gpu = check_outputs(a)?;
-    // The last good state and a checkpoint being written are held at once.
-    let keeps = Keeps { saved_states: 2, export: a.export.is_some() && a.export_fields != ExportFields::None };
+    // Two saved states are held at once (the last good state and the next, or a checkpoint
+    // being written). A blow-up with --export writes the last good state as a checkpoint.
+    let keeps = Keeps {
+        saved_states: 2,
+        checkpoints: a.checkpoint.is_some() || a.export.is_some(),
+        export: a.export.is_some() && a.export_fields != ExportFields::None,
+    };
     let mut solver = match launch {
         Some(r) => {
             let cluster = meet(r)?;
@@ -491,7 +496,16 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
     catch_stops();
     let mut progress = Progress::new(start_step, end_step, a.progress_every);
     let mut pacer = CheckpointPacer::new();
-    let mut last_good = pacer.take(|| solver.checkpoint());
+    // The last good state, kept as the solver keeps its own (compressed subgrids: compressed).
+    let mut last_good = pacer.take(|| solver.snapshot())?;
+    if last_good.bytes() >= 1 << 30 {
+        let (took, every) = pacer.cost();
+        eprintln!(
+            "the last good state (what a blow-up rolls back to) takes {} of host memory and {took:.1} s to copy; it is renewed at \
+             most every {every:.0} s",
+            human_bytes(last_good.bytes())
+        );
+    }
     let mut written: Vec<PathBuf> = Vec::new();
     let t0 = Instant::now();
     // Cell updates and seconds since the last stats row: the row's MLUPS.
@@ -555,8 +569,8 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
         // the run, and the outputs hold the last one that was.
         if let Err(why) = st.sanity(rho0) {
             progress.bar.abandon();
-            let good = last_good.step;
-            solver.restore(&last_good)?;
+            let good = last_good.step();
+            solver.roll_back(&last_good)?;
             eprintln!(
                 "error: the simulation blew up between step {good} and step {next} (at step {next} {why}); \
                  the last good state is step {good}. Lower the velocities or the Reynolds number, raise the resolution, \
@@ -564,7 +578,7 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
             );
             if let Some(d) = &a.export {
                 let p = d.join("last_good.ckpt");
-                last_good.save(&p).with_context(|| format!("writing {}", p.display()))?;
+                solver.checkpoint().save(&p).with_context(|| format!("writing {}", p.display()))?;
                 let fields = export_fields(d, solver.as_ref(), "", which)?;
                 let mut wrote: Vec<String> = vec![p.display().to_string()];
                 wrote.extend(fields.iter().map(|f| f.display().to_string()));
@@ -595,7 +609,7 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
             history.push(st.step, &st.forces);
             (row_updates, row_secs, row_at) = (0.0, 0.0, next);
             if pacer.due() {
-                last_good = pacer.take(|| solver.checkpoint());
+                last_good = pacer.take(|| solver.snapshot())?;
             }
         }
         if export_due {
@@ -617,8 +631,8 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
         // The stats row of the step the run stopped at (a stop between rows), unless the state
         // is not worth one: a blow-up since the last row goes back to the last good state.
         if let Err(why) = st.sanity(rho0) {
-            solver.restore(&last_good)?;
-            eprintln!("at step {} {why}; the outputs hold the last good state, step {}", st.step, last_good.step);
+            solver.roll_back(&last_good)?;
+            eprintln!("at step {} {why}; the outputs hold the last good state, step {}", st.step, last_good.step());
             if let Some(p) = probes.as_mut() {
                 p.back_to_sane();
             }

@@ -23,19 +23,7 @@ pub enum Backend {
     Cuda,
 }
 
-/// What the caller keeps besides the solver, for its memory plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Keeps {
-    /// Whole saved states held at once (rollback states, a checkpoint being written).
-    pub saved_states: usize,
-    /// Whether fields are exported (built in host memory).
-    pub export: bool,
-}
-
-impl Keeps {
-    /// The viewer: the initial state, the rollback state and one being taken, and exports.
-    pub const VIEWER: Keeps = Keeps { saved_states: 3, export: true };
-}
+pub use crate::memory::Keeps;
 
 /// Where a solver runs and what its caller keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +110,7 @@ pub fn free_memory(place: Place) -> Result<Free, String> {
 /// [`BuildError::Memory`] with both numbers and the largest `domain.size` that fits;
 /// [`BuildError::Gpu`] where the free device memory cannot be read.
 pub fn plan(ls: &LoadedScene, place: Place, keeps: Keeps) -> Result<(), BuildError> {
-    let spec = Spec::of_scene(ls, place, keeps.saved_states, keeps.export);
+    let spec = Spec::of_scene(ls, place, keeps);
     let free = free_memory(place).map_err(BuildError::Gpu)?;
     crate::memory::check(&spec, &free).map_err(|why| BuildError::Memory { origin: ls.origin.clone(), why })
 }
@@ -236,7 +224,7 @@ pub fn lead(ls: &LoadedScene, keeps: Keeps, cluster: crate::ranks::rendezvous::C
         return refuse(BuildError::CompressedInOneProcess);
     }
     let world = cluster.rank.world;
-    let spec = Spec::of_scene(ls, Place::Gpus(world), keeps.saved_states, keeps.export);
+    let spec = Spec::of_scene(ls, Place::Gpus(world), keeps);
     let device =
         cuda::multi::remote::rank_device(&cluster.rank).and_then(|o| cuda::free_memory(o).map_err(crate::solver::SolverError::Backend));
     let free = match device {

@@ -234,6 +234,66 @@ impl Checkpoint {
     }
 }
 
+/// A state to go back to (the last good state a run rolls back to after a blow-up), kept as
+/// the solver keeps its own: a [`Checkpoint`] for most solvers, the compressed records and the
+/// shells for compressed subgrids (a fraction of the dense DDFs, so a grid larger than the
+/// host's memory keeps one). Unlike a checkpoint it goes back only into a solver of the kind
+/// that took it, on the same cells; [`crate::solver::Solver::checkpoint`] after a roll-back
+/// saves it to a file.
+pub struct Snapshot {
+    step: u64,
+    bytes: u64,
+    held: Held,
+}
+
+enum Held {
+    Checkpoint(Checkpoint),
+    Own(Box<dyn std::any::Any + Send + Sync>),
+}
+
+impl Snapshot {
+    /// A snapshot that is a checkpoint (any solver of the same lattice, precision and cells
+    /// takes it back).
+    #[must_use]
+    pub fn of_checkpoint(c: Checkpoint) -> Snapshot {
+        Snapshot { step: c.step, bytes: c.data.len() as u64, held: Held::Checkpoint(c) }
+    }
+
+    /// A solver's own form of its state at `step`, taking about `bytes` of host memory.
+    pub(crate) fn own<T: std::any::Any + Send + Sync>(step: u64, bytes: u64, state: T) -> Snapshot {
+        Snapshot { step, bytes, held: Held::Own(Box::new(state)) }
+    }
+
+    /// Steps done when it was taken.
+    #[must_use]
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Host memory it takes (bytes).
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The checkpoint it is, if it is one.
+    #[must_use]
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        match &self.held {
+            Held::Checkpoint(c) => Some(c),
+            Held::Own(_) => None,
+        }
+    }
+
+    /// The solver's own form, where it is of type `T`.
+    pub(crate) fn own_ref<T: std::any::Any>(&self) -> Option<&T> {
+        match &self.held {
+            Held::Own(b) => b.downcast_ref::<T>(),
+            Held::Checkpoint(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,11 +56,32 @@ pub struct Spec {
     pub budget: Option<u64>,
     /// Compressed subgrids: cells of a subgrid per axis.
     pub subgrid: [usize; 3],
-    /// Whole saved states the caller holds at once (rollback states and a checkpoint being
-    /// written): `esoflow run` 2, the viewer 3.
+    /// Saved states the caller holds at once (rollback states, a checkpoint being written):
+    /// `esoflow run` 2, the viewer 3. Each is a dense copy of the DDFs, except a compressed
+    /// subgrid run's, which is its shells and records ([`crate::solver::Solver::snapshot`]).
     pub saved_states: usize,
+    /// Whether the run writes checkpoints (compressed subgrids reassemble the dense state for
+    /// them).
+    pub checkpoints: bool,
     /// Whether the run exports fields (fields.csv / fields.vti are built in memory).
     pub export: bool,
+}
+
+/// What the caller of a solver keeps besides it, for the memory plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keeps {
+    /// Saved states held at once (see [`Spec::saved_states`]).
+    pub saved_states: usize,
+    /// Whether checkpoints are written.
+    pub checkpoints: bool,
+    /// Whether fields are exported (built in host memory).
+    pub export: bool,
+}
+
+impl Keeps {
+    /// The viewer: the initial state, the rollback state and one being taken, checkpoints and
+    /// exports.
+    pub const VIEWER: Keeps = Keeps { saved_states: 3, checkpoints: true, export: true };
 }
 
 /// What a run needs, in bytes.
@@ -87,7 +108,7 @@ const HOST_FIXED: u64 = 256 << 20;
 impl Spec {
     /// The plan of a scene's run.
     #[must_use]
-    pub fn of_scene(ls: &LoadedScene, place: Place, saved_states: usize, export: bool) -> Spec {
+    pub fn of_scene(ls: &LoadedScene, place: Place, keeps: Keeps) -> Spec {
         let s = &ls.scene;
         let engine = if s.amr.enabled {
             Engine::Blocks
@@ -107,8 +128,9 @@ impl Spec {
             amr: s.amr.enabled.then(|| s.amr.clone()),
             budget: s.compression.memory_budget.map(|b| b.0),
             subgrid: s.compression.subgrid_size(),
-            saved_states,
-            export,
+            saved_states: keeps.saved_states,
+            checkpoints: keeps.checkpoints,
+            export: keeps.export,
         }
     }
 
@@ -128,6 +150,7 @@ impl Spec {
             budget: None,
             subgrid: [64; 3],
             saved_states: 0,
+            checkpoints: false,
             export: false,
         }
     }
@@ -177,18 +200,29 @@ impl Spec {
                 }
             }
             Engine::Subgrids => {
-                // On the CPU the state is built from a dense FP32 grid on the host, and the
-                // compressed cores take at most the budget (without one, a quarter of the raw
-                // DDFs is assumed: smooth flows compress 5-10x). On the GPU the state is built
-                // on the host a few working boxes at a time per GPU (each box's DDFs and its
-                // cells' equilibria) and the cores stay on the device; the grid's flags are
-                // held three times while it builds (the caller's domain, the solver's, the
-                // build's). Checkpoints and fields are dense, reassembled on the host beside the
-                // saved states: a GPU run that keeps none and exports nothing (a bench) holds
-                // no dense copy there.
+                // On the CPU the state is built from a dense FP32 grid on the host, which every
+                // read of it reassembles again, and the compressed cores take at most the budget
+                // (without one, a quarter of the raw DDFs is assumed: smooth flows compress 5-10x).
+                // On the GPU the state is built on the host a few working boxes at a time per
+                // GPU (each box's DDFs and its cells' equilibria) and the cores stay on the
+                // device; the grid's flags are held three times while it builds (the caller's
+                // domain, the solver's, the build's). A saved state is the shells and the cores
+                // as stored. Checkpoints and fields are dense, reassembled on the host: a
+                // checkpoint holds the dense state and its data at once, an export the dense
+                // state and its fields. A GPU run that writes neither holds no dense copy.
                 let raw = per(q.checked_mul(4)?)?;
-                let cores = self.budget.unwrap_or(raw / 4);
-                let dense = on_gpu.is_none() || self.saved_states > 0 || self.export;
+                let devices = on_gpu.unwrap_or(1);
+                let cores = self.budget.map_or(Some(raw / 4), |b| b.checked_mul(devices))?.min(raw);
+                let core_share = (0..3).fold(1.0f64, |f, a| {
+                    let g = self.subgrid[a].min(self.size[a]).max(3) as f64;
+                    f * (g - 2.0) / g
+                });
+                let snapshot = add(cores, (raw as f64 * (1.0 - core_share)) as u64)?;
+                let dense = match (on_gpu, self.checkpoints, self.export) {
+                    (None, c, _) => 1 + u64::from(c),
+                    (Some(_), true, _) => 2,
+                    (Some(_), false, e) => u64::from(e),
+                };
                 let (flags, build) = match on_gpu {
                     None => (per(2)?, 0),
                     Some(g) => {
@@ -199,7 +233,7 @@ impl Spec {
                     }
                 };
                 let host = add(
-                    add(add(add(add(if dense { raw } else { 0 }, flags)?, build)?, saved(raw)?)?, export)?,
+                    add(add(add(add(raw.checked_mul(dense)?, flags)?, build)?, saved(snapshot)?)?, export)?,
                     if on_gpu.is_some() { 0 } else { cores },
                 )?;
                 // On the GPU the solver sizes its ring of compressed cores from what is free and
@@ -359,7 +393,12 @@ mod tests {
     use super::*;
 
     fn dense(size: [usize; 3], place: Place) -> Spec {
-        Spec { saved_states: 2, export: true, ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32) }
+        Spec {
+            saved_states: 2,
+            checkpoints: true,
+            export: true,
+            ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32)
+        }
     }
 
     #[test]
@@ -400,34 +439,52 @@ mod tests {
     }
 
     #[test]
-    fn compressed_subgrids_on_the_gpu_need_the_dense_state_on_the_host_only_to_save_or_export_it() {
+    fn compressed_subgrids_on_the_gpu_need_the_dense_state_on_the_host_only_for_checkpoints_and_exports() {
         let size = [3600, 756, 756];
         let raw = 19 * 4 * (3600 * 756 * 756) as u64;
-        let sub = |place, saved_states, export| Spec {
+        let sub = |place, saved_states, checkpoints, export| Spec {
             engine: Engine::Subgrids,
             budget: Some(15_000_000_000),
             subgrid: [200, 189, 189],
             saved_states,
+            checkpoints,
             export,
             ..Spec::dense(place, Lattice::D3Q19, size, Scheme::EsotericPull, Precision::Fp32)
         };
         // A bench on the GPU keeps the grid's flags and the boxes being built on the host, not
         // its 156 GB of DDFs: a host with less memory than the dense state runs it.
-        let bench = sub(Place::Gpus(1), 0, false).need().unwrap();
+        let bench = sub(Place::Gpus(1), 0, false, false).need().unwrap();
         assert!(bench.host > 14_000_000_000 && bench.host < 18_000_000_000, "{bench:?} against {raw} dense");
-        let two = sub(Place::Gpus(2), 0, false).need().unwrap();
+        let two = sub(Place::Gpus(2), 0, false, false).need().unwrap();
         assert!(two.host > bench.host + 8_000_000_000, "two GPUs build twice the boxes at once: {two:?}");
         assert_eq!(bench.device, (3600 * 756 * 756) as u64 + 15_000_000_000 + DEVICE_FIXED);
-        assert!(check(&sub(Place::Gpus(1), 0, false), &Free { host: Some(128 << 30), device: Some(80 << 30) }).is_ok());
-        // `esoflow run` keeps a rollback state and writes checkpoints: both dense, reassembled
-        // from a dense copy.
-        let run = sub(Place::Gpus(1), 2, false).need().unwrap();
-        assert!(run.host >= 3 * raw, "{run:?}");
-        let export = sub(Place::Gpus(1), 0, true).need().unwrap();
+        let h100 = Free { host: Some(128 << 30), device: Some(80 << 30) };
+        assert!(check(&sub(Place::Gpus(1), 0, false, false), &h100).is_ok());
+        // `esoflow run` keeps two saved states at once, each the shells (3 % of the DDFs for
+        // these subgrids) and at most the budget of cores: it fits where the bench does.
+        let run = sub(Place::Gpus(1), 2, false, false).need().unwrap();
+        let shells = raw / 32;
+        assert!(
+            run.host > bench.host + 2 * (15_000_000_000 + raw / 40) && run.host < bench.host + 2 * (15_000_000_000 + raw / 25),
+            "{run:?}"
+        );
+        assert!(check(&sub(Place::Gpus(1), 2, false, false), &h100).is_ok());
+        // Two GPUs' saved states hold both budgets.
+        let run2 = sub(Place::Gpus(2), 2, false, false).need().unwrap();
+        assert!(run2.host > two.host + 2 * 30_000_000_000, "{run2:?}");
+        // A checkpoint holds the dense state and its data; an export the dense state and its
+        // fields.
+        let ckpt = sub(Place::Gpus(1), 2, true, false).need().unwrap();
+        assert!(ckpt.host >= run.host + 2 * raw && check(&sub(Place::Gpus(1), 2, true, false), &h100).is_err(), "{ckpt:?}");
+        let export = sub(Place::Gpus(1), 0, false, true).need().unwrap();
         assert!(export.host >= raw + 250 * (3600 * 756 * 756) as u64, "{export:?}");
         // On the CPU the state is built from the dense grid and the cores live on the host.
-        let cpu = sub(Place::Cpu, 0, false).need().unwrap();
+        let cpu = sub(Place::Cpu, 0, false, false).need().unwrap();
         assert!(cpu.host >= raw + 15_000_000_000 && cpu.device == 0, "{cpu:?}");
+        // Without a budget a quarter of the DDFs is assumed for the cores.
+        let free = Spec { budget: None, ..sub(Place::Gpus(1), 1, false, false) }.need().unwrap();
+        let none = Spec { budget: None, ..sub(Place::Gpus(1), 0, false, false) }.need().unwrap();
+        assert!(free.host > none.host + raw / 4 && free.host < none.host + raw / 4 + 2 * shells, "{free:?}");
     }
 
     #[test]

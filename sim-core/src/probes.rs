@@ -207,6 +207,46 @@ pub fn sample_cells(n: [usize; 3], step: u64, cells: &[[usize; 3]], at: impl Fn(
         .collect()
 }
 
+/// [`sample_cells`] where the density and velocity come from a device a few cells at a time:
+/// `read` gets the cells the samples read (the probed cells and their neighbours, grid indices,
+/// sorted, each once) and returns `[rho, ux, uy, uz]` of each, in that order. Solid cells (by
+/// `flags`) read as [`Fields`] stores them: at rest, density 1.
+///
+/// # Errors
+/// A cell outside the grid; what `read` returns.
+pub fn sample_read(
+    n: [usize; 3],
+    flags: &[u8],
+    step: u64,
+    cells: &[[usize; 3]],
+    read: impl FnOnce(&[usize]) -> Result<Vec<[f32; 4]>, SolverError>,
+) -> Result<Vec<ProbeSample>, SolverError> {
+    check_cells(n, cells)?;
+    if cells.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Which cells the samples read, the sampling says itself in a dry run.
+    let wanted = std::cell::RefCell::new(Vec::new());
+    let _ = sample_cells(n, step, cells, |i| {
+        wanted.borrow_mut().push(i);
+        (1.0, [0.0; 3], false)
+    });
+    let mut wanted = wanted.into_inner();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let values = read(&wanted)?;
+    if values.len() != wanted.len() {
+        return Err(SolverError::Backend(format!("{} probe values read for {} cells (a bug)", values.len(), wanted.len())));
+    }
+    Ok(sample_cells(n, step, cells, |i| match wanted.binary_search(&i) {
+        Ok(k) if !crate::domain::is_solid(flags[i]) => {
+            let v = values[k];
+            (v[0], [v[1], v[2], v[3]], false)
+        }
+        _ => (1.0, [0.0; 3], true),
+    }))
+}
+
 /// [`sample_cells`] from the fields of a whole grid.
 #[must_use]
 pub fn sample_fields(f: &Fields, step: u64, cells: &[[usize; 3]]) -> Vec<ProbeSample> {

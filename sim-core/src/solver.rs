@@ -3,7 +3,7 @@
 //! checkpoint and restore.
 
 use crate::bricks::BrickMap;
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Snapshot};
 use crate::collision::Collision;
 use crate::domain::Domain;
 pub use crate::error::SolverError;
@@ -287,6 +287,25 @@ pub trait Solver: Send {
     /// # Errors
     /// A checkpoint of another lattice, precision or domain.
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError>;
+    /// Keep the state to go back to with [`Solver::roll_back`] (a run's last good state): its
+    /// [`Solver::checkpoint`], or where the solver keeps its state compressed, that compressed
+    /// form (no dense copy of the grid on the host).
+    ///
+    /// # Errors
+    /// Device errors, a damaged record.
+    fn snapshot(&self) -> Result<Snapshot, SolverError> {
+        Ok(Snapshot::of_checkpoint(self.checkpoint()))
+    }
+    /// Go back to a state kept by [`Solver::snapshot`], bit for bit.
+    ///
+    /// # Errors
+    /// A snapshot taken by another kind of solver or on other cells; device errors.
+    fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
+        match s.checkpoint() {
+            Some(c) => self.restore(c),
+            None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
+        }
+    }
     /// Turn cells solid (part of an obstacle, whose force [`Solver::stats`] then reports) or
     /// fluid, between two steps. Cells that stay fluid keep their incoming DDFs bit for bit;
     /// cells that become fluid start at rest equilibrium with the mean density of their fluid

@@ -897,6 +897,102 @@ fn gpu_subgrid_budget_changes_resize_the_ring_while_running() {
     assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "the run broke: {st:?}");
 }
 
+/// A rollback state of compressed subgrids is their shells and records read from the GPUs (no
+/// dense copy); rolling back gives the state it was taken at bit for bit, and the same steps
+/// after it give the same states, thresholds and records: on one GPU, over shares of a GPU
+/// (device copies) or two GPUs (NCCL), with records in the ring and spilled to the host.
+fn gpu_subgrid_snapshots_roll_back_bit_for_bit() {
+    use sim_core::backend::cuda::subgrid::CudaSubgridSolver as Sub;
+    let count = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    let mut layouts: Vec<Vec<usize>> = vec![vec![0], vec![0, 0]];
+    if count >= 2 {
+        layouts.push(vec![0, 1]);
+    }
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]"), ("solver.walls", "staircase")]);
+    let dense = (19 * 4 * 96 * 44 * 40) as u64;
+    // Compressed with room to spare; tau 0 in a ring made too small for it just before the
+    // snapshot (records in host memory; the budget raises tau between the snapshot and the
+    // roll-back).
+    let cases: [(Option<f32>, Option<u64>); 3] = [(Some(1e-6), None), (Some(0.0), Some(dense * 3 / 4)), (None, None)];
+    for devices in &layouts {
+        for (tau, budget) in cases {
+            let what = format!("{devices:?} tau {tau:?} budget {budget:?}");
+            let dom = sim_core::domain::Domain::from_scene(&ls).unwrap();
+            let params = sim_core::Params::from_scene(&ls, &dom);
+            let mut s = Sub::new_on(dom, params, [32, 22, 20], tau, None, devices, |p| sim_core::domain::initial_state(&ls, p))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            s.step(7).unwrap();
+            if let Some(b) = budget {
+                // Setting the budget moves every record to host memory (the next step brings
+                // back those the smaller ring holds): the snapshot is taken from there.
+                sim_core::Compressed::set_compression_budget(&mut s, Some(b)).unwrap();
+                assert!(s.host_bytes() > 0, "{what}: records in host memory at the snapshot");
+            }
+            let snap = s.snapshot().unwrap();
+            assert_eq!(snap.step(), 7);
+            assert!(snap.checkpoint().is_none(), "{what}: kept as stored");
+            if tau == Some(1e-6) {
+                assert!(snap.bytes() < dense / 2, "{what}: {} bytes for {dense} dense", snap.bytes());
+            }
+            let (at, subs_at, host_at) = (dense_bits(&s), s.subgrid_ratios(), s.host_bytes());
+            s.step(6).unwrap();
+            let (later, subs_later) = (dense_bits(&s), s.subgrid_ratios());
+            eprintln!("{what}: snapshot {} bytes, {} B on the host 6 steps later", snap.bytes(), s.host_bytes());
+            s.roll_back(&snap).unwrap();
+            assert_eq!(s.time_step(), 7);
+            assert!(dense_bits(&s) == at, "{what}: the rolled-back state differs");
+            assert_eq!(s.subgrid_ratios(), subs_at, "{what}: thresholds and records after the roll-back");
+            assert_eq!(s.host_bytes(), host_at, "{what}: the records in host memory are those that were");
+            s.step(6).unwrap();
+            assert!(dense_bits(&s) == later, "{what}: the steps after the roll-back differ");
+            assert_eq!(s.subgrid_ratios(), subs_later, "{what}: thresholds and records after the same steps");
+            let st = s.stats();
+            assert!(st.mass.is_finite() && st.first_bad_cell.is_none(), "{what}: {st:?}");
+        }
+    }
+    // Another layout's state is refused and changes nothing.
+    let dom = sim_core::domain::Domain::from_scene(&ls).unwrap();
+    let params = sim_core::Params::from_scene(&ls, &dom);
+    let init = |p| sim_core::domain::initial_state(&ls, p);
+    let mut a = Sub::new(dom.clone(), params.clone(), [32, 22, 20], Some(1e-6), None, init).unwrap();
+    let b = Sub::new_on(dom, params, [32, 22, 20], Some(1e-6), None, &[0, 0], init).unwrap();
+    a.step(2).unwrap();
+    let before = dense_bits(&a);
+    assert!(matches!(a.roll_back(&b.snapshot().unwrap()), Err(sim_core::SolverError::Checkpoint(_))));
+    assert!(dense_bits(&a) == before);
+}
+
+/// Probes of compressed subgrids read the field planes of the probed subgrids' boxes on the
+/// GPU (no dense copy of the grid) and match the probes of the reassembled fields: cells in the
+/// flow, at the domain's edges, at subgrid and GPU boundaries, next to and in the sphere.
+fn gpu_subgrid_probes_match_the_reassembled_fields() {
+    use sim_core::backend::cuda::subgrid::CudaSubgridSolver as Sub;
+    let ls = scene(SCENE_3D, &[("domain.size", "[96, 44, 40]"), ("solver.walls", "staircase")]);
+    let cells =
+        vec![[10, 11, 10], [0, 0, 0], [95, 43, 39], [31, 21, 19], [32, 22, 20], [47, 11, 10], [48, 30, 5], [16, 11, 10], [22, 11, 10]];
+    for devices in [vec![0], vec![0, 0]] {
+        let dom = sim_core::domain::Domain::from_scene(&ls).unwrap();
+        let params = sim_core::Params::from_scene(&ls, &dom);
+        let mut s =
+            Sub::new_on(dom, params, [32, 22, 20], Some(1e-6), None, &devices, |p| sim_core::domain::initial_state(&ls, p)).unwrap();
+        s.step(60).unwrap();
+        let a = s.probe(&cells).unwrap();
+        let b = sim_core::probes::sample_fields(&s.fields(), s.time_step(), &cells);
+        for ((x, y), cell) in a.iter().zip(&b).zip(&cells) {
+            assert_eq!(x.step, y.step);
+            let close = |p: f32, q: f32, scale: f32| (p - q).abs() <= 1e-5 * scale.max(1e-3);
+            assert!(close(x.rho, y.rho, 1.0), "{devices:?} {cell:?}: rho probe {} fields {}", x.rho, y.rho);
+            for k in 0..3 {
+                assert!(close(x.u[k], y.u[k], 0.05), "{devices:?} {cell:?}: u probe {:?} fields {:?}", x.u, y.u);
+            }
+            assert!(close(x.vorticity, y.vorticity, 0.01), "{devices:?} {cell:?}: vorticity probe {} fields {}", x.vorticity, y.vorticity);
+        }
+        assert!(a[7].rho == 1.0 && a[7].u == [0.0; 3], "the sphere's centre reads as a solid cell: {:?}", a[7]);
+        assert!(s.probe(&[[96, 0, 0]]).is_err(), "a cell outside the grid is refused");
+        assert!(s.probe(&[]).unwrap().is_empty());
+    }
+}
+
 fn gpu_subgrid_timing_counts_every_step_and_changes_nothing() {
     use sim_core::backend::cuda::subgrid::CudaSubgridSolver as Sub;
     let ls = scene(SCENE_3D, &[("domain.lattice", "D3Q19"), ("solver.walls", "staircase")]);
@@ -1815,6 +1911,8 @@ fn main() {
         test(gpu_subgrid_budget_changes_resize_the_ring_while_running),
         test(gpu_subgrids_shared_over_gpus_equal_one_gpu),
         test(gpu_subgrid_timing_counts_every_step_and_changes_nothing),
+        test(gpu_subgrid_snapshots_roll_back_bit_for_bit),
+        test(gpu_subgrid_probes_match_the_reassembled_fields),
         test(gpu_multi_slabs_match_one_gpu),
         test(gpu_multi_slabs_with_free_slip_walls_match_one_gpu),
         test(gpu_auto_gpus_times_the_split_and_says_why),

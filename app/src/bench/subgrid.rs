@@ -59,9 +59,10 @@ pub fn bench_subgrids(
     sets.push("compression.enabled=true".into());
     let ls = crate::solvers::load_scene(Some(scene), &sets)?;
     let c = &ls.scene.compression;
-    // Runs of small grids hold the reference state beside the compressed one.
+    // Runs of small grids compare the reassembled dense state with a reference's (two dense
+    // copies on the host, as a checkpoint takes).
     let small = ls.derived.size.iter().product::<usize>() <= 64 << 20;
-    let keeps = sim_core::build::Keeps { saved_states: usize::from(small && raw), export: false };
+    let keeps = sim_core::build::Keeps { saved_states: 0, checkpoints: small && raw, export: false };
     sim_core::build::plan(&ls, sim_core::memory::Place::Gpus(gpus), keeps)?;
     let devices = if gpus > 1 { sim_core::backend::cuda::multi::devices_for(gpus)? } else { vec![0] };
     let t0 = Instant::now();

@@ -414,7 +414,13 @@ fn the_memory_plan_bounds_the_peak_of_a_cpu_run() {
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the run failed: {status}");
     let ov: Vec<(String, String)> = sets.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
     let ls = sim_core::scene::load(&root().join("scenes/sphere_3d.toml"), &ov).unwrap();
-    let need = sim_core::memory::Spec::of_scene(&ls, sim_core::memory::Place::Cpu, 2, true).need().unwrap();
+    let need = sim_core::memory::Spec::of_scene(
+        &ls,
+        sim_core::memory::Place::Cpu,
+        sim_core::memory::Keeps { saved_states: 2, checkpoints: true, export: true },
+    )
+    .need()
+    .unwrap();
     eprintln!("peak resident {} MB, planned {} MB", peak >> 20, need.host >> 20);
     assert!(peak <= need.host, "the run took {peak} B, more than its plan of {} B", need.host);
     assert!(need.host <= 3 * peak, "the plan ({} B) is far above what the run took ({peak} B)", need.host);

@@ -846,34 +846,23 @@ impl Solver for CudaSolver {
     fn probe(&self, cells: &[[usize; 3]]) -> Result<Vec<crate::probes::ProbeSample>, SolverError> {
         // The field planes of the current state are made on the device (one pass, no copy);
         // only the probed cells and the neighbours their vorticity reads come back, a few
-        // floats each. Which cells those are, the sampling says itself in a dry run.
+        // floats each.
         let d = self.mirror.domain();
-        crate::probes::check_cells(d.n, cells)?;
-        let wanted = std::cell::RefCell::new(Vec::new());
-        let _ = crate::probes::sample_cells(d.n, self.t, cells, |i| {
-            wanted.borrow_mut().push(i);
-            (1.0, [0.0; 3], false)
-        });
-        let mut wanted = wanted.into_inner();
-        wanted.sort_unstable();
-        wanted.dedup();
         let count = d.cells();
-        let g = self.run_fields()?;
-        let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
-        let mut got = std::collections::HashMap::with_capacity(wanted.len());
-        for &i in &wanted {
-            let mut v = [0.0f32; 4];
-            for (k, x) in v.iter_mut().enumerate() {
-                let at = k * count + i;
-                *x = self.stream.clone_dtoh(&planes.slice(at..at + 1)).map_err(derr("reading a probe"))?[0];
+        crate::probes::sample_read(d.n, &d.flags, self.t, cells, |wanted| {
+            let g = self.run_fields()?;
+            let planes = g.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+            let mut got = Vec::with_capacity(wanted.len());
+            for &i in wanted {
+                let mut v = [0.0f32; 4];
+                for (k, x) in v.iter_mut().enumerate() {
+                    let at = k * count + i;
+                    *x = self.stream.clone_dtoh(&planes.slice(at..at + 1)).map_err(derr("reading a probe"))?[0];
+                }
+                got.push(v);
             }
-            got.insert(i, v);
-        }
-        // Solid cells read as the host's fields store them: at rest, density 1.
-        Ok(crate::probes::sample_cells(d.n, self.t, cells, |i| match got.get(&i) {
-            Some(v) if !is_solid(d.flags[i]) => (v[0], [v[1], v[2], v[3]], false),
-            _ => (1.0, [0.0; 3], true),
-        }))
+            Ok(got)
+        })
     }
     fn scalar_field(&self, kind: FieldKind) -> Vec<f32> {
         // One plane comes back to the host (4 bytes per cell): density and velocity components

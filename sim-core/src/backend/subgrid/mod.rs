@@ -24,7 +24,8 @@
 //! the dense CPU solver's format (either solver resumes the other's). Each such call holds the
 //! dense state for a moment: a viewer or a `--export` costs the uncompressed memory while it
 //! reads. A cell edit reassembles the dense state, applies the dense solver's edit and splits
-//! the result again (every core is recompressed). Scenes choose this solver with
+//! the result again (every core is recompressed). A rollback state ([`Solver::snapshot`]) is a
+//! copy of the subgrids as stored: compressed, and exact. Scenes choose this solver with
 //! `[compression] enabled = true` ([`from_scene`]).
 //!
 //! **Thresholds and memory.** Each subgrid has its own tau (all start at the scene's). With a
@@ -39,7 +40,7 @@
 //! wrote carries news.
 
 use super::cpu::{apply_params, step_box, CpuSolver, Forces};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Snapshot};
 use crate::collision::equilibrium;
 use crate::compress::{BlockShape, CompressedField, Thresholds};
 use crate::domain::{is_solid, Domain};
@@ -663,6 +664,45 @@ impl<L: Lat> Solver for SubgridSolver<L> {
         self.take_view(view);
         Ok(())
     }
+    /// The subgrids as they are stored (compressed cores, shells, thresholds): no dense copy.
+    fn snapshot(&self) -> Result<Snapshot, SolverError> {
+        let bytes = self.subs.iter().map(|s| s.bytes() as u64).sum();
+        let own = SubgridSnapshot {
+            lattice: L::KIND,
+            n: self.dom.n,
+            flags: crc32fast::hash(&self.dom.flags),
+            t: self.t,
+            params: self.params.clone(),
+            tau: self.tau,
+            compress: self.compress,
+            last_forces: self.last_forces,
+            subs: self.subs.clone(),
+        };
+        Ok(Snapshot::own(self.t, bytes, own))
+    }
+    fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
+        let Some(own) = s.own_ref::<SubgridSnapshot>() else {
+            return match s.checkpoint() {
+                Some(c) => self.restore(c),
+                None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
+            };
+        };
+        if own.lattice != L::KIND
+            || own.n != self.dom.n
+            || own.flags != crc32fast::hash(&self.dom.flags)
+            || own.subs.len() != self.subs.len()
+        {
+            return Err(SolverError::Checkpoint("the saved state was taken on other cells (size or obstacles differ)".into()));
+        }
+        self.set_params(own.params.clone())?;
+        self.subs.clone_from(&own.subs);
+        self.t = own.t;
+        self.tau = own.tau;
+        self.compress = own.compress;
+        self.last_forces = own.last_forces;
+        self.budget_warned = false;
+        Ok(())
+    }
     /// Reassembles the dense state, applies the dense solver's edit and splits the result again:
     /// the uncompressed memory for a moment and a recompression of every core, whatever the
     /// size of the edit.
@@ -674,6 +714,20 @@ impl<L: Lat> Solver for SubgridSolver<L> {
         }
         Ok(report)
     }
+}
+
+/// A [`SubgridSolver`]'s state as it stores it, for [`Solver::roll_back`].
+struct SubgridSnapshot {
+    lattice: Lattice,
+    n: [usize; 3],
+    /// CRC-32 of the flags it was taken on.
+    flags: u32,
+    t: u64,
+    params: Params,
+    tau: f32,
+    compress: bool,
+    last_forces: Forces,
+    subs: Vec<Subgrid>,
 }
 
 /// What a compressed-subgrid state of a scene is estimated to take.

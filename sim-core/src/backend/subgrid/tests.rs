@@ -461,3 +461,39 @@ fn scenes_build_the_subgrid_solver_and_budgets_are_checked_before_building() {
     let s = crate::build::cpu(&load(&[("compression.memory_budget", "1 GB")])).unwrap();
     assert_eq!(s.compressed().map(|c| c.compression()).unwrap().budget, Some(1_000_000_000));
 }
+
+#[test]
+fn snapshots_keep_the_compressed_state_and_roll_back_bit_for_bit() {
+    let d = dense(BOX);
+    let mut s = SubgridSolver::from_dense(&d, [17, 18, 18], Some(Thresholds { tau: 1e-6 })).unwrap();
+    Solver::step(&mut s, 3).unwrap();
+    // Over a budget, so the thresholds and the budget's memory change after the snapshot.
+    s.set_budget(Some(s.bytes() as u64 * 9 / 10));
+    let snap = s.snapshot().unwrap();
+    assert_eq!(snap.step(), 3);
+    assert!(snap.checkpoint().is_none(), "kept as the subgrids store it");
+    assert_eq!(snap.bytes(), s.bytes() as u64);
+    assert!(snap.bytes() < s.dense_bytes() as u64 * 3 / 5, "{} of {}", snap.bytes(), s.dense_bytes());
+    let (state, taus) = (bits(&s.dense_state().unwrap()), s.subgrid_taus());
+    Solver::step(&mut s, 5).unwrap();
+    let (later, later_taus) = (bits(&s.dense_state().unwrap()), s.subgrid_taus());
+    assert_ne!(later_taus, taus, "the budget raised tau");
+    s.roll_back(&snap).unwrap();
+    assert_eq!(s.time_step(), 3);
+    assert_eq!(bits(&s.dense_state().unwrap()), state);
+    assert_eq!(s.subgrid_taus(), taus);
+    // The same steps again give the same state: the budget's memory came back too.
+    Solver::step(&mut s, 5).unwrap();
+    assert_eq!(bits(&s.dense_state().unwrap()), later);
+    assert_eq!(s.subgrid_taus(), later_taus);
+    // A dense solver's snapshot is a checkpoint, which the subgrids take; the subgrids' own
+    // form goes back only into compressed subgrids on the same cells.
+    let mut other = dense(BOX);
+    assert!(matches!(other.roll_back(&snap), Err(SolverError::Checkpoint(_))));
+    let dense_snap = other.snapshot().unwrap();
+    assert!(dense_snap.checkpoint().is_some());
+    s.roll_back(&dense_snap).unwrap();
+    assert_eq!(s.time_step(), 0);
+    let mut duct = SubgridSolver::from_dense(&dense(DUCT), [12, 8, 7], None).unwrap();
+    assert!(matches!(duct.roll_back(&snap), Err(SolverError::Checkpoint(_))));
+}

@@ -25,7 +25,10 @@
 //! CUDA solver bit for bit (tested on the GPU host).
 //!
 //! Fields, checkpoints and cell edits go through the dense state reassembled on the host (as
-//! the CPU subgrid solver does); statistics run on the device, subgrid by subgrid.
+//! the CPU subgrid solver does); statistics and probes run on the device, subgrid by subgrid
+//! (probes only in the subgrids they lie in). A run's rollback state ([`Solver::snapshot`]) is
+//! the shells and records copied to the host as they are stored, so `esoflow run` keeps one for
+//! a grid whose dense DDFs are larger than the host's memory.
 
 #![allow(clippy::redundant_closure, clippy::needless_range_loop, clippy::neg_cmp_op_on_partial_ord)]
 
@@ -38,7 +41,7 @@ use crate::backend::cuda::codec::GpuCodec;
 use crate::backend::cuda::{derr, device_info, gpu_inlets, gpu_outlets, probe, upload_pod};
 use crate::backend::subgrid::budget::{self, Memo};
 use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP};
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Snapshot};
 use crate::compress::BlockShape;
 use crate::domain::Domain;
 use crate::edit::{CellEdit, EditReport};
@@ -97,6 +100,21 @@ pub struct CudaSubgridSolver {
     parts: Vec<std::sync::Mutex<Dev>>,
     last_forces: Forces,
     timing: Option<PhaseTimes>,
+}
+
+/// A [`CudaSubgridSolver`]'s state as it stores it, for [`Solver::roll_back`].
+struct GpuSnapshot {
+    n: [usize; 3],
+    q: usize,
+    /// CRC-32 of the flags it was taken on.
+    flags: u32,
+    t: u64,
+    params: Params,
+    tau: f32,
+    compress: bool,
+    last_forces: Forces,
+    /// One per GPU, in the solver's order.
+    devs: Vec<DevSnapshot>,
 }
 
 /// The statistics of the whole grid, summed over the subgrids.
@@ -654,6 +672,20 @@ impl Solver for CudaSubgridSolver {
             }
         }
     }
+    fn probe(&self, cells: &[[usize; 3]]) -> Result<Vec<crate::probes::ProbeSample>, SolverError> {
+        // The boxes of the probed subgrids only: no dense copy of the grid.
+        let d = &self.dom;
+        crate::probes::sample_read(d.n, &d.flags, self.t, cells, |wanted| {
+            let mut got = std::collections::HashMap::with_capacity(wanted.len());
+            for mut dev in self.locked()? {
+                got.extend(dev.probe_cells(d, self.t, &self.params, wanted)?);
+            }
+            wanted
+                .iter()
+                .map(|i| got.get(i).copied().ok_or_else(|| SolverError::Backend(format!("no subgrid holds cell {i} (a bug)"))))
+                .collect()
+        })
+    }
     fn stats(&self) -> Stats {
         let r = self.locked().and_then(|mut v| {
             let mut all: Option<GridStats> = None;
@@ -746,6 +778,49 @@ impl Solver for CudaSubgridSolver {
         self.last_forces = [[0.0; 3]; 16];
         self.load_dense(&state)?;
         self.set_params(c.params.clone())
+    }
+    /// The shells and records as they are stored, read from every GPU: a few per cent of the
+    /// dense DDFs where the flow compresses well, and no dense copy on the host.
+    fn snapshot(&self) -> Result<Snapshot, SolverError> {
+        let mut devs = Vec::new();
+        for mut d in self.locked()? {
+            devs.push(d.snapshot()?);
+        }
+        let bytes = devs.iter().map(DevSnapshot::bytes).sum();
+        let own = GpuSnapshot {
+            n: self.dom.n,
+            q: self.q,
+            flags: crc32fast::hash(&self.dom.flags),
+            t: self.t,
+            params: self.params.clone(),
+            tau: self.tau,
+            compress: self.compress,
+            last_forces: self.last_forces,
+            devs,
+        };
+        Ok(Snapshot::own(self.t, bytes, own))
+    }
+    fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
+        let Some(own) = s.own_ref::<GpuSnapshot>() else {
+            return match s.checkpoint() {
+                Some(c) => self.restore(c),
+                None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
+            };
+        };
+        if own.n != self.dom.n || own.q != self.q || own.flags != crc32fast::hash(&self.dom.flags) || own.devs.len() != self.parts.len() {
+            return Err(SolverError::Checkpoint("the saved state was taken on other cells or GPUs".into()));
+        }
+        self.set_params(own.params.clone())?;
+        let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
+        Self::each(&mut devs, |d| d.roll_back(&own.devs[d.index]))?;
+        cuts::settle(&mut devs, self.comms.as_ref(), 2)?;
+        Self::each(&mut devs, |d| d.stream.synchronize().map_err(derr("exchanging the cut planes")))?;
+        self.t = own.t;
+        self.tau = own.tau;
+        self.compress = own.compress;
+        self.last_forces = own.last_forces;
+        self.budget_warned = false;
+        Ok(())
     }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
         let state = self.dense_state()?;

@@ -38,6 +38,31 @@ pub(super) struct BoxKernels {
     pub(super) cut: CudaFunction,
 }
 
+/// One GPU's share of a saved state ([`Dev::snapshot`]).
+pub(super) struct DevSnapshot {
+    shells: Vec<f32>,
+    /// Per subgrid of the share, in its order.
+    subs: Vec<SubSnapshot>,
+}
+
+impl DevSnapshot {
+    pub(super) fn bytes(&self) -> u64 {
+        4 * self.shells.len() as u64 + self.subs.iter().map(|s| 4 * s.record.len() as u64 + 8 * s.offsets.len() as u64).sum::<u64>()
+    }
+}
+
+/// One subgrid of a saved state: its record, the record's block offsets (compressed records
+/// only) and what the budget knows of it.
+struct SubSnapshot {
+    tau: f32,
+    raw: bool,
+    memo: Memo,
+    record: Vec<u32>,
+    /// Whether the record was in the ring (else in host memory).
+    in_ring: bool,
+    offsets: Vec<u64>,
+}
+
 /// Where a subgrid's core is.
 pub(super) enum Record {
     /// Not stored yet.
@@ -631,8 +656,131 @@ impl Dev {
         self.stream.synchronize().map_err(derr("building the compressed state"))
     }
 
+    /// This GPU's share as it is stored, read to the host between two steps: the shells and
+    /// every subgrid's record, block offsets and threshold.
+    pub(super) fn snapshot(&mut self) -> Result<DevSnapshot, SolverError> {
+        self.settle(None)?;
+        let shells = self.stream.clone_dtoh(&self.shells).map_err(derr("reading the shells"))?;
+        // The records in the ring lie from its head to its tail: read in at most two pieces.
+        let cap = self.ring.len() as u64;
+        let head = (self.ring_tail + cap - self.ring_used) % cap;
+        let first = self.ring_used.min(cap - head);
+        let mut used =
+            self.stream.clone_dtoh(&self.ring.slice(head as usize..(head + first) as usize)).map_err(derr("reading the ring"))?;
+        if first < self.ring_used {
+            let rest = self.ring.slice(0..(self.ring_used - first) as usize);
+            used.extend(self.stream.clone_dtoh(&rest).map_err(derr("reading the ring"))?);
+        }
+        let mut subs = Vec::with_capacity(self.subs.len());
+        for s in &self.subs {
+            let (record, in_ring) = match &s.record {
+                Record::None => return Err(SolverError::Backend("a subgrid has no record (a bug)".into())),
+                Record::Ring { start, words } => {
+                    let at = ((start + cap - head) % cap) as usize;
+                    (used[at..at + *words as usize].to_vec(), true)
+                }
+                Record::Host(v) => (v.clone(), false),
+            };
+            let offsets = if s.raw { Vec::new() } else { self.stream.clone_dtoh(&s.offsets).map_err(derr("reading block offsets"))? };
+            subs.push(SubSnapshot { tau: s.tau, raw: s.raw, memo: s.memo, record, in_ring, offsets });
+        }
+        Ok(DevSnapshot { shells, subs })
+    }
+
+    /// Put back a share read by [`Dev::snapshot`]: the shells as they were, the records where
+    /// they were (those of the ring into an empty ring, in the order the subgrids step; host
+    /// memory where the ring has no room now), and the cut planes packed for the exchange that
+    /// follows. Which records lie in host memory decides what the next step spills, so the
+    /// steps after a roll-back repeat those after the snapshot.
+    pub(super) fn roll_back(&mut self, snap: &DevSnapshot) -> Result<(), SolverError> {
+        if snap.subs.len() != self.subs.len() || snap.shells.len() != self.shells.len() {
+            return Err(SolverError::Checkpoint("the saved state was taken on another layout of subgrids".into()));
+        }
+        self.pending = None;
+        self.unread = None;
+        self.ring_tail = 0;
+        self.ring_used = 0;
+        self.stream.memcpy_htod(&snap.shells, &mut self.shells).map_err(derr("uploading the shells"))?;
+        let cap = self.ring.len() as u64;
+        for id in self.order.clone() {
+            let k = &snap.subs[id];
+            let s = &mut self.subs[id];
+            (s.tau, s.raw, s.memo) = (k.tau, k.raw, k.memo);
+            if !k.raw {
+                self.stream.memcpy_htod(&k.offsets, &mut s.offsets).map_err(derr("uploading block offsets"))?;
+            }
+            let words = k.record.len() as u64;
+            // The ring fills from its start and nothing leaves it here, so a record that fits
+            // lies in one piece.
+            s.record = if k.in_ring && self.ring_used + words <= cap {
+                let start = self.ring_tail;
+                let mut dst = self.ring.slice_mut(start as usize..(start + words) as usize);
+                self.stream.memcpy_htod(&k.record, &mut dst).map_err(derr("uploading a record"))?;
+                self.ring_tail = (start + words) % cap;
+                self.ring_used += words;
+                Record::Ring { start, words }
+            } else {
+                Record::Host(k.record.clone())
+            };
+        }
+        self.pack_cuts()?;
+        self.stream.synchronize().map_err(derr("putting back a saved state"))
+    }
+
     pub(super) fn host_words(&self) -> u64 {
         self.subs.iter().filter(|s| matches!(s.record, Record::Host(_))).map(|s| s.record.words()).sum()
+    }
+
+    /// The field planes (density and velocity, one box volume each) of subgrid `id`'s box at
+    /// step `t`: its record decompressed into the box and its ghost frame filled, as a step
+    /// starts.
+    fn box_fields(&mut self, id: usize, t: u64, p: &Params) -> Result<(), SolverError> {
+        if self.planes.is_none() {
+            self.planes = Some(self.stream.alloc_zeros::<f32>(4 * self.bflags.len()).map_err(derr("allocating field planes"))?);
+        }
+        self.fetch(id)?;
+        self.flags(id)?;
+        self.outer(id, 0)?;
+        let s = &self.subs[id];
+        let k = &self.kernels[s.kernels].1;
+        let planes = self.planes.as_mut().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+        let c = p.collide;
+        let mut b = self.stream.launch_builder(&k.fields);
+        b.arg(&self.boxbuf).arg(&self.bflags).arg(&t).arg(&c.force[0]).arg(&c.force[1]).arg(&c.force[2]);
+        b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.no_links).arg(&self.no_links_save).arg(planes);
+        // SAFETY: arguments match the box's fields kernel; planes hold 4 box volumes.
+        unsafe { b.launch(threads(vol(s.box_size()))) }.map_err(derr("launching fields"))?;
+        Ok(())
+    }
+
+    /// Density and velocity (`[rho, ux, uy, uz]`) of those of `cells` (grid indices) that lie
+    /// in this GPU's subgrids, from the field planes of their boxes (one box per subgrid
+    /// probed; only the cells' values come back).
+    pub(super) fn probe_cells(&mut self, dom: &Domain, t: u64, p: &Params, cells: &[usize]) -> Result<Vec<(usize, [f32; 4])>, SolverError> {
+        let mut out = Vec::new();
+        for id in 0..self.subs.len() {
+            let (o, sz) = (self.subs[id].origin, self.subs[id].size);
+            let mine: Vec<(usize, [usize; 3])> =
+                cells.iter().map(|&i| (i, dom.coords(i))).filter(|(_, c)| (0..3).all(|a| c[a] >= o[a] && c[a] < o[a] + sz[a])).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            self.box_fields(id, t, p)?;
+            self.check_damage()?;
+            let bn = self.subs[id].box_size();
+            let nb = vol(bn);
+            let planes = self.planes.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
+            for (i, c) in mine {
+                let b = (c[0] - o[0] + 1) + bn[0] * ((c[1] - o[1] + 1) + bn[1] * (c[2] - o[2] + 1));
+                let mut v = [0.0f32; 4];
+                for (k, x) in v.iter_mut().enumerate() {
+                    let at = k * nb + b;
+                    *x = self.stream.clone_dtoh(&planes.slice(at..at + 1)).map_err(derr("reading a probe"))?[0];
+                }
+                out.push((i, v));
+            }
+        }
+        Ok(out)
     }
 
     /// Mass, largest speed, density range and first bad cell, subgrid by subgrid.
@@ -641,28 +789,17 @@ impl Dev {
         let mut maxu = self.stream.alloc_zeros::<u32>(1).map_err(derr("allocating"))?;
         let mut bad = self.stream.alloc_zeros::<u64>(1).map_err(derr("allocating"))?;
         let mut rho = self.stream.clone_htod(&crate::backend::cuda::RHO_KEYS_START).map_err(derr("allocating"))?;
-        if self.planes.is_none() {
-            self.planes = Some(self.stream.alloc_zeros::<f32>(4 * self.bflags.len()).map_err(derr("allocating field planes"))?);
-        }
         let mut first_bad = None;
         for id in 0..self.subs.len() {
-            self.fetch(id)?;
-            self.flags(id)?;
-            self.outer(id, 0)?;
+            self.box_fields(id, t, p)?;
             self.stream.memcpy_htod(&[u64::MAX], &mut bad).map_err(derr("clearing"))?;
             let s = &self.subs[id];
             let bn = s.box_size();
             let k = &self.kernels[s.kernels].1;
-            let planes = self.planes.as_mut().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
-            let c = p.collide;
-            let mut b = self.stream.launch_builder(&k.fields);
-            b.arg(&self.boxbuf).arg(&self.bflags).arg(&t).arg(&c.force[0]).arg(&c.force[1]).arg(&c.force[2]);
-            b.arg(&self.walls).arg(&s.inlets).arg(&self.outlets).arg(&self.no_links).arg(&self.no_links_save).arg(&mut *planes);
-            // SAFETY: arguments match the box's fields kernel; planes hold 4 box volumes.
-            unsafe { b.launch(threads(vol(bn))) }.map_err(derr("launching fields"))?;
+            let planes = self.planes.as_ref().ok_or_else(|| SolverError::Backend("no field planes".into()))?;
             let cfg = LaunchConfig { grid_dim: (vol(bn).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             let mut b = self.stream.launch_builder(&k.stats);
-            b.arg(&*planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad).arg(&mut rho);
+            b.arg(planes).arg(&self.bflags).arg(&mut mass).arg(&mut maxu).arg(&mut bad).arg(&mut rho);
             // SAFETY: arguments match stats (DEF_BOX: the subgrid's own cells only).
             unsafe { b.launch(cfg) }.map_err(derr("launching the box's stats"))?;
             let fb = self.stream.clone_dtoh(&bad).map_err(derr("reading stats"))?[0];
