@@ -17,7 +17,7 @@ exe=$(cargo test --release -p esoflow --bin esoflow --no-run --message-format=js
 cp "$exe" stage/test-app
 strip stage/*
 cp -r scenes stage/
-cp scripts/gpu-check.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh stage/
+cp scripts/gpu-check.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh scripts/peak-memory.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh
