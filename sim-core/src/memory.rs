@@ -381,8 +381,13 @@ pub fn check(spec: &Spec, free: &Free) -> Result<(), String> {
         Some(s) => format!("the largest domain.size of this shape that fits is [{}, {}, {}]", s[0], s[1], s[2]),
         None => "no grid of this shape fits; free some memory".into(),
     };
+    let lean = Spec { checkpoints: false, export: false, ..spec.clone() };
     let also = match (spec.engine, spec.precision) {
         (Engine::Dense, Precision::Fp32) => "; solver.precision = \"fp16s\" halves the DDF memory",
+        (Engine::Subgrids, _) if (spec.checkpoints || spec.export) && shortfall(&lean, free).is_none() => {
+            "; without checkpoints and field exports, which reassemble the dense state on the host, it fits (the \
+             rollback states stay compressed)"
+        }
         _ => "",
     };
     Err(format!("out of memory: {} {short}; {hint}{also}", spec.describe()))
@@ -475,7 +480,12 @@ mod tests {
         // A checkpoint holds the dense state and its data; an export the dense state and its
         // fields.
         let ckpt = sub(Place::Gpus(1), 2, true, false).need().unwrap();
-        assert!(ckpt.host >= run.host + 2 * raw && check(&sub(Place::Gpus(1), 2, true, false), &h100).is_err(), "{ckpt:?}");
+        assert!(ckpt.host >= run.host + 2 * raw, "{ckpt:?}");
+        let e = check(&sub(Place::Gpus(1), 2, true, false), &h100).unwrap_err();
+        eprintln!("{e}");
+        assert!(e.contains("without checkpoints and field exports") && e.contains("it fits"), "{e}");
+        let e = check(&sub(Place::Gpus(1), 2, true, false), &Free { host: Some(24 << 30), device: Some(80 << 30) }).unwrap_err();
+        assert!(!e.contains("without checkpoints"), "where the run does not fit either way, no such hint: {e}");
         let export = sub(Place::Gpus(1), 0, false, true).need().unwrap();
         assert!(export.host >= raw + 250 * (3600 * 756 * 756) as u64, "{export:?}");
         // On the CPU the state is built from the dense grid and the cores live on the host.
