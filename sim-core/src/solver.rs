@@ -301,10 +301,7 @@ pub trait Solver: Send {
     /// # Errors
     /// A snapshot taken by another kind of solver or on other cells; device errors.
     fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
-        match s.checkpoint() {
-            Some(c) => self.restore(c),
-            None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
-        }
+        restore_snapshot(self, s)
     }
     /// Turn cells solid (part of an obstacle, whose force [`Solver::stats`] then reports) or
     /// fluid, between two steps. Cells that stay fluid keep their incoming DDFs bit for bit;
@@ -316,6 +313,18 @@ pub trait Solver: Send {
     /// [`SolverError::Edit`] for a cell outside the domain, an inlet, outlet or moving-wall
     /// cell, a boundary wall made fluid, or a 16th obstacle; device errors.
     fn edit_cells(&mut self, edit: &crate::edit::CellEdit) -> Result<crate::edit::EditReport, SolverError>;
+}
+
+/// [`Solver::roll_back`] to a snapshot that is a checkpoint ([`Solver::restore`]); a solver's
+/// own form of its state is refused here (only its own kind takes it back).
+///
+/// # Errors
+/// As [`Solver::restore`]; a snapshot that is not a checkpoint.
+pub fn restore_snapshot<S: Solver + ?Sized>(solver: &mut S, s: &Snapshot) -> Result<(), SolverError> {
+    match s.checkpoint() {
+        Some(c) => solver.restore(c),
+        None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
+    }
 }
 
 /// A run that keeps its state compressed (compressed subgrids): what it reports and what a

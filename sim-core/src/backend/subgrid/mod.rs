@@ -681,12 +681,7 @@ impl<L: Lat> Solver for SubgridSolver<L> {
         Ok(Snapshot::own(self.t, bytes, own))
     }
     fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
-        let Some(own) = s.own_ref::<SubgridSnapshot>() else {
-            return match s.checkpoint() {
-                Some(c) => self.restore(c),
-                None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
-            };
-        };
+        let Some(own) = s.own_ref::<SubgridSnapshot>() else { return crate::solver::restore_snapshot(self, s) };
         if own.lattice != L::KIND
             || own.n != self.dom.n
             || own.flags != crc32fast::hash(&self.dom.flags)

@@ -801,12 +801,7 @@ impl Solver for CudaSubgridSolver {
         Ok(Snapshot::own(self.t, bytes, own))
     }
     fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
-        let Some(own) = s.own_ref::<GpuSnapshot>() else {
-            return match s.checkpoint() {
-                Some(c) => self.restore(c),
-                None => Err(SolverError::Checkpoint("the saved state was taken by another kind of solver".into())),
-            };
-        };
+        let Some(own) = s.own_ref::<GpuSnapshot>() else { return crate::solver::restore_snapshot(self, s) };
         if own.n != self.dom.n || own.q != self.q || own.flags != crc32fast::hash(&self.dom.flags) || own.devs.len() != self.parts.len() {
             return Err(SolverError::Checkpoint("the saved state was taken on other cells or GPUs".into()));
         }

@@ -484,6 +484,19 @@ impl Dev {
         mark(7, &self.stream)
     }
 
+    /// A copy in host memory of the record of `words` words from `start` in the ring (wrapping
+    /// at its end).
+    fn ring_to_host(&self, start: u64, words: u64) -> Result<Vec<u32>, SolverError> {
+        let cap = self.ring.len() as u64;
+        let first = words.min(cap - start);
+        let read = derr("copying a record out of the ring");
+        let mut v = self.stream.clone_dtoh(&self.ring.slice(start as usize..(start + first) as usize)).map_err(&read)?;
+        if first < words {
+            v.extend(self.stream.clone_dtoh(&self.ring.slice(0..(words - first) as usize)).map_err(&read)?);
+        }
+        Ok(v)
+    }
+
     /// Give the ring `words` words: every record in it goes to host memory first (the next step
     /// brings them back into the new ring, or leaves them in host memory where it has no room).
     pub(super) fn resize_ring(&mut self, words: u64) -> Result<(), SolverError> {
@@ -493,19 +506,7 @@ impl Dev {
         }
         for k in 0..self.subs.len() {
             if let Record::Ring { start, words } = self.subs[k].record {
-                let first = words.min(cap - start);
-                let mut v = self
-                    .stream
-                    .clone_dtoh(&self.ring.slice(start as usize..(start + first) as usize))
-                    .map_err(derr("moving a record out of the ring"))?;
-                if first < words {
-                    v.extend(
-                        self.stream
-                            .clone_dtoh(&self.ring.slice(0..(words - first) as usize))
-                            .map_err(derr("moving a record out of the ring"))?,
-                    );
-                }
-                self.subs[k].record = Record::Host(v);
+                self.subs[k].record = Record::Host(self.ring_to_host(start, words)?);
             }
         }
         // The old ring goes before the new one is allocated (both may not fit at once).
@@ -661,24 +662,12 @@ impl Dev {
     pub(super) fn snapshot(&mut self) -> Result<DevSnapshot, SolverError> {
         self.settle(None)?;
         let shells = self.stream.clone_dtoh(&self.shells).map_err(derr("reading the shells"))?;
-        // The records in the ring lie from its head to its tail: read in at most two pieces.
-        let cap = self.ring.len() as u64;
-        let head = (self.ring_tail + cap - self.ring_used) % cap;
-        let first = self.ring_used.min(cap - head);
-        let mut used =
-            self.stream.clone_dtoh(&self.ring.slice(head as usize..(head + first) as usize)).map_err(derr("reading the ring"))?;
-        if first < self.ring_used {
-            let rest = self.ring.slice(0..(self.ring_used - first) as usize);
-            used.extend(self.stream.clone_dtoh(&rest).map_err(derr("reading the ring"))?);
-        }
         let mut subs = Vec::with_capacity(self.subs.len());
         for s in &self.subs {
+            // Record by record: the host holds each once.
             let (record, in_ring) = match &s.record {
                 Record::None => return Err(SolverError::Backend("a subgrid has no record (a bug)".into())),
-                Record::Ring { start, words } => {
-                    let at = ((start + cap - head) % cap) as usize;
-                    (used[at..at + *words as usize].to_vec(), true)
-                }
+                Record::Ring { start, words } => (self.ring_to_host(*start, *words)?, true),
                 Record::Host(v) => (v.clone(), false),
             };
             let offsets = if s.raw { Vec::new() } else { self.stream.clone_dtoh(&s.offsets).map_err(derr("reading block offsets"))? };
