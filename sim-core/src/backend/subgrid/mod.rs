@@ -668,34 +668,24 @@ impl<L: Lat> Solver for SubgridSolver<L> {
     fn snapshot(&self) -> Result<Snapshot, SolverError> {
         let bytes = self.subs.iter().map(|s| s.bytes() as u64).sum();
         let own = SubgridSnapshot {
-            lattice: L::KIND,
-            n: self.dom.n,
-            flags: crc32fast::hash(&self.dom.flags),
+            cells: cells_of(&self.dom, L::Q),
             t: self.t,
             params: self.params.clone(),
             tau: self.tau,
             compress: self.compress,
             last_forces: self.last_forces,
-            subs: self.subs.clone(),
+            data: self.subs.clone(),
         };
         Ok(Snapshot::own(self.t, bytes, own))
     }
     fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
-        let Some(own) = s.own_ref::<SubgridSnapshot>() else { return crate::solver::restore_snapshot(self, s) };
-        if own.lattice != L::KIND
-            || own.n != self.dom.n
-            || own.flags != crc32fast::hash(&self.dom.flags)
-            || own.subs.len() != self.subs.len()
-        {
+        let Some(own) = s.own_ref::<SubgridSnapshot<Vec<Subgrid>>>() else { return crate::solver::restore_snapshot(self, s) };
+        if own.cells != cells_of(&self.dom, L::Q) || own.data.len() != self.subs.len() {
             return Err(SolverError::Checkpoint("the saved state was taken on other cells (size or obstacles differ)".into()));
         }
         self.set_params(own.params.clone())?;
-        self.subs.clone_from(&own.subs);
-        self.t = own.t;
-        self.tau = own.tau;
-        self.compress = own.compress;
-        self.last_forces = own.last_forces;
-        self.budget_warned = false;
+        self.subs.clone_from(&own.data);
+        (self.t, self.tau, self.compress, self.last_forces, self.budget_warned) = (own.t, own.tau, own.compress, own.last_forces, false);
         Ok(())
     }
     /// Reassembles the dense state, applies the dense solver's edit and splits the result again:
@@ -711,18 +701,22 @@ impl<L: Lat> Solver for SubgridSolver<L> {
     }
 }
 
-/// A [`SubgridSolver`]'s state as it stores it, for [`Solver::roll_back`].
-struct SubgridSnapshot {
-    lattice: Lattice,
-    n: [usize; 3],
-    /// CRC-32 of the flags it was taken on.
-    flags: u32,
-    t: u64,
-    params: Params,
-    tau: f32,
-    compress: bool,
-    last_forces: Forces,
-    subs: Vec<Subgrid>,
+/// A compressed-subgrid solver's state as it stores it, for [`Solver::roll_back`] (the CPU
+/// reference's and the GPU's): the run's own values and `data`, the subgrids as stored.
+pub(crate) struct SubgridSnapshot<T> {
+    /// The cells it was taken on ([`cells_of`]): it goes back only onto the same.
+    pub(crate) cells: (usize, [usize; 3], u32),
+    pub(crate) t: u64,
+    pub(crate) params: Params,
+    pub(crate) tau: f32,
+    pub(crate) compress: bool,
+    pub(crate) last_forces: Forces,
+    pub(crate) data: T,
+}
+
+/// Values a cell, cells per axis and the CRC-32 of the flags of `dom`.
+pub(crate) fn cells_of(dom: &Domain, q: usize) -> (usize, [usize; 3], u32) {
+    (q, dom.n, crc32fast::hash(&dom.flags))
 }
 
 /// What a compressed-subgrid state of a scene is estimated to take.

@@ -40,7 +40,7 @@ use crate::backend::cpu::{apply_params, CpuSolver, Forces};
 use crate::backend::cuda::codec::GpuCodec;
 use crate::backend::cuda::{derr, device_info, gpu_inlets, gpu_outlets, probe, upload_pod};
 use crate::backend::subgrid::budget::{self, Memo};
-use crate::backend::subgrid::{shell_cells, slabs, TAU_CAP};
+use crate::backend::subgrid::{cells_of, shell_cells, slabs, SubgridSnapshot, TAU_CAP};
 use crate::checkpoint::{Checkpoint, Snapshot};
 use crate::compress::BlockShape;
 use crate::domain::Domain;
@@ -100,21 +100,6 @@ pub struct CudaSubgridSolver {
     parts: Vec<std::sync::Mutex<Dev>>,
     last_forces: Forces,
     timing: Option<PhaseTimes>,
-}
-
-/// A [`CudaSubgridSolver`]'s state as it stores it, for [`Solver::roll_back`].
-struct GpuSnapshot {
-    n: [usize; 3],
-    q: usize,
-    /// CRC-32 of the flags it was taken on.
-    flags: u32,
-    t: u64,
-    params: Params,
-    tau: f32,
-    compress: bool,
-    last_forces: Forces,
-    /// One per GPU, in the solver's order.
-    devs: Vec<DevSnapshot>,
 }
 
 /// The statistics of the whole grid, summed over the subgrids.
@@ -787,34 +772,29 @@ impl Solver for CudaSubgridSolver {
             devs.push(d.snapshot()?);
         }
         let bytes = devs.iter().map(DevSnapshot::bytes).sum();
-        let own = GpuSnapshot {
-            n: self.dom.n,
-            q: self.q,
-            flags: crc32fast::hash(&self.dom.flags),
+        let own = SubgridSnapshot {
+            cells: cells_of(&self.dom, self.q),
             t: self.t,
             params: self.params.clone(),
             tau: self.tau,
             compress: self.compress,
             last_forces: self.last_forces,
-            devs,
+            data: devs,
         };
         Ok(Snapshot::own(self.t, bytes, own))
     }
     fn roll_back(&mut self, s: &Snapshot) -> Result<(), SolverError> {
-        let Some(own) = s.own_ref::<GpuSnapshot>() else { return crate::solver::restore_snapshot(self, s) };
-        if own.n != self.dom.n || own.q != self.q || own.flags != crc32fast::hash(&self.dom.flags) || own.devs.len() != self.parts.len() {
+        // One share per GPU, in the solver's order.
+        let Some(own) = s.own_ref::<SubgridSnapshot<Vec<DevSnapshot>>>() else { return crate::solver::restore_snapshot(self, s) };
+        if own.cells != cells_of(&self.dom, self.q) || own.data.len() != self.parts.len() {
             return Err(SolverError::Checkpoint("the saved state was taken on other cells or GPUs".into()));
         }
         self.set_params(own.params.clone())?;
         let mut devs = self.parts.iter_mut().map(|m| m.get_mut().map_err(|_| Dev::lock_err())).collect::<Result<Vec<_>, _>>()?;
-        Self::each(&mut devs, |d| d.roll_back(&own.devs[d.index]))?;
+        Self::each(&mut devs, |d| d.roll_back(&own.data[d.index]))?;
         cuts::settle(&mut devs, self.comms.as_ref(), 2)?;
         Self::each(&mut devs, |d| d.stream.synchronize().map_err(derr("exchanging the cut planes")))?;
-        self.t = own.t;
-        self.tau = own.tau;
-        self.compress = own.compress;
-        self.last_forces = own.last_forces;
-        self.budget_warned = false;
+        (self.t, self.tau, self.compress, self.last_forces, self.budget_warned) = (own.t, own.tau, own.compress, own.last_forces, false);
         Ok(())
     }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {
