@@ -244,6 +244,27 @@ fn gpu_derived_fields_match_cpu() {
     }
 }
 
+/// Probe samples `a` against `b` at `cells`: the same step, density within `rel`, velocity
+/// within `rel` of 0.05 and vorticity within `rel` of 0.01 (each at least `rel` of 1e-3).
+fn assert_probes_close(
+    a: &[sim_core::probes::ProbeSample],
+    b: &[sim_core::probes::ProbeSample],
+    cells: &[[usize; 3]],
+    rel: f32,
+    what: &str,
+) {
+    assert_eq!(a.len(), b.len(), "{what}: sample counts");
+    for ((x, y), cell) in a.iter().zip(b).zip(cells) {
+        assert_eq!(x.step, y.step);
+        let close = |p: f32, q: f32, scale: f32| (p - q).abs() <= rel * scale.max(1e-3);
+        assert!(close(x.rho, y.rho, 1.0), "{what} {cell:?}: rho {} vs {}", x.rho, y.rho);
+        for k in 0..3 {
+            assert!(close(x.u[k], y.u[k], 0.05), "{what} {cell:?}: u {:?} vs {:?}", x.u, y.u);
+        }
+        assert!(close(x.vorticity, y.vorticity, 0.01), "{what} {cell:?}: vorticity {} vs {}", x.vorticity, y.vorticity);
+    }
+}
+
 fn gpu_probes_match_cpu() {
     // The device's probe (field planes made on the GPU, a few cells read back) against the CPU
     // reference's: cells in the flow, at the domain's edges (neighbours wrap), next to and in
@@ -257,16 +278,7 @@ fn gpu_probes_match_cpu() {
         let mut g = cuda::CudaSolver::from_scene(&ls).unwrap();
         c.step(200).unwrap();
         g.step(200).unwrap();
-        let (a, b) = (g.probe(&cells).unwrap(), c.probe(&cells).unwrap());
-        for ((x, y), cell) in a.iter().zip(&b).zip(&cells) {
-            assert_eq!(x.step, y.step);
-            let close = |p: f32, q: f32, scale: f32| (p - q).abs() <= 1e-4 * scale.max(1e-3);
-            assert!(close(x.rho, y.rho, 1.0), "{cell:?}: rho gpu {} cpu {}", x.rho, y.rho);
-            for k in 0..3 {
-                assert!(close(x.u[k], y.u[k], 0.05), "{cell:?}: u gpu {:?} cpu {:?}", x.u, y.u);
-            }
-            assert!(close(x.vorticity, y.vorticity, 0.01), "{cell:?}: vorticity gpu {} cpu {}", x.vorticity, y.vorticity);
-        }
+        assert_probes_close(&g.probe(&cells).unwrap(), &c.probe(&cells).unwrap(), &cells, 1e-4, "gpu against cpu");
         // A cell outside the grid is refused.
         assert!(g.probe(&[[1000, 0, 0]]).is_err());
     }
@@ -978,15 +990,7 @@ fn gpu_subgrid_probes_match_the_reassembled_fields() {
         s.step(60).unwrap();
         let a = s.probe(&cells).unwrap();
         let b = sim_core::probes::sample_fields(&s.fields(), s.time_step(), &cells);
-        for ((x, y), cell) in a.iter().zip(&b).zip(&cells) {
-            assert_eq!(x.step, y.step);
-            let close = |p: f32, q: f32, scale: f32| (p - q).abs() <= 1e-5 * scale.max(1e-3);
-            assert!(close(x.rho, y.rho, 1.0), "{devices:?} {cell:?}: rho probe {} fields {}", x.rho, y.rho);
-            for k in 0..3 {
-                assert!(close(x.u[k], y.u[k], 0.05), "{devices:?} {cell:?}: u probe {:?} fields {:?}", x.u, y.u);
-            }
-            assert!(close(x.vorticity, y.vorticity, 0.01), "{devices:?} {cell:?}: vorticity probe {} fields {}", x.vorticity, y.vorticity);
-        }
+        assert_probes_close(&a, &b, &cells, 1e-5, &format!("{devices:?}: probe against fields"));
         assert!(a[7].rho == 1.0 && a[7].u == [0.0; 3], "the sphere's centre reads as a solid cell: {:?}", a[7]);
         assert!(s.probe(&[[96, 0, 0]]).is_err(), "a cell outside the grid is refused");
         assert!(s.probe(&[]).unwrap().is_empty());
