@@ -7,6 +7,7 @@
 //   DEF_SCHEME                   SCHEME_ONE_STEP_PULL, _AA, _ESOTERIC_PULL, _ESOTERIC_PUSH, _SWAP, _GHOST
 //   DEF_STORE                    STORE_FP32, STORE_FP16S, STORE_FP16C
 //   DEF_COLLISION                COLLISION_BGK, _TRT, _SMAGORINSKY, _REGULARIZED (codes from the tables in nvrtc.rs)
+//   DEF_TRT_MAGIC DEF_TRT_MAX_ODD_RATIO   TRT's magic parameter and the bound of its odd rate (collision.rs)
 //   DEF_FORCE                    1 if a body force is applied (Guo)
 //   DEF_SLIP                     1 if the grid has free-slip walls (kind SLIP)
 //   DEF_SLOTS                    DDF slots of the state buffer (q x cells, more with ghost layers)
@@ -255,7 +256,10 @@ __device__ __forceinline__ void collide_with(float* f, const Params& p) {
     float feq[DEF_Q];
     equilibrium(rho_m1, ux, uy, uz, feq);
 #if DEF_COLLISION == COLLISION_TRT
-    const float wp = 1.0f / p.tau, wm = 1.0f / (0.25f / (p.tau - 0.5f) + 0.5f);
+    // The odd rate as `collision::trt_tau_minus` gives it: Lambda = DEF_TRT_MAGIC with tau- - 1/2
+    // at most DEF_TRT_MAX_ODD_RATIO times tau+ - 1/2.
+    const float e = p.tau - 0.5f;
+    const float wp = 1.0f / p.tau, wm = 1.0f / (0.5f + fminf(DEF_TRT_MAGIC / e, DEF_TRT_MAX_ODD_RATIO * e));
     f[0] += wp * (feq[0] - f[0]);
     if constexpr (FORCE) f[0] += (1.0f - 0.5f * wp) * guo_source(0, ux, uy, uz, p.fx, p.fy, p.fz);
 #pragma unroll

@@ -22,6 +22,15 @@ for s in scenes/*.toml; do
 done
 wait $tests_pid
 tests_rc=$?
+# The Vulkan interop tests (shared frames between CUDA and the renderer): every export they
+# use must be there on a GPU host.
+if source scripts/vulkan-loader.sh; then
+  ESOFLOW_REQUIRE_ADAPTER=1 ESOFLOW_REQUIRE_INTEROP=1 timeout 120 stage/test-interop > "$OUT/test-interop.log" 2>&1
+  interop_rc=$?
+else
+  echo "no Vulkan loader (.gl): the interop tests did not run" > "$OUT/test-interop.log"
+  interop_rc=none
+fi
 timeout 150 stage/esoflow bench --backend cuda --size 256 --lattice D3Q19,D3Q27 --scheme esoteric_pull,one_step_pull,aa \
   --seconds "${BENCH_SECONDS:-0.6}" --csv "$OUT/bench.csv" > "$OUT/bench.log" 2>&1
 bench_rc=$?
@@ -34,6 +43,7 @@ ESOFLOW_CUDA_ROWS=0 timeout 60 stage/esoflow bench --backend cuda --size 256 --l
 } > "$OUT/bench-variants.log"
 echo "== $(cat "$OUT/gpu.txt")"
 echo "== GPU tests rc=$tests_rc"; grep -E "^test |test result" "$OUT/test-cuda.log"
+echo "== interop tests rc=$interop_rc"; grep -E "^test |test result|did not run" "$OUT/test-interop.log"
 echo "== bench rc=$bench_rc"; grep -E "copy bandwidth|D3Q|bricks|MLUPS|split|fused" "$OUT/bench.log"
 echo "== bricks only (ESOFLOW_CUDA_ROWS=0)"; grep -E "D3Q19" "$OUT/bench-bricks-only.log"
 echo "== variants"; grep -E "D3Q" "$OUT/bench-variants.log"

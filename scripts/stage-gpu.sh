@@ -15,9 +15,12 @@ done
 exe=$(cargo test --release -p esoflow --bin esoflow --no-run --message-format=json 2>/dev/null \
       | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
 cp "$exe" stage/test-app
+exe=$(cargo test --release -p esoflow --test interop --no-run --message-format=json 2>/dev/null \
+      | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
+cp "$exe" stage/test-interop
 strip stage/*
 cp -r scenes stage/
-cp scripts/gpu-check.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh scripts/peak-memory.sh stage/
+cp scripts/gpu-check.sh scripts/vulkan-loader.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh scripts/peak-memory.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh
@@ -31,6 +34,9 @@ stage/test-nvrtc 2>&1 | tail -3
 stage/test-cuda --test-threads 1 2>&1
 # The viewer's CUDA tests (shared frames) are ignored where there is no GPU; here they run.
 stage/test-app --ignored --test-threads 1 2>&1 | grep -E "^test |test result"
+# The Vulkan interop tests need a Vulkan loader (.gl, see scripts/vulkan-loader.sh); with it
+# every export they use must be there.
+source scripts/vulkan-loader.sh && ESOFLOW_REQUIRE_ADAPTER=1 ESOFLOW_REQUIRE_INTEROP=1 stage/test-interop 2>&1 | tail -12
 SH
 chmod +x stage/*.sh
 du -sh stage

@@ -14,8 +14,7 @@ use sim_core::checkpoint::Checkpoint;
 use sim_core::export::{write_fields_csv, write_fields_vti, StatsColumns, StatsWriter};
 use sim_core::forces::{ForceHistory, Keep, NoShedding};
 use sim_core::ranks::Rank;
-use sim_core::scene::human_bytes;
-use sim_core::units::{si, Units};
+use sim_core::units::{human_bytes, si, Units};
 use sim_core::Solver;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -156,23 +155,36 @@ fn export_fields(dir: &Path, solver: &dyn Solver, suffix: &str, which: ExportFie
     Ok(written)
 }
 
+/// What [`check_outputs`] holds for the run: the locks of its output folders (released when
+/// the run ends) and the GPU adapter its pictures are rendered on.
+struct Outputs {
+    _locks: Vec<sim_core::atomic_file::FolderLock>,
+    gpu: Option<crate::viewer::headless::Gpu>,
+}
+
 /// Check every destination a run writes to before the first step, so that a bad path fails
-/// at once instead of after the compute: the export and recording folders are created and
-/// must take files (leftover temporary files of killed runs in them are removed), the
-/// checkpoint's folder must take files, and a screenshot must be a PNG in a folder that takes
-/// files; a screenshot or a recording needs a GPU adapter to render it (opened here and
-/// returned for the run).
-fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::Gpu>> {
+/// at once instead of after the compute: the export and recording folders are created, must
+/// take files and are held for this run alone (a second run into the same folder is
+/// refused), and leftover temporary files of killed runs in them are removed; the
+/// checkpoint's folder must take files (a killed run's leftovers of the same checkpoint are
+/// removed), and a screenshot must be a PNG in a folder that takes files; a screenshot or a
+/// recording needs a GPU adapter to render it (opened here and returned for the run).
+fn check_outputs(a: &RunArgs) -> anyhow::Result<Outputs> {
+    let mut locks = Vec::new();
+    let say_removed = |n: usize, what: &Path| {
+        if n > 0 {
+            eprintln!("note: removed {n} partial file(s) that an interrupted run left in {}", what.display());
+        }
+    };
     if let Some(d) = &a.export {
         std::fs::create_dir_all(d).with_context(|| format!("--export {}: cannot create the folder", d.display()))?;
         sim_core::atomic_file::probe_dir(d).with_context(|| format!("--export {}: cannot write into the folder", d.display()))?;
-        let n = sim_core::atomic_file::remove_leftovers(d);
-        if n > 0 {
-            eprintln!("note: removed {n} partial file(s) that an interrupted run left in {}", d.display());
-        }
+        locks.push(sim_core::atomic_file::FolderLock::take(d).map_err(|e| anyhow!("--export {}: {e}", d.display()))?);
+        say_removed(sim_core::atomic_file::remove_leftovers(d), d);
     }
     if let Some(c) = &a.checkpoint {
         sim_core::atomic_file::check_writable(c).map_err(|e| anyhow!("--checkpoint {e}"))?;
+        say_removed(sim_core::atomic_file::remove_leftovers_of(c), &sim_core::atomic_file::folder_of(c));
     }
     if let Some(d) = &a.record {
         if d.exists() && !d.is_dir() {
@@ -180,13 +192,17 @@ fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::
         }
         std::fs::create_dir_all(d).with_context(|| format!("--record {}: cannot create the folder", d.display()))?;
         sim_core::atomic_file::probe_dir(d).with_context(|| format!("--record {}: cannot write into the folder", d.display()))?;
+        // The same folder as --export is held once.
+        if a.export.as_ref().is_none_or(|e| !same_folder(e, d)) {
+            locks.push(sim_core::atomic_file::FolderLock::take(d).map_err(|e| anyhow!("--record {}: {e}", d.display()))?);
+        }
         let _ = sim_core::atomic_file::remove_leftovers(d);
     }
     let Some(p) = &a.screenshot else {
-        let Some(d) = &a.record else { return Ok(None) };
+        let Some(d) = &a.record else { return Ok(Outputs { _locks: locks, gpu: None }) };
         let gpu =
             crate::viewer::headless::gpu().map_err(|e| anyhow!("--record {}: no GPU adapter to render the frames: {e}", d.display()))?;
-        return Ok(Some(gpu));
+        return Ok(Outputs { _locks: locks, gpu: Some(gpu) });
     };
     let png = p.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("png"));
     if !png {
@@ -198,7 +214,15 @@ fn check_outputs(a: &RunArgs) -> anyhow::Result<Option<crate::viewer::headless::
     }
     sim_core::atomic_file::check_writable(p).map_err(|e| anyhow!("--screenshot {e}"))?;
     let gpu = crate::viewer::headless::gpu().map_err(|e| anyhow!("--screenshot {}: no GPU adapter to render it: {e}", p.display()))?;
-    Ok(Some(gpu))
+    Ok(Outputs { _locks: locks, gpu: Some(gpu) })
+}
+
+/// Whether two paths name the same folder.
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// Steps between two frames of `--record` without `--every`.
@@ -379,11 +403,40 @@ fn check_launch(a: &RunArgs, r: &Rank) -> anyhow::Result<()> {
     }
 }
 
+/// What differs between the parameters `was` and `now`, one phrase each ("tau 0.6 -> 1.5").
+fn params_changes(was: &sim_core::Params, now: &sim_core::Params) -> Vec<String> {
+    let (a, b) = (&was.collide, &now.collide);
+    let mut out = Vec::new();
+    if a.kind != b.kind {
+        out.push(format!("collision {} -> {}", a.kind, b.kind));
+    }
+    if a.tau != b.tau {
+        out.push(format!("tau {} -> {}", a.tau, b.tau));
+    }
+    if a.cs != b.cs && b.kind == sim_core::collision::Collision::Smagorinsky {
+        out.push(format!("Smagorinsky constant {} -> {}", a.cs, b.cs));
+    }
+    if a.force != b.force {
+        out.push(format!("body force {:?} -> {:?}", a.force, b.force));
+    }
+    for (what, x, y) in [("inlet", &was.inlets, &now.inlets), ("moving wall", &was.walls, &now.walls)] {
+        for (i, (u, v)) in x.iter().zip(y).enumerate().filter(|(_, (u, v))| u != v) {
+            // Wall id 0 is the resting wall; the others are the scene's moving walls in order.
+            let n = if what == "moving wall" { i.saturating_sub(1) } else { i };
+            out.push(format!("{what} {n} velocity {u:?} -> {v:?}"));
+        }
+    }
+    for (i, (u, v)) in was.outlets.iter().zip(&now.outlets).enumerate().filter(|(_, (u, v))| u != v) {
+        out.push(format!("outlet {i} density {u} -> {v}"));
+    }
+    out
+}
+
 /// Meet the other processes of a launch (see [`sim_core::ranks::rendezvous`]).
 fn meet(r: &Rank) -> anyhow::Result<sim_core::ranks::rendezvous::Cluster> {
     use sim_core::ranks::rendezvous;
     let (place, wait) = rendezvous::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
-    rendezvous::join(r, &place, wait).map_err(anyhow::Error::msg)
+    rendezvous::join_saying(r, &place, wait, &mut |m| eprintln!("{m}")).map_err(anyhow::Error::msg)
 }
 
 /// A rank other than 0 of a launch: its slab of the grid, steered by rank 0, which prints and
@@ -411,7 +464,8 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
     };
     // Bad probes are refused before any output folder is made.
     let mut probes = probes::Probes::new(a, &ls, resume.as_ref().map_or(&[], |c| c.probes.as_slice()))?;
-    let render_gpu = check_outputs(a)?;
+    let outputs = check_outputs(a)?;
+    let render_gpu = outputs.gpu.as_ref();
     // Two saved states are held at once (the last good state and the next, or a checkpoint
     // being written). A blow-up with --export writes the last good state as a checkpoint.
     let keeps = Keeps {
@@ -428,8 +482,17 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
         None => crate::solvers::build_solver(&ls, &crate::solvers::choice(&ls, a.backend, a.gpus, keeps))?,
     };
     if let (Some(r), Some(c)) = (&a.resume, &resume) {
+        c.check_sane(f64::from(solver.domain().rho0))
+            .map_err(|why| anyhow!("--resume {}: {why}; resume from an earlier checkpoint", r.display()))?;
+        // The checkpoint holds the state; the scene and the command line say how it goes on
+        // (taken before the restore, which sets the checkpoint's boundary values).
+        let p = sim_core::Params::from_scene(&ls, solver.domain());
         solver.restore(c).with_context(|| format!("--resume {}", r.display()))?;
         eprintln!("resumed from step {} ({})", c.step, r.display());
+        for d in params_changes(&c.params, &p) {
+            eprintln!("note: {d} (the checkpoint's value gives way to the scene's and the command line's)");
+        }
+        solver.set_params(p).with_context(|| format!("--resume {}: the scene's parameters", r.display()))?;
     }
     drop(resume);
     let info = solver.info();
@@ -599,7 +662,7 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
         if let Some(p) = probes.as_mut() {
             p.sane_at(next);
         }
-        if let (Some(r), Some(gpu)) = (recorder.as_mut().filter(|_| frame_due), &render_gpu) {
+        if let (Some(r), Some(gpu)) = (recorder.as_mut().filter(|_| frame_due), render_gpu) {
             r.frame(gpu, solver.as_ref(), &view)?;
         }
         if row_due {
@@ -679,7 +742,7 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
         probes::checkpoint_with(solver.as_ref(), probes.as_ref()).save(c).with_context(|| format!("writing {}", c.display()))?;
         written.push(c.clone());
     }
-    if let (Some(p), Some(gpu)) = (&a.screenshot, &render_gpu) {
+    if let (Some(p), Some(gpu)) = (&a.screenshot, render_gpu) {
         let adapter = crate::viewer::headless::screenshot_solver(gpu, solver.as_ref(), &view, p)
             .with_context(|| format!("screenshot {}", p.display()))?;
         eprintln!("rendered {} offscreen on {adapter}", p.display());

@@ -20,9 +20,19 @@ pub fn folder_of(path: &Path) -> PathBuf {
     }
 }
 
-fn temp_in(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+/// The prefix of the temporary files of `path` (`.NAME.`).
+fn temp_prefix(path: &Path) -> String {
     let name = path.file_name().map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
-    tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(PARTIAL_SUFFIX).tempfile_in(folder_of(path))
+    format!(".{name}.")
+}
+
+/// A temporary file beside `path`, locked while it is written so that
+/// [`remove_leftovers`] never takes a file that a live writer (another run) is filling.
+fn temp_in(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let t = tempfile::Builder::new().prefix(&temp_prefix(path)).suffix(PARTIAL_SUFFIX).tempfile_in(folder_of(path))?;
+    // Where a file system has no locks, a leftover is still told by its name.
+    let _ = t.as_file().try_lock();
+    Ok(t)
 }
 
 /// Write `path` through `write`, atomically: the bytes go to a temporary file beside it, which
@@ -92,19 +102,94 @@ pub fn probe_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Remove the temporary files that runs killed while writing left in `dir`
-/// (`.NAME.XXXXXX.partial`); returns how many were removed.
+/// (`.NAME.XXXXXX.partial`); returns how many were removed. A file that a live writer holds
+/// (locked) stays.
 #[must_use]
 pub fn remove_leftovers(dir: &Path) -> usize {
+    remove_leftovers_with(dir, ".")
+}
+
+/// Remove the temporary files that runs killed while writing `path` left beside it
+/// (`.NAME.XXXXXX.partial` of its name only: the folder may hold other programs' files);
+/// returns how many were removed.
+#[must_use]
+pub fn remove_leftovers_of(path: &Path) -> usize {
+    remove_leftovers_with(&folder_of(path), &temp_prefix(path))
+}
+
+fn remove_leftovers_with(dir: &Path, prefix: &str) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .flatten()
         .filter(|e| {
             let n = e.file_name();
             let n = n.to_string_lossy();
-            n.starts_with('.') && n.ends_with(PARTIAL_SUFFIX) && e.file_type().is_ok_and(|t| t.is_file())
+            n.starts_with(prefix) && n.ends_with(PARTIAL_SUFFIX) && e.file_type().is_ok_and(|t| t.is_file())
         })
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .filter(|e| {
+            // A writer that is alive holds its file locked.
+            let free = File::open(e.path()).is_ok_and(|f| !matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
+            free && std::fs::remove_file(e.path()).is_ok()
+        })
         .count()
+}
+
+/// The name of the lock file a run holds in the folder it exports into.
+pub const LOCK_NAME: &str = ".esoflow.lock";
+
+/// A folder held by one run: a second run that asks for it is refused while the first holds
+/// it. The hold is a lock on [`LOCK_NAME`] in the folder, which the system releases when the
+/// process ends, however it ends; the file (with the holder's process id in it) is removed on
+/// drop.
+pub struct FolderLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl FolderLock {
+    /// Take `dir` for this process.
+    ///
+    /// # Errors
+    /// The folder is held by another process (its id in the message), or the lock file cannot
+    /// be made.
+    pub fn take(dir: &Path) -> Result<FolderLock, String> {
+        let path = dir.join(LOCK_NAME);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("cannot make the lock file {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = std::io::Read::read_to_string(&mut file, &mut holder);
+                let who = holder.trim().parse::<u32>().map_or_else(|_| "another process".to_string(), |p| format!("process {p}"));
+                return Err(format!(
+                    "another Esoflow run ({who}) is writing into {}; wait for it to end or give another folder",
+                    dir.display()
+                ));
+            }
+            // A file system without locks (some network shares): the folder is not guarded.
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!("{}: cannot lock ({e}); runs into this folder are not kept apart", path.display())
+            }
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(FolderLock { file, path })
+    }
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        // Removed while still held: a run that starts now makes a new file and takes it.
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
 }
 
 /// An append-only log (stats.csv): each row goes to the file in one write, so a run killed
@@ -112,6 +197,10 @@ pub fn remove_leftovers(dir: &Path) -> usize {
 /// line, which [`AppendLog::resume`] drops.
 pub struct AppendLog {
     file: File,
+    path: PathBuf,
+    /// Bytes of whole lines in the file: a write that fails part-way (a full disk) is cut back
+    /// to this length.
+    len: u64,
 }
 
 impl AppendLog {
@@ -157,18 +246,27 @@ impl AppendLog {
     }
 
     fn open(path: &Path) -> std::io::Result<AppendLog> {
-        Ok(AppendLog { file: std::fs::OpenOptions::new().append(true).open(path)? })
+        let file = std::fs::OpenOptions::new().append(true).open(path)?;
+        let len = file.metadata()?.len();
+        Ok(AppendLog { file, path: path.to_path_buf(), len })
     }
 
-    /// Append one line (a newline is added).
+    /// Append one line (a newline is added), whole or not at all: a write that fails part-way
+    /// (a full disk, a file-size limit) is cut back to the lines before it.
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors, with the file's name in the message.
     pub fn line(&mut self, line: &str) -> std::io::Result<()> {
         let mut s = String::with_capacity(line.len() + 1);
         s.push_str(line);
         s.push('\n');
-        self.file.write_all(s.as_bytes())
+        if let Err(e) = self.file.write_all(s.as_bytes()) {
+            let cut = self.file.set_len(self.len);
+            let kept = if cut.is_ok() { "its rows before this one are kept whole" } else { "its last row may be cut short" };
+            return Err(std::io::Error::new(e.kind(), format!("writing {}: {e}; {kept}", self.path.display())));
+        }
+        self.len += s.len() as u64;
+        Ok(())
     }
 }
 
@@ -203,6 +301,41 @@ mod tests {
         assert_eq!(remove_leftovers(dir.path()), 1);
         assert!(!kept.exists());
         assert!(dir.path().join("fields.csv").exists());
+    }
+
+    #[test]
+    fn a_folder_is_held_by_one_lock_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = FolderLock::take(dir.path()).unwrap();
+        let e = FolderLock::take(dir.path()).err().unwrap();
+        assert!(e.contains(&format!("process {}", std::process::id())) && e.contains("another Esoflow run"), "{e}");
+        drop(held);
+        assert!(!dir.path().join(LOCK_NAME).exists());
+        let again = FolderLock::take(dir.path()).unwrap();
+        drop(again);
+    }
+
+    #[test]
+    fn a_live_writers_temporary_file_is_not_a_leftover() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("run.ckpt");
+        let live = temp_in(&ck).unwrap();
+        let (_, dead) = temp_in(&ck).unwrap().keep().unwrap();
+        let (_, other) = temp_in(&dir.path().join("notes.txt")).unwrap().keep().unwrap();
+        assert_eq!(remove_leftovers_of(&ck), 1);
+        assert!(!dead.exists() && live.path().exists() && other.exists(), "only the dead writer's file of run.ckpt goes");
+        drop(live);
+    }
+
+    #[test]
+    fn a_full_disk_is_named_in_the_error() {
+        let full = Path::new("/dev/full");
+        if full.exists() {
+            let mut log = AppendLog::open(full).unwrap();
+            let e = log.line("1,2").unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+            assert!(e.to_string().starts_with("writing /dev/full: "), "{e}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::collision::{CollideParams, Collision};
 use crate::lattice::Lattice;
 use crate::params::Params;
 use crate::precision::Precision;
+use crate::stats::Stats;
 use std::io::Write;
 use std::path::Path;
 
@@ -35,7 +36,7 @@ pub struct Checkpoint {
     pub data: Vec<u8>,
     /// The probes sampled in the run that saved it (cells of the scene's `domain.size`), so a
     /// resumed run or a reopened view samples the same places.
-    pub probes: Vec<crate::probes::Probe>,
+    pub probes: Vec<crate::scene::Probe>,
 }
 
 fn kind_name(k: Collision) -> &'static str {
@@ -62,12 +63,12 @@ fn parse_vecs(s: &str) -> Result<Vec<[f32; 3]>, String> {
 }
 
 /// `name@x:y:z` per probe, comma separated (names made CSV-safe: no `@`, `:` or `,` in them).
-fn probes_text(probes: &[crate::probes::Probe]) -> String {
-    let one = |p: &crate::probes::Probe| format!("{}@{}:{}:{}", crate::export::column_name(&p.name), p.cell[0], p.cell[1], p.cell[2]);
+fn probes_text(probes: &[crate::scene::Probe]) -> String {
+    let one = |p: &crate::scene::Probe| format!("{}@{}:{}:{}", crate::scene::column_name(&p.name), p.cell[0], p.cell[1], p.cell[2]);
     probes.iter().map(one).collect::<Vec<_>>().join(",")
 }
 
-fn parse_probes(s: &str) -> Result<Vec<crate::probes::Probe>, String> {
+fn parse_probes(s: &str) -> Result<Vec<crate::scene::Probe>, String> {
     if s.is_empty() {
         return Ok(Vec::new());
     }
@@ -77,7 +78,7 @@ fn parse_probes(s: &str) -> Result<Vec<crate::probes::Probe>, String> {
             let (name, at) = t.split_once('@').ok_or_else(bad)?;
             let c: Vec<usize> = at.split(':').map(str::parse).collect::<Result<_, _>>().map_err(|_| bad())?;
             let cell: [usize; 3] = c.try_into().map_err(|_| bad())?;
-            Ok(crate::probes::Probe { name: name.to_string(), cell })
+            Ok(crate::scene::Probe { name: name.to_string(), cell })
         })
         .collect()
 }
@@ -215,6 +216,52 @@ impl Checkpoint {
         })
     }
 
+    /// The statistics of the state it holds, from its DDFs alone (mass, density range and
+    /// fastest speed over its cells; no forces), so that a state can be checked for sanity
+    /// ([`Stats::sanity`]) before any solver takes it.
+    #[must_use]
+    pub fn state_stats(&self) -> Stats {
+        use rayon::prelude::*;
+        let (q, c, w) = (self.lattice.q(), self.lattice.velocities(), self.lattice.weights());
+        let per = q * self.precision.bytes();
+        // (mass, min rho, max rho, max |u|^2, all finite) over a run of cells.
+        let fold = |chunk: &[u8]| {
+            let mut f = vec![0.0f32; chunk.len() / self.precision.bytes()];
+            self.precision.decode_all(chunk, &mut f);
+            let mut acc = (0.0f64, f64::INFINITY, f64::NEG_INFINITY, 0.0f64, true);
+            for cell in f.chunks_exact(q) {
+                let (mut rho, mut j) = (0.0f64, [0.0f64; 3]);
+                for i in 0..q {
+                    let v = f64::from(cell[i] + w[i]);
+                    rho += v;
+                    for a in 0..3 {
+                        j[a] += f64::from(c[i][a]) * v;
+                    }
+                }
+                let u2 = (j[0] * j[0] + j[1] * j[1] + j[2] * j[2]) / (rho * rho);
+                acc.4 &= rho.is_finite() && u2.is_finite();
+                acc.0 += rho;
+                acc.1 = acc.1.min(rho);
+                acc.2 = acc.2.max(rho);
+                acc.3 = acc.3.max(u2);
+            }
+            acc
+        };
+        let (mass, lo, hi, u2, finite) = self.data.par_chunks(per * 4096).map(fold).reduce(
+            || (0.0, f64::INFINITY, f64::NEG_INFINITY, 0.0, true),
+            |a, b| (a.0 + b.0, a.1.min(b.1), a.2.max(b.2), a.3.max(b.3), a.4 && b.4),
+        );
+        let nan = |v: f64| if finite { v } else { f64::NAN };
+        Stats {
+            step: self.step,
+            mass: nan(mass),
+            max_u: nan(u2.sqrt()),
+            rho_range: [nan(lo), nan(hi)],
+            forces: Vec::new(),
+            first_bad_cell: None,
+        }
+    }
+
     /// Write to a file (through a temporary file, so a crash never leaves half a checkpoint:
     /// see [`crate::atomic_file`]).
     ///
@@ -229,8 +276,27 @@ impl Checkpoint {
     /// # Errors
     /// A message naming the file and the problem.
     pub fn load(path: &Path) -> Result<Checkpoint, String> {
-        let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::io::Read;
+        let (mut f, _) = crate::input::open(path, "a checkpoint")?;
+        // The magic number first: a wrong file (a disk image, a pipe that never ends) is
+        // refused before the rest of it is read.
+        let mut b = vec![0u8; MAGIC.len()];
+        let read = f.read_exact(&mut b);
+        if read.is_err() || b[..] != MAGIC[..] {
+            return Err(format!("{}: not an Esoflow checkpoint (bad magic number)", path.display()));
+        }
+        f.read_to_end(&mut b).map_err(|e| format!("{}: {e}", path.display()))?;
         Checkpoint::from_bytes(&b).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Whether the state it holds is sane around the reference density `rho0` (see
+    /// [`Stats::sanity`]): a resume or a reload takes only such a state, as a run keeps only
+    /// such states to roll back to.
+    ///
+    /// # Errors
+    /// What is wrong with the state, in words.
+    pub fn check_sane(&self, rho0: f64) -> Result<(), String> {
+        self.state_stats().sanity(rho0).map_err(|why| format!("the state it holds (step {}) is not sane: {why}", self.step))
     }
 }
 
@@ -329,13 +395,40 @@ mod tests {
     }
 
     #[test]
+    fn a_state_is_checked_for_sanity_from_its_values() {
+        // Two D2Q9 cells at rest, density 1.02 (shifted DDFs: f - w = 0.02 w).
+        let w = Lattice::D2Q9.weights();
+        let rest: Vec<f32> = (0..2).flat_map(|_| w.iter().map(|w| 0.02 * w)).collect();
+        let mut c = sample();
+        c.precision = Precision::Fp32;
+        c.data = Precision::Fp32.encode_all(&rest);
+        let st = c.state_stats();
+        assert!((st.mass - 2.04).abs() < 1e-5 && st.max_u < 1e-6, "{st:?}");
+        c.check_sane(1.0).unwrap();
+        let e = c.check_sane(2.5).unwrap_err();
+        assert!(e.contains("step 1234") && e.contains("density"), "{e}");
+        let mut nan = rest.clone();
+        nan[12] = f32::NAN;
+        c.data = Precision::Fp32.encode_all(&nan);
+        assert!(c.check_sane(1.0).unwrap_err().contains("not finite"));
+        // Fast: every cell moving at 0.7 along x (f_1 carries the momentum).
+        let mut fast = rest;
+        fast[1] += 0.7;
+        fast[2] -= 0.7;
+        fast[10] += 0.7;
+        fast[11] -= 0.7;
+        c.data = Precision::Fp32.encode_all(&fast);
+        assert!(c.check_sane(1.0).unwrap_err().contains("speed"), "{:?}", c.state_stats());
+    }
+
+    #[test]
     fn probes_ride_in_the_header_and_files_without_them_still_load() {
         let mut c = sample();
         let plain = c.to_bytes();
         assert!(!String::from_utf8_lossy(&plain).contains("probes="), "no probes, no key");
         c.probes = vec![
-            crate::probes::Probe { name: "wake".into(), cell: [3, 4, 0] },
-            crate::probes::Probe { name: "probe2".into(), cell: [0, 1, 0] },
+            crate::scene::Probe { name: "wake".into(), cell: [3, 4, 0] },
+            crate::scene::Probe { name: "probe2".into(), cell: [0, 1, 0] },
         ];
         assert_eq!(Checkpoint::from_bytes(&c.to_bytes()).unwrap(), c);
         assert!(Checkpoint::from_bytes(&plain).unwrap().probes.is_empty());

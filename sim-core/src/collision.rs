@@ -41,8 +41,44 @@ impl std::fmt::Display for Collision {
     }
 }
 
-/// The TRT "magic" parameter Lambda = (tau+ - 1/2)(tau- - 1/2).
+/// The TRT "magic" parameter Lambda = (tau+ - 1/2)(tau- - 1/2) where [`trt_tau_minus`] keeps
+/// it: 1/4, the value of best stability in the bulk (Ginzburg, Verhaeghe and d'Humieres 2008,
+/// "Two-relaxation-time lattice Boltzmann scheme: about parametrization, velocity, pressure
+/// and mixed boundary conditions").
 pub const TRT_MAGIC: f32 = 0.25;
+
+/// The most the odd relaxation time's excess over 1/2 may be, as a multiple of the even one's:
+/// `tau- - 1/2 <= TRT_MAX_ODD_RATIO (tau+ - 1/2)`.
+///
+/// With Lambda fixed, `tau- = 1/2 + Lambda / (tau+ - 1/2)` grows without bound as tau+ nears
+/// 1/2 (9.8 at tau+ = 0.527): the odd non-equilibrium moments then keep almost all of their
+/// value from step to step. Where a boundary sets a cell's populations to an equilibrium (an
+/// inlet or outlet face) it puts a jump into those moments in the fluid beside it, and a jump
+/// that hardly decays grows: the default cylinder scene with TRT blew up beside its inlet by
+/// step 700 while BGK, whose odd moments relax at tau+, ran on. Bounding tau- by a multiple of
+/// tau+ - 1/2 keeps the odd moments decaying at a rate tied to the viscous one, so TRT tends to
+/// BGK near tau+ = 1/2 (where BGK is stable, TRT is too) and keeps Lambda = 1/4 from
+/// tau+ = 1/2 + 1/16 = 0.5625 up (tau- = 4.5 there). At the default scene's tau+ = 0.527 the
+/// bound gives tau- = 2.23 (Lambda = 0.047).
+pub const TRT_MAX_ODD_RATIO: f32 = 64.0;
+
+/// The odd (antisymmetric) relaxation time of TRT at the even one `tau` (which sets the
+/// viscosity): `1/2 + min(Lambda / (tau - 1/2), TRT_MAX_ODD_RATIO (tau - 1/2))`, see
+/// [`TRT_MAGIC`] and [`TRT_MAX_ODD_RATIO`]. `kernels/common.cuh` computes the same from the
+/// generated `DEF_TRT_MAGIC` and `DEF_TRT_MAX_ODD_RATIO`.
+#[inline(always)]
+#[must_use]
+pub fn trt_tau_minus(tau: f32) -> f32 {
+    let e = tau - 0.5;
+    0.5 + (TRT_MAGIC / e).min(TRT_MAX_ODD_RATIO * e)
+}
+
+/// The magic parameter Lambda = (tau+ - 1/2)(tau- - 1/2) TRT runs with at `tau` (1/4 from
+/// tau = 0.5625 up, less below: see [`trt_tau_minus`]).
+#[must_use]
+pub fn trt_lambda(tau: f32) -> f32 {
+    (tau - 0.5) * (trt_tau_minus(tau) - 0.5)
+}
 
 /// Parameters of one collision, fixed during a step, changeable between steps.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -168,7 +204,7 @@ pub fn collide_w<L: Lat, const W: usize>(f: &mut Lanes<W>, p: &CollideParams) {
         Collision::Regularized => regularized_w::<L, W>(f, &feq, &rho_m1, &u, p),
         Collision::Trt => {
             let wp = 1.0 / p.tau;
-            let wm = 1.0 / (TRT_MAGIC / (p.tau - 0.5) + 0.5);
+            let wm = 1.0 / trt_tau_minus(p.tau);
             for l in 0..W {
                 f[0][l] += wp * (feq[0][l] - f[0][l]);
             }
@@ -442,6 +478,20 @@ mod tests {
             let j1: f32 = (0..L::Q).map(|i| L::C[i][a] as f32 * f[i]).sum();
             assert!((j0[a] - j1).abs() < 1e-7, "{kind}: momentum {a}");
         }
+    }
+
+    #[test]
+    fn trt_keeps_its_magic_parameter_where_the_odd_rate_stays_bounded() {
+        // Lambda = 1/4 from tau = 0.5625 up (tau- = 4.5 there), continuous across.
+        for tau in [0.5625f32, 0.625, 0.8, 1.0, 3.0] {
+            assert!((trt_lambda(tau) - TRT_MAGIC).abs() < 1e-6, "tau {tau}: Lambda {}", trt_lambda(tau));
+        }
+        assert!((trt_tau_minus(0.5625) - 4.5).abs() < 1e-4);
+        assert!((trt_tau_minus(0.5625 - 1e-4) - trt_tau_minus(0.5625 + 1e-4)).abs() < 2e-2);
+        // Below, tau- - 1/2 is 64 (tau+ - 1/2): at the default scene's 0.527, 2.23 instead of 9.76.
+        assert!((trt_tau_minus(0.527) - (0.5 + 64.0 * 0.027)).abs() < 1e-4);
+        // Towards tau = 1/2 TRT tends to BGK.
+        assert!((trt_tau_minus(0.501) - 0.564).abs() < 1e-5);
     }
 
     #[test]

@@ -206,7 +206,7 @@ pub struct Domain {
     pub obstacles: Vec<String>,
     /// Exact shapes of the obstacles with interpolated walls (same order as `obstacles`; None:
     /// a staircase of voxels). Empty where a solver keeps every wall half-way.
-    pub surfaces: Vec<Option<crate::walls::Surface>>,
+    pub surfaces: Vec<Option<crate::scene::surface::Surface>>,
     /// Where this grid's cell (0, 0, 0) lies in the scene's coordinates (the surfaces'): zero,
     /// except for one slab of a multi-GPU run.
     pub surfaces_at: [f64; 3],
@@ -364,8 +364,8 @@ impl Domain {
             let dense = !s.compression.enabled && s.solver.scheme != crate::schemes::Scheme::Ghost;
             let voxel_box = s.amr.enabled && matches!(o, crate::scene::Obstacle::Box { .. });
             d.surfaces.push(match s.solver.walls {
-                crate::walls::WallMode::Interpolated if dense && !voxel_box => {
-                    Some(crate::walls::Surface::of(o, dims, &ls.base_dir).map_err(|message| SceneError {
+                crate::scene::WallMode::Interpolated if dense && !voxel_box => {
+                    Some(crate::scene::surface::Surface::of(o, dims, &ls.base_dir).map_err(|message| SceneError {
                         file: ls.origin.clone(),
                         line: None,
                         key: format!("obstacles.{k}"),

@@ -3,8 +3,10 @@
 //! `units.toml` with the factors that turn them into SI.
 
 use crate::fields;
+use crate::fields::Fields;
+use crate::scene::column_name;
 use crate::scene::ForceReference;
-use crate::solver::{Fields, Stats};
+use crate::stats::Stats;
 use crate::units::Units;
 use std::io::Write;
 use std::path::Path;
@@ -262,13 +264,6 @@ impl StatsColumns {
         }
         r
     }
-}
-
-/// An obstacle name as a CSV column name: letters, digits, `_` and `-` stay, anything else
-/// (spaces, commas, quotes, dots) becomes `_`, so that `NAME.fx` splits at its one dot.
-#[must_use]
-pub fn column_name(name: &str) -> String {
-    name.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
 /// Appends rows to stats.csv, one whole row per write (see [`crate::atomic_file::AppendLog`]).

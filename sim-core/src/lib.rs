@@ -17,6 +17,7 @@ pub mod export;
 pub mod fields;
 pub mod forces;
 pub mod frame;
+pub mod input;
 pub mod lattice;
 pub mod memory;
 pub mod params;
@@ -26,6 +27,7 @@ pub mod ranks;
 pub mod scene;
 pub mod schemes;
 pub mod solver;
+pub mod stats;
 pub mod units;
 pub mod walls;
 

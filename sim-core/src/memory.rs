@@ -10,8 +10,12 @@
 
 use crate::lattice::Lattice;
 use crate::precision::Precision;
-use crate::scene::{human_bytes, LoadedScene};
+use crate::scene::LoadedScene;
 use crate::schemes::Scheme;
+use crate::units::human_bytes;
+
+/// Boxes a GPU subgrid solver fills on the host at once while it builds its state.
+pub(crate) const BUILD_AHEAD: usize = 8;
 
 /// Which solver a run builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +232,7 @@ impl Spec {
                     Some(g) => {
                         let box_cells = (0..3).try_fold(1u64, |p, a| p.checked_mul(self.subgrid[a].min(self.size[a]) as u64 + 2))?;
                         let per_cell = q.checked_mul(8)?.checked_add(1)?;
-                        let boxes = (crate::backend::cuda::subgrid::BUILD_AHEAD as u64).checked_mul(g)?;
+                        let boxes = (BUILD_AHEAD as u64).checked_mul(g)?;
                         (per(3)?, box_cells.checked_mul(per_cell)?.checked_mul(boxes)?)
                     }
                 };

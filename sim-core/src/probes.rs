@@ -13,9 +13,10 @@
 //! Where the scene gives SI units ([`crate::units`]), probes.csv has the same columns followed
 //! by their SI values ([`PROBES_CSV_SI_COLUMNS`]).
 
+use crate::error::SolverError;
 use crate::fields::{curl_of_gradient, gradient_at, Fields};
 use crate::forces::{oscillation, NoShedding};
-use crate::solver::SolverError;
+pub use crate::scene::{cell_of, name_probes, Probe};
 use crate::units::Units;
 use std::collections::VecDeque;
 use std::io::Write;
@@ -69,107 +70,6 @@ impl ProbeSample {
     #[must_use]
     pub fn pressure(&self) -> f32 {
         CS2 * (self.rho - 1.0)
-    }
-}
-
-/// A named cell where the flow is sampled.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Probe {
-    /// Name in probes.csv and in reports (letters, digits, `_` and `-` once named by
-    /// [`name_probes`]; empty until then where the user gave none).
-    pub name: String,
-    /// The cell (x, y, z), z = 0 in 2D, in cells of the scene's `domain.size`.
-    pub cell: [usize; 3],
-}
-
-impl Probe {
-    /// Parse a probe given by a user: `X,Y` (2D) or `X,Y,Z` (3D) in cells, optionally named as
-    /// `NAME=X,Y[,Z]`, checked against a domain of `size` cells (z = 1 in 2D) of `dims`
-    /// dimensions. A cell inside an obstacle is accepted: it samples zeros.
-    ///
-    /// # Errors
-    /// What is wrong and what would be valid, e.g. `x = 500 is outside the domain (0 to 399)`.
-    pub fn parse(text: &str, size: [usize; 3], dims: usize) -> Result<Probe, String> {
-        let (name, at) = match text.split_once('=') {
-            Some((n, at)) => (n.trim(), at),
-            None => ("", text),
-        };
-        let values: Vec<f64> = at
-            .split(',')
-            .map(|v| {
-                let v = v.trim();
-                v.parse::<f64>().map_err(|_| format!("\"{v}\" is not a number; give {}", form(dims)))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Probe { name: name.to_string(), cell: cell_of(&values, size, dims)? })
-    }
-
-    /// The cell of this probe on a solver's grid of `grid` cells, for a scene of `size` cells:
-    /// the probe's own cell where the two agree, and on a grid finer by a whole factor `s` per
-    /// axis (adaptive blocks show their finest level) the fine cell at the centre of the coarse
-    /// one, `x s + s / 2`.
-    #[must_use]
-    pub fn cell_on(&self, size: [usize; 3], grid: [usize; 3]) -> [usize; 3] {
-        std::array::from_fn(|a| {
-            let s = (grid[a] / size[a].max(1)).max(1);
-            (self.cell[a] * s + s / 2).min(grid[a].saturating_sub(1))
-        })
-    }
-}
-
-/// How a probe position is written, for messages.
-fn form(dims: usize) -> &'static str {
-    if dims == 2 {
-        "X,Y in cells (this domain is 2D)"
-    } else {
-        "X,Y,Z in cells (this domain is 3D)"
-    }
-}
-
-/// The cell of a probe position given as numbers: two (x, y) in 2D or three (x, y, z) in 3D
-/// (in 2D a third, z = 0, is accepted too), each a whole cell index inside `size`.
-///
-/// # Errors
-/// A count that does not fit `dims`, a number that is not a whole cell index, or a cell outside
-/// the domain, e.g. `x = 500 is outside the domain (0 to 399)`.
-pub fn cell_of(values: &[f64], size: [usize; 3], dims: usize) -> Result<[usize; 3], String> {
-    if values.len() != dims && !(dims == 2 && values.len() == 3) {
-        return Err(format!("got {} number(s); give {}", values.len(), form(dims)));
-    }
-    let mut cell = [0usize; 3];
-    for (a, &v) in values.iter().enumerate() {
-        let axis = ["x", "y", "z"][a];
-        let last = size[a].saturating_sub(1);
-        if !(v.is_finite() && v.fract() == 0.0) {
-            return Err(format!("{axis} = {v} is not a whole cell index; cells are numbered 0 to {last}"));
-        }
-        if !(v >= 0.0 && v <= last as f64) {
-            return Err(format!("{axis} = {v} is outside the domain (0 to {last})"));
-        }
-        cell[a] = v as usize;
-    }
-    Ok(cell)
-}
-
-/// Name every probe for probes.csv: a given name becomes a column-safe one (letters, digits,
-/// `_` and `-`; see [`crate::export::column_name`]), an empty one `probeK` (K its index), and a
-/// name taken by an earlier probe gets `_2`, `_3`, ... Names already set this way stay as they
-/// are, so a list can be named again after more probes were added.
-pub fn name_probes(probes: &mut [Probe]) {
-    let mut taken: Vec<String> = Vec::with_capacity(probes.len());
-    for (k, p) in probes.iter_mut().enumerate() {
-        let mut n = crate::export::column_name(&p.name);
-        if n.is_empty() {
-            n = format!("probe{k}");
-        }
-        let base = n.clone();
-        let mut i = 2;
-        while taken.contains(&n) {
-            n = format!("{base}_{i}");
-            i += 1;
-        }
-        taken.push(n.clone());
-        p.name = n;
     }
 }
 

@@ -53,6 +53,10 @@ pub struct Units {
     pub reference: Reference,
 }
 
+/// The largest SI factor (and the inverse of the smallest) a scale may have: a factor beyond it
+/// leaves too little of f64's range (1e308) for the lattice values it multiplies.
+const SANE_FACTOR: f64 = 1e150;
+
 /// Whether `v` is a finite number above 0.
 fn positive(v: f64) -> bool {
     v.is_finite() && v > 0.0
@@ -84,7 +88,33 @@ impl Units {
         if !(positive(dx) && positive(dt) && positive(rho)) {
             return Err(format!("these values give a cell of {dx:e} m and a step of {dt:e} s, out of the range of numbers"));
         }
-        Ok(Units { dx, dt, rho, dims: dims.clamp(2, 3), reference })
+        let u = Units { dx, dt, rho, dims: dims.clamp(2, 3), reference };
+        // Every factor a lattice value is multiplied by on its way to a file or a message: each
+        // must leave room for lattice values of any size a run reports (forces of thousands,
+        // rates near 1e-9) before the product stops being a number.
+        for (what, unit, v) in u.factors() {
+            if !(v.is_finite() && (SANE_FACTOR.recip()..=SANE_FACTOR).contains(&v)) {
+                return Err(format!(
+                    "these values make {what} {v:e} {unit} (a cell of {dx:e} m, a step of {dt:e} s), outside the {:e} to {SANE_FACTOR:e} \
+                     that keeps every SI value a number: give a length, velocity and density of the flow's own scale",
+                    SANE_FACTOR.recip()
+                ));
+            }
+        }
+        Ok(u)
+    }
+
+    /// The factors that turn lattice values into SI values: (what, unit, value).
+    fn factors(&self) -> [(&'static str, &'static str, f64); 7] {
+        [
+            ("1 cell", "m", self.dx),
+            ("1 step", "s", self.dt),
+            ("a velocity of 1 cell/step", "m/s", self.velocity(1.0)),
+            ("a density of 1", "kg/m^3", self.rho),
+            ("a pressure of 1", "Pa", self.pressure(1.0)),
+            ("a force of 1", self.force_unit(), self.force_scale()),
+            ("a viscosity of 1 cell^2/step", "m^2/s", self.viscosity(1.0)),
+        ]
     }
 
     /// A length in cells, in metres.
@@ -257,6 +287,21 @@ pub fn si(v: f64) -> String {
     }
 }
 
+/// Bytes for people: "1.50 GB", "12.0 MB", "512 B" (powers of 1000).
+#[must_use]
+pub fn human_bytes(b: u64) -> String {
+    let v = b as f64;
+    if v >= 1e9 {
+        format!("{:.2} GB", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} MB", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} KB", v / 1e3)
+    } else {
+        format!("{b} B")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +388,17 @@ mod tests {
         }
         let e = Units::new(Reference { length: 1e-300, cells: 1e300, ..ok }, 3).unwrap_err();
         assert!(e.contains("out of the range"), "{e}");
+        // Each value fine alone, the force factor (rho dx^4/dt^2) beyond any number.
+        let e = Units::new(Reference { length: 1e300, velocity: 1e300, ..ok }, 3).unwrap_err();
+        assert!(e.contains("1 cell 5e298 m") && e.contains("outside the 1e-150 to 1e150") && e.contains("give a length"), "{e}");
+        // The force factor rho dx^4 / dt^2 alone out of reach (every other factor fine).
+        let e = Units::new(Reference { length: 1e40, cells: 1.0, velocity: 1e40, lattice_velocity: 1.0, ..ok }, 3).unwrap_err();
+        assert!(e.contains("a force of 1"), "{e}");
+        // Every factor of a usable scale is a finite number, from microfluidics to weather.
+        for (length, velocity) in [(1e-6, 1e-4), (0.1, 0.5), (1e5, 30.0)] {
+            let u = Units::new(Reference { length, velocity, ..ok }, 3).unwrap();
+            assert!(u.factors().iter().all(|f| f.2.is_finite() && f.2 > 0.0), "{u:?}");
+        }
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub struct BenchArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Steps to run the scene before compressing (--compress), 0 to 10^12.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=crate::run::MAX_STEPS))]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=sim_core::scene::MAX_STEPS))]
     pub steps: u64,
     /// Thresholds to sweep with --compress / --subgrids (comma separated; default 0,1e-7,1e-6,3e-6,1e-5,3e-5,1e-4).
     #[arg(long, value_delimiter = ',')]

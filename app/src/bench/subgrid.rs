@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use sim_core::backend::cuda::subgrid::CudaSubgridSolver;
 use sim_core::compress::nmse;
 use sim_core::domain::Domain;
-use sim_core::scene::human_bytes;
+use sim_core::units::human_bytes;
 use sim_core::Solver;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -2,6 +2,9 @@
 //! (each drawn by its file in `panels`) and the central view. No window and no GPU here: the shell
 //! (window.rs) or a test drives [`ViewerApp::ui`] and renders what [`ViewerApp::view_params`] says.
 
+pub mod panels;
+pub mod recording;
+
 use super::camera::Camera;
 use super::colormap::ColorMap;
 use super::gpu_timer::GpuTiming;

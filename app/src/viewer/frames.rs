@@ -12,6 +12,9 @@ use sim_core::frame::{FrameLayout, FrameRanges, FrameRegion, FrameTarget, HostFr
 use sim_core::{Solver, SolverError};
 use std::sync::Arc;
 
+/// Most values an auto colour range is taken from (an even sample of the region beyond that).
+pub const RANGE_SAMPLE: usize = 1 << 18;
+
 /// Row alignment of shared frames (bytes). The shaders read any row pitch; 256-byte rows keep
 /// each plane's start a multiple of 256 bytes, where every device binds storage buffers
 /// (`min_storage_buffer_offset_alignment` is at most 256), and rows start on whole memory
@@ -231,7 +234,7 @@ impl Frame {
     /// The finite values of plane `plane` at the fluid cells (`solid` 0) of the region of a
     /// frame in GPU memory, for its percentile colour range, read with a few strided copies
     /// rather than a copy of the frame: every cell of the slice planes it holds (an even
-    /// choice of their rows beyond [`super::legend::RANGE_SAMPLE`] cells), or an even choice of
+    /// choice of their rows beyond [`RANGE_SAMPLE`] cells), or an even choice of
     /// whole rows of a frame of every cell. `None` for a host frame, or a lattice without
     /// planes (an isosurface alone: its colours have their own range).
     ///
@@ -241,7 +244,7 @@ impl Frame {
         let FrameData::Shared(slot) = &self.data else { return Ok(None) };
         let l = &self.layout;
         let n = l.n;
-        let most = super::legend::RANGE_SAMPLE;
+        let most = RANGE_SAMPLE;
         let idx = move |x: usize, y: usize, z: usize| x + n[0] * (y + n[1] * z);
         let mut runs: Vec<Runs> = Vec::new();
         match l.region.planes() {

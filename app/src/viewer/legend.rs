@@ -1,7 +1,7 @@
 //! The legend's colour ranges and colour-map textures, shared by the window and offscreen pictures.
 
 use super::colormap::ColorMap;
-use super::frames::{Frame, FrameData};
+use super::frames::{Frame, FrameData, RANGE_SAMPLE};
 use egui::Color32;
 use sim_core::fields::FieldKind;
 use sim_core::frame::{FrameLayout, FrameRegion};
@@ -51,9 +51,6 @@ pub fn legend_texture(ctx: &egui::Context, cmap: ColorMap) -> egui::TextureHandl
 /// cells (the corners of a driven lid, the edge of an obstacle) would otherwise take the whole
 /// colour map and hide the flow. The legend still gives the true smallest and largest value.
 pub const AUTO_TAIL: f32 = 0.01;
-
-/// Most values an auto range is taken from (an even sample of the region beyond that).
-pub const RANGE_SAMPLE: usize = 1 << 18;
 
 /// The finite values of plane `plane` of a host frame `data` laid out as `layout`, at the fluid
 /// cells (`solid` 0) of its region: every one up to [`RANGE_SAMPLE`], an even sample beyond.

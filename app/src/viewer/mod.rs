@@ -2,8 +2,8 @@
 //! view rendered offscreen for `esoflow run --screenshot`.
 //!
 //! - `worker`: the solver thread (owns the solver; hands over field snapshots).
-//! - `app`: the viewer's state and its frame (egui only; testable headless); `panels`: one file
-//!   per panel; `edit_tool`: the draw / erase brush; `reference`: the uncompressed reference run;
+//! - `app`: the viewer's state and its frame (egui only; testable headless), with its parts:
+//!   `panels`, one file per panel (each an `impl ViewerApp` block), and `recording`; `edit_tool`: the draw / erase brush; `reference`: the uncompressed reference run;
 //!   `legend`: colour ranges and colour-map textures.
 //! - `render`, `camera`, `colormap`: the field renderer (wgpu, no egui); `mc`: the marching-cubes
 //!   table of its isosurfaces.
@@ -21,12 +21,12 @@ pub mod headless;
 pub mod interop;
 pub mod legend;
 pub mod mc;
-pub mod panels;
-pub mod recording;
 pub mod reference;
 pub mod render;
 pub mod window;
 pub mod worker;
+
+pub use app::{panels, recording};
 
 #[cfg(test)]
 mod soak_tests;

@@ -51,8 +51,8 @@ impl ViewerApp {
                     format!(
                         "no reference run: it needs about {} (the uncompressed DDFs of {cells} cells, a checkpoint and density \
                          fields) but only {} is available; try a smaller domain.size, e.g. --set domain.size=[{}]",
-                        sim_core::scene::human_bytes(need),
-                        sim_core::scene::human_bytes(limit),
+                        sim_core::units::human_bytes(need),
+                        sim_core::units::human_bytes(limit),
                         smaller.join(",")
                     ),
                     true,
@@ -63,7 +63,7 @@ impl ViewerApp {
         let mut ls = self.scene.clone();
         ls.scene.compression.enabled = false;
         // Compressed subgrids keep obstacle walls half-way; so must the run they are compared with.
-        ls.scene.solver.walls = sim_core::walls::WallMode::Staircase;
+        ls.scene.solver.walls = sim_core::scene::WallMode::Staircase;
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new().name("reference-build".into()).spawn(move || {
             let r = sim_core::build::cpu(&ls).map_err(|e| format!("cannot build the reference run: {e}"));
@@ -72,7 +72,7 @@ impl ViewerApp {
         match spawned {
             Ok(_) => {
                 self.pending_reference = Some(rx);
-                self.message(format!("starting an uncompressed reference run ({} at most)", sim_core::scene::human_bytes(need)), false);
+                self.message(format!("starting an uncompressed reference run ({} at most)", sim_core::units::human_bytes(need)), false);
             }
             Err(e) => self.message(format!("cannot build the reference run: {e}"), true),
         }

@@ -45,13 +45,33 @@ impl Rng {
     }
 }
 
+/// Seeds every run of the soak goes through (each also printed, with the time-based one, so a
+/// failure can be repeated with `ESOFLOW_SOAK_SEED`).
+const SEEDS: [u64; 3] = [1, 0x9E37_79B9_7F4A_7C15, 20_261_207];
+
 #[test]
 fn the_solver_thread_survives_a_random_session_without_a_non_finite_frame() {
-    let secs = std::env::var("ESOFLOW_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(8.0);
-    let seed = std::env::var("ESOFLOW_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| u64::from(d.subsec_nanos())) | 1
-    });
-    eprintln!("soak: {secs} s from seed {seed} (ESOFLOW_SOAK_SEED={seed} repeats it)");
+    let secs: f64 = std::env::var("ESOFLOW_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let seeds: Vec<u64> = match std::env::var("ESOFLOW_SOAK_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(s) => vec![s],
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| u64::from(d.subsec_nanos())) | 1;
+            SEEDS.iter().copied().chain(std::iter::once(now)).collect()
+        }
+    };
+    for seed in seeds {
+        eprintln!("soak: {secs} s from seed {seed} (ESOFLOW_SOAK_SEED={seed} repeats its commands)");
+        // A failure names its seed even where the assertion's own message does not.
+        let r = std::panic::catch_unwind(|| soak(seed, secs));
+        if let Err(e) = r {
+            eprintln!("soak: FAILED with seed {seed}: run again with ESOFLOW_SOAK_SEED={seed}");
+            std::panic::resume_unwind(e);
+        }
+    }
+}
+
+/// One soak session of `secs` seconds from `seed`.
+fn soak(seed: u64, secs: f64) {
     let mut rng = Rng(seed);
     let ls = sim_core::scene::from_str(SCENE, "soak", PathBuf::from("."), &[]).expect("scene");
     let solver = sim_core::build::cpu(&ls).expect("solver");
@@ -104,7 +124,13 @@ fn the_solver_thread_survives_a_random_session_without_a_non_finite_frame() {
                 frames += 1;
                 let v = s.frame.host_values(s.field).expect("a CPU run's frames are in host memory");
                 assert!(v.iter().all(|x| x.is_finite()), "a frame of step {} holds a non-finite value (seed {seed})", s.step);
-                assert!(s.stats.rho_range.iter().all(|r| r.is_finite()), "stats {:?} (seed {seed})", s.stats);
+                let st = &s.stats;
+                let numbers = [st.mass, st.max_u, st.rho_range[0], st.rho_range[1]];
+                assert!(
+                    numbers.iter().all(|x| x.is_finite()),
+                    "a snapshot of step {} holds stats that are not finite: {st:?} (seed {seed})",
+                    s.step
+                );
             }
             for e in w.events() {
                 if let Event::BlownUp { .. } = e {

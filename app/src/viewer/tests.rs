@@ -1518,7 +1518,7 @@ fn ui_load_stl_obstacle_and_refuse_bad_files() {
     h.state_mut().load_stl(&good);
     run_until(&mut h, "the inlet refusal", |a| has_message(a, "inlet cells cannot be edited"));
     h.state_mut().load_stl(&dir.join("missing.stl"));
-    run_until(&mut h, "the missing file message", |a| has_message(a, "cannot open STL file"));
+    run_until(&mut h, "the missing file message", |a| has_message(a, "cannot open") && has_message(a, "missing.stl"));
     let step = h.state().step();
     run_until(&mut h, "the run going on", |a| a.step() > step + 40 && a.running);
     // Undo removes the STL obstacle's cells.
@@ -2266,4 +2266,20 @@ fn ui_stats_show_the_si_conversion_of_a_units_scene() {
     assert_eq!(super::panels::probes::probe_readout(&s, 2, None), "|u| 0.0834  u (0.0834, 0.0000)  p 1.000e-3  |curl u| 2.000e-3");
     let h = harness(small_app(false));
     assert!(h.state().legend().units.is_none());
+}
+
+/// The README's 3D command shows what its picture shows: its `--view` is the one the picture
+/// was rendered with (screenshots/README.md), and it parses.
+#[test]
+fn the_readme_3d_command_asks_for_the_view_of_its_picture() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let view_of = |text: &str, line_has: &str| -> String {
+        let line = text.lines().find(|l| l.contains(line_has) && l.contains("--view")).unwrap_or_else(|| panic!("no line with {line_has}"));
+        line.split("--view").nth(1).unwrap().split_whitespace().next().unwrap().trim_end_matches('`').to_string()
+    };
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let shots = std::fs::read_to_string(root.join("screenshots/README.md")).unwrap();
+    let command = view_of(&readme, "view scenes/sphere_3d.toml");
+    assert_eq!(command, view_of(&shots, "sphere_3d_streamlines.png"), "README.md and screenshots/README.md disagree");
+    ViewSpec::parse(&command).unwrap();
 }

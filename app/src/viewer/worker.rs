@@ -579,7 +579,7 @@ impl Worker {
                     Ok(()) => self.event(Event::Info(match b {
                         Some(b) => format!(
                             "memory budget {}: a state over it gets tau raised for its largest subgrids from the next step",
-                            sim_core::scene::human_bytes(b)
+                            sim_core::units::human_bytes(b)
                         ),
                         None => "no memory budget".into(),
                     })),
@@ -677,7 +677,11 @@ impl Worker {
                     Err(e) => self.event(Event::Error(format!("saving {} failed: {e}", p.display()))),
                 }
             }
-            Command::LoadCheckpoint(p) => match Checkpoint::load(&p) {
+            Command::LoadCheckpoint(p) => match Checkpoint::load(&p).and_then(|c| {
+                c.check_sane(f64::from(self.solver.domain().rho0))
+                    .map(|()| c)
+                    .map_err(|why| format!("{}: {why}; load an earlier checkpoint", p.display()))
+            }) {
                 Ok(mut c) => {
                     self.restore(&c, &format!("checkpoint {}", p.display()));
                     self.stats = None;
@@ -686,7 +690,7 @@ impl Worker {
                         self.event(Event::Probes(std::mem::take(&mut c.probes)));
                     }
                 }
-                Err(e) => self.event(Event::Error(format!("{}: {e}", p.display()))),
+                Err(e) => self.event(Event::Error(e)),
             },
             Command::Edit { seq, stroke, cells, to } => {
                 self.edit_seq = self.edit_seq.max(seq);
@@ -1131,9 +1135,12 @@ impl Worker {
                 self.blow_up(&stats, why);
             }
         }
-        if !finite {
-            // Never show garbage: the view keeps the last frame it had, the run is paused and
-            // the blow-up event says why.
+        // Never show garbage: neither a frame with a non-finite fluid value nor numbers for the
+        // panels that are not finite (the stats sum the whole grid; a frame fused into the last
+        // step is a step behind them, and cached stats may be up to STATS_EVERY old). The view
+        // keeps the last snapshot it had, the run is paused and the blow-up event says why.
+        let stats_finite = !stats.blown_up() && stats.rho_range.iter().all(|r| r.is_finite());
+        if !finite || !stats_finite {
             self.dirty = false;
             return;
         }

@@ -447,3 +447,225 @@ fn a_run_that_cannot_fit_is_refused_up_front() {
     assert!(e.contains("--size 5000: out of memory") && e.contains("fits"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(20), "refused only after {:?}", t.elapsed());
 }
+
+/// A resume takes the state from the checkpoint and the parameters from the scene and the
+/// command line: for each kind of key that may change (tau, the collision, an inlet's and a
+/// moving wall's velocity, the body force), the resumed run equals a solver that restored the
+/// checkpoint, took the new parameters and stepped, bit for bit, and the run says what changed.
+#[test]
+fn a_resume_takes_the_parameters_of_the_scene_and_the_command_line() {
+    let d = tmp("resume-params");
+    let scene = d.path().join("channel.toml");
+    std::fs::write(
+        &scene,
+        "[domain]\nsize = [48, 24]\n[boundaries]\nx_min = { type = \"inlet\", velocity = [0.05, 0.0], profile = \"parabolic\" }\n\
+         x_max = \"outlet\"\ny_min = \"wall\"\ny_max = { type = \"moving_wall\", velocity = [0.02, 0.0] }\n[fluid]\ntau = 0.6\n\
+         [[obstacles]]\nshape = \"sphere\"\ncenter = [14, 11]\nradius = 3\n",
+    )
+    .unwrap();
+    let s = scene.to_str().unwrap();
+    let p = |n: &str| d.path().join(n).to_str().unwrap().to_string();
+    let o = esoflow(&["run", s, "--backend", "cpu", "--steps", "60", "--checkpoint", &p("a.ckpt")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plain = esoflow(&["run", s, "--backend", "cpu", "--resume", &p("a.ckpt"), "--steps", "40", "--checkpoint", &p("plain.ckpt")]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let plain = sim_core::checkpoint::Checkpoint::load(&d.path().join("plain.ckpt")).unwrap();
+    for (key, value, said) in [
+        ("fluid.tau", "0.9", "tau 0.6 -> 0.9"),
+        ("solver.collision", "trt", "collision bgk -> trt"),
+        ("boundaries.x_min.velocity", "[0.08,0]", "inlet 0 velocity"),
+        ("boundaries.y_max.velocity", "[-0.03,0]", "moving wall 0 velocity"),
+        ("fluid.force", "[1e-5,0]", "body force"),
+    ] {
+        let set = format!("{key}={value}");
+        let out = p("b.ckpt");
+        let o = esoflow(&["run", s, "--backend", "cpu", "--set", &set, "--resume", &p("a.ckpt"), "--steps", "40", "--checkpoint", &out]);
+        let e = stderr(&o);
+        assert!(o.status.success(), "{set}: {e}");
+        assert!(e.contains(&format!("note: {said}")), "{set}: the change is announced: {e}");
+        let got = sim_core::checkpoint::Checkpoint::load(Path::new(&out)).unwrap();
+        let ls = sim_core::scene::load(&scene, &[(key.to_string(), value.to_string())]).unwrap();
+        let mut want = sim_core::build::cpu(&ls).unwrap();
+        let params = sim_core::Params::from_scene(&ls, want.domain());
+        want.restore(&sim_core::checkpoint::Checkpoint::load(&d.path().join("a.ckpt")).unwrap()).unwrap();
+        want.set_params(params).unwrap();
+        want.step(40).unwrap();
+        let want = want.checkpoint();
+        assert_eq!(got.params, want.params, "{set}");
+        assert!(got.data == want.data, "{set}: the resumed run differs from restore + new parameters + steps");
+        assert!(got.data != plain.data, "{set}: the change made no difference");
+    }
+    // What cannot change (the grid) is refused, naming the checkpoint.
+    let o = esoflow(&["run", s, "--backend", "cpu", "--set", "domain.size=[50,24]", "--resume", &p("a.ckpt"), "--steps", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("a.ckpt") && stderr(&o).contains("different domain"), "{}", stderr(&o));
+}
+
+/// A checkpoint whose values are not a sane state (here NaN, with a valid checksum) is refused
+/// when it is loaded, before anything runs or is written.
+#[test]
+fn a_checkpoint_of_an_insane_state_is_refused_on_resume() {
+    let d = tmp("nan-resume");
+    let scene = root().join("scenes/lid_driven_cavity_2d.toml");
+    let ls = sim_core::scene::load(&scene, &[("domain.size".to_string(), "[40,40]".to_string())]).unwrap();
+    let mut s = sim_core::build::cpu(&ls).unwrap();
+    s.step(10).unwrap();
+    let mut ck = s.checkpoint();
+    ck.data[(500 * 9 + 2) * 4..(500 * 9 + 3) * 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let nan = d.path().join("nan.ckpt");
+    ck.save(&nan).unwrap();
+    let out = d.path().join("out");
+    let o = esoflow(&[
+        "run",
+        scene.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--set",
+        "domain.size=[40,40]",
+        "--resume",
+        nan.to_str().unwrap(),
+        "--export",
+        out.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("nan.ckpt") && e.contains("step 10) is not sane") && e.contains("not finite"), "{e}");
+    assert!(!out.join("last_good.ckpt").exists() && !out.join("stats.csv").exists(), "nothing is written");
+}
+
+/// Two runs into one export folder: the second is refused while the first holds it, and the
+/// folder is free again once the first has ended, even when it was killed.
+#[test]
+fn a_second_run_into_a_held_export_folder_is_refused() {
+    let d = tmp("lock");
+    let dir = d.path().to_str().unwrap();
+    let args =
+        ["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "1000000", "--export", dir, "--progress-every", "0.2"];
+    let mut first = spawn(&args);
+    let (_, rest) = wait_for_line(&mut first, "step", Duration::from_secs(60));
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "10", "--export", dir]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains(&format!("another Esoflow run (process {})", first.id())) && e.contains(dir), "{e}");
+    signal(&first, libc::SIGKILL);
+    let _ = wait_exit(&mut first, Duration::from_secs(30));
+    let _ = rest.join();
+    let o = esoflow(&["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "10", "--export", dir]);
+    assert!(o.status.success(), "the lock of a killed run is gone: {}", stderr(&o));
+    assert!(!d.path().join(sim_core::atomic_file::LOCK_NAME).exists(), "the lock file goes with the run that held it");
+}
+
+/// A process started in a launcher's leftover environment says at once what it waits for.
+#[test]
+fn a_lone_rank_says_at_once_what_it_waits_for() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let t = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_esoflow"))
+        .args(["run", "scenes/lid_driven_cavity_2d.toml", "--steps", "10"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("ESOFLOW_RENDEZVOUS", format!("127.0.0.1:{port}"))
+        .env("ESOFLOW_RENDEZVOUS_TIMEOUT", "1")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(!o.status.success() && t.elapsed() < Duration::from_secs(30), "{e}");
+    let first = e.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!(
+            "rank 0 of 2 (from RANK/WORLD_SIZE): waiting up to 1 s for rank 1 at 127.0.0.1:{port}; a run of one process needs none of these variables"
+        ),
+        "{e}"
+    );
+    assert!(e.contains("rank 1 did not come"), "{e}");
+}
+
+/// stats.csv on a disk that fills up (a file-size limit stands in for the full disk): the
+/// error names the file, and the file holds whole rows only.
+#[test]
+fn a_full_disk_names_stats_csv_and_leaves_whole_rows() {
+    let d = tmp("full");
+    let dir = d.path().to_str().unwrap();
+    // A 4 KiB limit on files this process writes (in 512-byte blocks of sh's ulimit); with
+    // SIGXFSZ ignored, a write past it fails instead of killing the process.
+    let bin = env!("CARGO_BIN_EXE_esoflow");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f 8; exec '{bin}' run scenes/lid_driven_cavity_2d.toml --backend cpu --set domain.size=[24,24] \
+             --set solver.stats_every=1 --steps 2000 --export-fields none --export '{dir}'"
+        ))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "an error of the run's outputs: {e}");
+    assert!(e.contains(&format!("writing {dir}/stats.csv")), "the file is named: {e}");
+    let text = std::fs::read_to_string(d.path().join("stats.csv")).unwrap();
+    assert!(text.len() <= 4096 && text.ends_with('\n'), "whole rows only: {:?}", &text[text.len().saturating_sub(80)..]);
+    let steps = stats_steps(&d.path().join("stats.csv"));
+    assert!(steps.len() > 10 && steps.windows(2).all(|w| w[1] == w[0] + 1), "{steps:?}");
+}
+
+/// A scene path that is not a scene file: a device is refused at once, as is a file too large
+/// to be one; an STL path that is a device too.
+#[test]
+fn a_device_or_a_huge_file_is_not_read_as_a_scene() {
+    let t = Instant::now();
+    let o = esoflow(&["run", "/dev/zero"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("/dev/zero is a device, not a scene file"), "{e}");
+    let d = tmp("huge");
+    let big = d.path().join("big.toml");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(sim_core::input::SCENE_CAP + 1).unwrap();
+    drop(f);
+    let o = esoflow(&["run", big.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("big.toml") && e.contains("larger than the 16.00 MB that a scene file may be"), "{e}");
+    let stl = d.path().join("stl.toml");
+    std::fs::write(
+        &stl,
+        "[domain]\nsize = [24, 24, 24]\n[[obstacles]]\nshape = \"stl\"\nfile = \"/dev/zero\"\ncenter = [12, 12, 12]\nsize = 8\n",
+    )
+    .unwrap();
+    let o = esoflow(&["run", stl.to_str().unwrap(), "--backend", "cpu", "--steps", "1"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("obstacles.0") && e.contains("/dev/zero is a device, not an STL file"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60));
+}
+
+/// Temporary files that a killed run left beside its checkpoint are removed by the next run
+/// that writes the same checkpoint; other files there stay.
+#[test]
+fn leftovers_of_a_killed_checkpoint_write_are_removed() {
+    let d = tmp("ckpt-leftover");
+    let ck = d.path().join("run.ckpt");
+    let left = d.path().join(".run.ckpt.a1b2c3.partial");
+    let other = d.path().join(".notes.txt.x9y8z7.partial");
+    std::fs::write(&left, vec![0u8; 4096]).unwrap();
+    std::fs::write(&other, b"not ours").unwrap();
+    let o =
+        esoflow(&["run", "scenes/lid_driven_cavity_2d.toml", "--backend", "cpu", "--steps", "10", "--checkpoint", ck.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("removed 1 partial file(s)"), "{e}");
+    assert!(!left.exists() && other.exists() && ck.exists());
+}
+
+/// Interpolated walls where the grid cannot have them (LBM-Ghost blocks, compressed subgrids):
+/// the run says the obstacles get staircase walls instead of running them silently.
+#[test]
+fn interpolated_walls_that_a_scheme_cannot_run_are_announced() {
+    let o = esoflow(&["run", "--backend", "cpu", "--set", "solver.walls=interpolated", "--set", "solver.scheme=ghost", "--steps", "1"]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("warning: solver.walls = \"interpolated\": solver.scheme = \"ghost\"") && e.contains("staircase walls"), "{e}");
+    let o = esoflow(&["run", "--backend", "cpu", "--set", "solver.walls=staircase", "--set", "solver.scheme=ghost", "--steps", "1"]);
+    assert!(!stderr(&o).contains("staircase walls"), "said once, where it matters: {}", stderr(&o));
+}

@@ -119,14 +119,38 @@ pub fn host_name() -> String {
 /// # Errors
 /// One sentence: who did not come, or could not be reached, and what to set.
 pub fn join(rank: &Rank, meet: &Meet, timeout: Duration) -> Result<Cluster, String> {
+    join_saying(rank, meet, timeout, &mut |_| {})
+}
+
+/// How often a rank that waits for the others says so.
+pub const WAIT_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// As [`join`], telling `say` at once who waits for whom and where (a process started by
+/// mistake in a launcher's environment, `RANK=0 WORLD_SIZE=2` left over in a shell, says so
+/// instead of waiting in silence), then every [`WAIT_REPORT_EVERY`] who is still missing.
+///
+/// # Errors
+/// As [`join`].
+pub fn join_saying(rank: &Rank, meet: &Meet, timeout: Duration, say: &mut dyn FnMut(String)) -> Result<Cluster, String> {
+    join_reporting(rank, meet, timeout, WAIT_REPORT_EVERY, say)
+}
+
+fn join_reporting(rank: &Rank, meet: &Meet, timeout: Duration, every: Duration, say: &mut dyn FnMut(String)) -> Result<Cluster, String> {
+    let t = timeout.as_secs_f64();
     if rank.rank == 0 {
-        lead(rank, meet, timeout)
+        let others = if rank.world == 2 { "rank 1".to_string() } else { format!("ranks 1 to {}", rank.world - 1) };
+        say(format!(
+            "rank 0 of {} (from {}): waiting up to {t:.0} s for {others} at {meet}; a run of one process needs none of these variables",
+            rank.world, rank.source
+        ));
+        lead(rank, meet, timeout, every, say)
     } else {
+        say(format!("rank {} of {} (from {}): connecting to rank 0 at {meet}, for up to {t:.0} s", rank.rank, rank.world, rank.source));
         follow(rank, meet, timeout)
     }
 }
 
-fn lead(rank: &Rank, meet: &Meet, timeout: Duration) -> Result<Cluster, String> {
+fn lead(rank: &Rank, meet: &Meet, timeout: Duration, every: Duration, say: &mut dyn FnMut(String)) -> Result<Cluster, String> {
     let port = match meet {
         Meet::Tcp { port, .. } => *port,
         Meet::File(_) => 0,
@@ -140,9 +164,14 @@ fn lead(rank: &Rank, meet: &Meet, timeout: Duration) -> Result<Cluster, String> 
             .map_err(|e| format!("ESOFLOW_RENDEZVOUS=file:{}: rank 0 cannot write its address there ({e})", path.display()))?;
     }
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut next_report = start + every;
     let world = rank.world;
     let mut slots: Vec<Option<(Link, String)>> = (1..world).map(|_| None).collect();
+    let missing = |slots: &[Option<(Link, String)>]| -> Vec<String> {
+        slots.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| (i + 1).to_string()).collect()
+    };
     while slots.iter().any(Option::is_none) {
         match listener.accept() {
             Ok((s, from)) => {
@@ -164,9 +193,20 @@ fn lead(rank: &Rank, meet: &Meet, timeout: Duration) -> Result<Cluster, String> 
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let missing: Vec<String> =
-                        slots.iter().enumerate().filter(|(_, s)| s.is_none()).map(|(i, _)| (i + 1).to_string()).collect();
+                let now = Instant::now();
+                if now >= next_report && now < deadline {
+                    let m = missing(&slots);
+                    say(format!(
+                        "rank 0: still waiting for rank{} {} ({:.0} s of {:.0} s)",
+                        if m.len() == 1 { "" } else { "s" },
+                        m.join(", "),
+                        (now - start).as_secs_f64(),
+                        timeout.as_secs_f64()
+                    ));
+                    next_report += every;
+                }
+                if now >= deadline {
+                    let missing = missing(&slots);
                     return Err(format!(
                         "rank 0 waited {:.0} s at {meet} and rank{} {} did not come: start every rank with the same launcher, and \
                          where the ranks run on several machines set ESOFLOW_RENDEZVOUS=HOST:PORT (rank 0's host) or \
@@ -335,6 +375,15 @@ mod tests {
         let meet = Meet::Tcp { host: "127.0.0.1".into(), port };
         let e = join(&rank(0, 3), &meet, Duration::from_millis(300)).unwrap_err();
         assert!(e.contains("ranks 1, 2 did not come") && e.contains("ESOFLOW_RENDEZVOUS"), "{e}");
+        // A lone rank says at once what it waits for, and then that it still waits.
+        let mut said = Vec::new();
+        let e = join_reporting(&rank(0, 2), &meet, Duration::from_millis(450), Duration::from_millis(100), &mut |m| said.push(m));
+        assert!(e.unwrap_err().contains("rank 1 did not come"));
+        assert_eq!(
+            said[0],
+            format!("rank 0 of 2 (from RANK/WORLD_SIZE): waiting up to 0 s for rank 1 at 127.0.0.1:{port}; a run of one process needs none of these variables")
+        );
+        assert!(said.len() >= 3 && said[1..].iter().all(|m| m.starts_with("rank 0: still waiting for rank 1 (")), "{said:?}");
         let e = join(&rank(2, 3), &Meet::Tcp { host: "127.0.0.1".into(), port: free_port() }, Duration::from_millis(300)).unwrap_err();
         assert!(e.starts_with("rank 2 could not reach rank 0 within"), "{e}");
         // A rank of another launch size is refused, and rank 0 goes on waiting for its own.

@@ -5,6 +5,7 @@ mod forces;
 mod keys;
 mod overrides;
 mod probes;
+pub mod surface;
 mod units;
 mod validate;
 pub mod voxel;
@@ -12,7 +13,7 @@ pub mod voxel;
 pub use forces::{ForceReference, ForcesSpec, ReferenceValues, SignedAxis};
 pub use keys::{KeyDoc, KEYS};
 pub use overrides::apply_override;
-pub use probes::ProbeSpec;
+pub use probes::{cell_of, column_name, name_probes, Probe, ProbeSpec};
 pub use units::{min_tau, UnitsSpec, DEFAULT_DENSITY};
 pub use validate::{validate, MAX_CELLS, MAX_STEPS};
 
@@ -22,6 +23,7 @@ use crate::collision::Collision;
 use crate::lattice::Lattice;
 use crate::precision::Precision;
 use crate::schemes::Scheme;
+use crate::units::human_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -263,6 +265,28 @@ impl Default for Initial {
     }
 }
 
+/// How obstacles meet the fluid (`solver.walls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WallMode {
+    /// Interpolated bounce-back with the wall distance from the exact shape.
+    #[default]
+    Interpolated,
+    /// Halfway bounce-back on the voxels (the wall half-way between a fluid and a solid cell).
+    Staircase,
+}
+
+impl WallMode {
+    /// Name as written in scene files.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            WallMode::Interpolated => "interpolated",
+            WallMode::Staircase => "staircase",
+        }
+    }
+}
+
 /// `[solver]`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -291,7 +315,7 @@ pub struct SolverSpec {
     /// How obstacles meet the fluid: interpolated bounce-back on their exact shape, or a
     /// staircase of voxels.
     #[serde(default)]
-    pub walls: crate::walls::WallMode,
+    pub walls: WallMode,
 }
 
 fn default_precision() -> Precision {
@@ -323,7 +347,7 @@ impl Default for SolverSpec {
             ghost_block: default_ghost_block(),
             steps: default_steps(),
             stats_every: default_stats_every(),
-            walls: crate::walls::WallMode::default(),
+            walls: WallMode::default(),
         }
     }
 }
@@ -532,21 +556,6 @@ impl std::fmt::Display for ByteSize {
     }
 }
 
-/// Bytes for people: "1.50 GB", "12.0 MB", "512 B" (powers of 1000).
-#[must_use]
-pub fn human_bytes(b: u64) -> String {
-    let v = b as f64;
-    if v >= 1e9 {
-        format!("{:.2} GB", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2} MB", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} KB", v / 1e3)
-    } else {
-        format!("{b} B")
-    }
-}
-
 impl Serialize for ByteSize {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(self.0)
@@ -699,8 +708,8 @@ pub struct Derived {
     /// Warnings a user should read (e.g. high Mach number).
     pub warnings: Vec<String>,
     /// The scene's probes (`[[probes]]`), each cell inside the domain and each named: the
-    /// given name as a CSV-safe one, else `probeK` (see [`crate::probes::name_probes`]).
-    pub probes: Vec<crate::probes::Probe>,
+    /// given name as a CSV-safe one, else `probeK` (see [`name_probes`]).
+    pub probes: Vec<Probe>,
     /// The conversion to SI units where the scene has a `[units]` table.
     pub units: Option<crate::units::Units>,
 }
@@ -732,11 +741,10 @@ pub struct LoadedScene {
 /// A [`SceneError`] naming the file, line and key.
 pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<LoadedScene, SceneError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SceneError {
-        file: origin.clone(),
-        line: None,
-        key: "(file)".into(),
-        message: format!("cannot read the scene file: {e}"),
+    let err = |message: String| SceneError { file: origin.clone(), line: None, key: "(file)".into(), message };
+    let bytes = crate::input::read_capped(path, crate::input::SCENE_CAP, "a scene file").map_err(err)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        err(format!("not a scene file: byte {} is not UTF-8 text (scene files are TOML text)", e.utf8_error().valid_up_to()))
     })?;
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     from_str(&text, &origin, base_dir, overrides)

@@ -326,6 +326,23 @@ pub fn validate(s: &Scene) -> Result<Derived, (String, String)> {
         warnings
             .push(format!("tau = {tau:.4} is close to 0.5: BGK may blow up; try collision = \"regularized\", \"trt\" or \"smagorinsky\""));
     }
+    // Interpolated walls need the exact shape on a dense grid (see `Domain::from_scene`): where
+    // the grid is not one, the obstacles get half-way (staircase) walls, and the user is told.
+    if s.solver.walls == super::WallMode::Interpolated && !s.obstacles.is_empty() {
+        let on = if s.solver.scheme == crate::schemes::Scheme::Ghost {
+            Some("solver.scheme = \"ghost\" (LBM-Ghost blocks)")
+        } else if s.compression.enabled {
+            Some("compressed subgrids")
+        } else {
+            None
+        };
+        if let Some(on) = on {
+            warnings.push(format!(
+                "solver.walls = \"interpolated\": {on} keep obstacle walls half-way, so the obstacles run with staircase walls; \
+                 set solver.walls = \"staircase\" to say so, or use a dense scheme for curved walls"
+            ));
+        }
+    }
     if !(2..=256).contains(&s.solver.ghost_block) {
         return e("solver.ghost_block", format!("must be 2 to 256 cells, got {}", s.solver.ghost_block));
     }

@@ -52,19 +52,29 @@ pub fn voxelise(o: &Obstacle, n: [usize; 3], dims: usize, base: &Path) -> Result
 /// # Errors
 /// A message naming the file.
 pub fn read_stl(path: &Path) -> Result<Vec<[[f32; 3]; 3]>, String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open STL file {}: {e}", path.display()))?;
-    let mesh = stl_io::read_stl(&mut f).map_err(|e| format!("{} is not a readable STL file (binary or ASCII): {e}", path.display()))?;
-    let tris: Vec<[[f32; 3]; 3]> = mesh
-        .faces
-        .iter()
-        .map(|t| {
-            let v = |k: usize| {
-                let p = mesh.vertices[t.vertices[k]];
-                [p[0], p[1], p[2]]
-            };
-            [v(0), v(1), v(2)]
-        })
-        .collect();
+    let bytes = crate::input::read_capped(path, crate::input::STL_CAP, "an STL file")?;
+    let unreadable = |e: std::io::Error| format!("{} is not a readable STL file (binary or ASCII): {e}", path.display());
+    let mut cursor = std::io::Cursor::new(bytes);
+    let reader = stl_io::create_stl_reader(&mut cursor).map_err(unreadable)?;
+    let mut tris = Vec::new();
+    for (i, t) in reader.enumerate() {
+        let t =
+            t.map_err(|e| format!("{} is not a readable STL file (binary or ASCII): triangle {i} (counting from 0): {e}", path.display()))?;
+        let mut tri = [[0.0f32; 3]; 3];
+        for (k, v) in tri.iter_mut().enumerate() {
+            let p = t.vertices[k];
+            *v = [p[0], p[1], p[2]];
+            // A NaN or infinite coordinate would make the mesh's bounding box, and with it the
+            // obstacle's place and size, meaningless.
+            if let Some(bad) = v.iter().find(|c| !c.is_finite()) {
+                return Err(format!(
+                    "{}: triangle {i} (counting from 0), vertex {k} has the coordinate {bad}; every coordinate must be a finite number",
+                    path.display()
+                ));
+            }
+        }
+        tris.push(tri);
+    }
     if tris.is_empty() {
         return Err(format!("{} has no triangles", path.display()));
     }
@@ -239,6 +249,45 @@ mod tests {
         }
         let e = stl_cells(&dir.join("missing.stl"), [10, 10, 10], 3, [5.0; 3], 4.0).unwrap_err();
         assert!(e.contains("cannot open"), "{e}");
+    }
+
+    #[test]
+    fn a_vertex_that_is_not_a_finite_number_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut tris: Vec<stl_io::Triangle> = cube()
+                .iter()
+                .map(|t| stl_io::Triangle {
+                    normal: stl_io::Normal::new([0.0, 0.0, 0.0]),
+                    vertices: [stl_io::Vertex::new(t[0]), stl_io::Vertex::new(t[1]), stl_io::Vertex::new(t[2])],
+                })
+                .collect();
+            tris[7].vertices[2] = stl_io::Vertex::new([0.5, bad, 0.5]);
+            let p = dir.path().join("bad.stl");
+            let mut f = std::fs::File::create(&p).unwrap();
+            stl_io::write_stl(&mut f, tris.iter()).unwrap();
+            drop(f);
+            let e = stl_cells(&p, [10, 10, 10], 3, [5.0; 3], 4.0).unwrap_err();
+            assert!(e.contains("bad.stl") && e.contains("triangle 7") && e.contains(&format!("coordinate {bad}")), "{e}");
+            // The same in ASCII.
+            let mut ascii = String::from("solid c\n");
+            for (i, t) in cube().iter().enumerate() {
+                ascii.push_str("facet normal 0 0 0\nouter loop\n");
+                for (k, v) in t.iter().enumerate() {
+                    let y = if (i, k) == (3, 1) { format!("{bad}") } else { v[1].to_string() };
+                    ascii.push_str(&format!("vertex {} {y} {}\n", v[0], v[2]));
+                }
+                ascii.push_str("endloop\nendfacet\n");
+            }
+            ascii.push_str("endsolid c\n");
+            std::fs::write(&p, ascii).unwrap();
+            let e = read_stl(&p).unwrap_err();
+            assert!(e.contains("bad.stl") && e.contains("triangle 3 (counting from 0)") && e.contains("finite"), "{e}");
+        }
+        if Path::new("/dev/zero").exists() {
+            let e = read_stl(Path::new("/dev/zero")).unwrap_err();
+            assert!(e.contains("/dev/zero"), "{e}");
+        }
     }
 
     #[test]

@@ -290,12 +290,13 @@ fn poiseuille_bgk_second_order() {
     check_poiseuille("bgk", &runs, &orders, lambda);
 }
 
-/// TRT with this solver's magic parameter Lambda = 1/4: same reference, slip 1/12 F/(2 nu)
-/// independent of tau.
+/// TRT with this solver's magic parameter (Lambda = 1/4 at this tau, see
+/// `collision::trt_tau_minus`): same reference, slip 1/12 F/(2 nu) independent of tau.
 #[test]
 fn poiseuille_trt_second_order() {
+    assert!((sim_core::collision::trt_lambda(POISEUILLE_TAU as f32) - sim_core::collision::TRT_MAGIC).abs() < 1e-6);
     let (runs, orders) = poiseuille_series("trt", &[8, 16, 32]);
-    check_poiseuille("trt", &runs, &orders, sim_core::collision::TRT_MAGIC as f64);
+    check_poiseuille("trt", &runs, &orders, f64::from(sim_core::collision::trt_lambda(POISEUILLE_TAU as f32)));
 }
 
 /// Smagorinsky (C_s = 0.1) in laminar flow is BGK plus a small eddy viscosity
@@ -752,11 +753,15 @@ radius = {r}
 ///
 /// D2Q9 TRT, interpolated walls (the cylinder's exact distance on every link), U_mean = 0.025
 /// (Mach 0.065 at the centreline; at 0.05 compressibility adds ~1.5 % to the drag), D = 10 and
-/// 20 cells. Measured: C_D 5.596 and 5.604 (+0.3 %, +0.4 %) and C_L 0.0120 and 0.01106 (+13 %,
-/// +4.4 %) at D = 10 and 20; the staircase cylinder gave C_D 6.13 and 5.87 (+9.8 %, +5.2 %).
-/// With the wall on the circle the drag no longer depends on D (the GPU gives 5.6048 at D = 40,
-/// scripts/bench-walls.sh): the test asserts C_D within 1 % at both resolutions, C_L within 5 %
-/// at D = 20, and that the lift's error shrinks from D = 10 to D = 20.
+/// 20 cells (tau 0.5375 and 0.575). Measured: C_D 5.705 and 5.604 (+2.2 %, +0.4 %) and C_L
+/// 0.0125 and 0.01104 (+18 %, +4.2 %) at D = 10 and 20; the staircase cylinder gave C_D 6.13
+/// and 5.87 (+9.8 %, +5.2 %). At D = 20 TRT runs with Lambda = 1/4, which puts the wall where
+/// the link distances say whatever the viscosity, and the drag no longer depends on D (the GPU
+/// gives 5.6048 at D = 40, scripts/bench-walls.sh). At D = 10 the tau is below 0.5625, where
+/// TRT bounds its odd relaxation time for stability (`collision::TRT_MAX_ODD_RATIO`; Lambda
+/// 0.09 there, and C_D was +0.3 % with Lambda = 1/4). The test asserts C_D within 1 % at D = 20
+/// and 3 % at D = 10, C_L within 5 % at D = 20, and that the lift's error shrinks from D = 10
+/// to D = 20.
 #[test]
 fn cylinder_schaefer_turek_2d1() {
     let (cd_ref, cl_ref) = (5.58, 0.0106);
@@ -776,7 +781,7 @@ fn cylinder_schaefer_turek_2d1() {
     }
     let (ecd, ecl) = errs[1];
     assert!(errs[1].1.abs() < errs[0].1.abs(), "the lift's error does not shrink with resolution: {errs:?}");
-    assert!(errs.iter().all(|e| e.0.abs() < 0.01), "C_D off by more than 1 %: {errs:?}");
+    assert!(errs[0].0.abs() < 0.03, "C_D off by more than 3 % at D = 10: {errs:?}");
     assert!(ecd.abs() < 0.01, "C_D off by {:.2}%", 100.0 * ecd);
     assert!(ecl.abs() < 0.05, "C_L off by {:.1}%", 100.0 * ecl);
 }

@@ -185,13 +185,6 @@ pub fn rows_fit(n: [usize; 3], lattice: Lattice, precision: Precision) -> bool {
     w <= 1024 && xdirs * w * precision.bytes() <= 48 * 1024
 }
 
-/// Whether the row kernel runs two cells per thread (aligned pair loads and stores): rows of an
-/// even length, unless `ESOFLOW_CUDA_PAIRS=0` (developer knob, to compare).
-#[must_use]
-pub fn row_pairs(cfg: &KernelConfig) -> bool {
-    cfg.rows && cfg.n[0] % 2 == 0 && std::env::var("ESOFLOW_CUDA_PAIRS").as_deref() != Ok("0")
-}
-
 /// Bricks of `b` (ids `bx + nbx (by + nby bz)`) as (plain fluid, with boundaries), all-solid
 /// bricks dropped, leaving out the rows in `skip` (`b` must then be one row high). The classes
 /// come from [`BrickMap::classify`], the one implementation the viewer's overlay shows too.

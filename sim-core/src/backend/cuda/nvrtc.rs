@@ -1,7 +1,6 @@
 //! CUDA C compiled at run time: the kernel sources, the generated header of constants for one
 //! configuration (lattice, scheme, precision, grid, brick shape) and NVRTC.
 
-use super::*;
 use crate::collision::Collision;
 use crate::lattice::Lattice;
 use crate::precision::Precision;
@@ -165,7 +164,12 @@ fn code_names() -> String {
     fn names<'a, T>(t: &'a [(T, &'static str)]) -> impl Iterator<Item = String> + 'a {
         t.iter().enumerate().map(|(i, (_, n))| format!("#define {n} {i}\n"))
     }
-    names(&SCHEMES).chain(names(&STORES)).chain(names(&COLLISIONS)).collect()
+    let trt = format!(
+        "#define DEF_TRT_MAGIC {:.9e}f\n#define DEF_TRT_MAX_ODD_RATIO {:.9e}f\n",
+        crate::collision::TRT_MAGIC,
+        crate::collision::TRT_MAX_ODD_RATIO
+    );
+    names(&SCHEMES).chain(names(&STORES)).chain(names(&COLLISIONS)).chain(std::iter::once(trt)).collect()
 }
 
 /// Full kernel source of one configuration.
@@ -240,4 +244,11 @@ pub(super) const NVRTC_MISSING: &str = "NVRTC (libnvrtc.so) was not found: insta
 pub fn nvrtc_present() -> bool {
     // SAFETY: only probes for the shared library.
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Whether the row kernel runs two cells per thread (aligned pair loads and stores): rows of an
+/// even length, unless `ESOFLOW_CUDA_PAIRS=0` (developer knob, to compare).
+#[must_use]
+pub fn row_pairs(cfg: &KernelConfig) -> bool {
+    cfg.rows && cfg.n[0] % 2 == 0 && std::env::var("ESOFLOW_CUDA_PAIRS").as_deref() != Ok("0")
 }

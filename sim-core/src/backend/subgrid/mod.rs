@@ -47,9 +47,10 @@ use crate::domain::{is_solid, Domain};
 use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
 use crate::precision::Precision;
-use crate::scene::{human_bytes, LoadedScene, SceneError};
+use crate::scene::{LoadedScene, SceneError};
 use crate::schemes::Scheme;
 use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
+use crate::units::human_bytes;
 use rayon::prelude::*;
 
 /// The largest tau a memory budget raises a subgrid to: far above every detail of the shifted

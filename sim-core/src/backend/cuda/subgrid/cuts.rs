@@ -11,11 +11,11 @@
 //! on a second stream while the other subgrids step (they never touch the planes), and the next
 //! step waits for the merge. With device copies the exchange follows the step.
 
-use super::ring::{Dev, GSub};
+use super::ring::{Comm, Cut, Dev, GSub};
 use crate::backend::cuda::{derr, threads};
 use crate::solver::SolverError;
 use cudarc::driver::sys;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, PushKernelArg};
 use cudarc::nccl::sys as nccl;
 use std::sync::Arc;
 
@@ -52,24 +52,6 @@ pub(super) fn share(counts: [usize; 3], parts: usize) -> Result<Share, SolverErr
     Ok(Share { axis, ranges })
 }
 
-/// One side of a GPU's slab: the cut's two planes and the buffers of their exchange.
-pub(super) struct Cut {
-    /// The GPU across the cut (index among the solver's GPUs).
-    pub(super) neighbour: usize,
-    /// Coordinate along the axis of this GPU's layer at the cut and of the neighbour's.
-    pub(super) own: u32,
-    pub(super) halo: u32,
-    /// Values in each buffer.
-    pub(super) len: usize,
-    /// Both planes as they were after the last exchange, as they are after the step (sent),
-    /// as the neighbour sent them (kept for their memory: used through `ptr`).
-    _bufs: [CudaSlice<f32>; 3],
-    /// Their device addresses: the exchange's launches pass addresses and are ordered by the
-    /// link's events, not by cudarc's per-buffer tracking (which would hold the subgrids'
-    /// launches on the main stream until the exchange stream's merge is done).
-    pub(super) ptr: [u64; 3],
-}
-
 impl Cut {
     /// The cut's buffers of `len` values on `stream`.
     pub(super) fn new(stream: &Arc<CudaStream>, neighbour: usize, own: u32, halo: u32, len: usize) -> Result<Cut, SolverError> {
@@ -83,26 +65,6 @@ impl Cut {
         Ok(Cut { neighbour, own, halo, len, _bufs: bufs, ptr })
     }
 }
-
-/// A GPU's second stream (the exchange), its events and the device addresses its launches use.
-pub(super) struct Link {
-    pub(super) comm: Arc<CudaStream>,
-    /// The planes packed after the subgrids next to the cuts; the merge done.
-    pub(super) packed: CudaEvent,
-    pub(super) merged: CudaEvent,
-    /// Addresses of the shells and the subgrid maps.
-    pub(super) shells: u64,
-    pub(super) axis_map: u64,
-    pub(super) slab_len: u64,
-    pub(super) shell_off: u64,
-}
-
-/// One GPU's NCCL communicator, handed to the thread that drives it.
-#[derive(Clone, Copy)]
-pub(super) struct Comm(nccl::ncclComm_t);
-
-// SAFETY: a communicator is used by one thread at a time (the thread of its GPU's step).
-unsafe impl Send for Comm {}
 
 impl Cut {
     /// Values in one buffer (both planes, every direction).

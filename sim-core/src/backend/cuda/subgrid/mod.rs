@@ -47,12 +47,11 @@ use crate::domain::Domain;
 use crate::edit::{CellEdit, EditReport};
 use crate::lattice::{Lattice, D3Q19, D3Q27};
 use crate::precision::Precision;
-use crate::scene::human_bytes;
 use crate::schemes::Scheme;
 use crate::solver::{CompressionInfo, Fields, Params, Solver, SolverError, SolverInfo, Stats, SubgridStat};
+use crate::units::human_bytes;
 use cudarc::driver::CudaContext;
 /// Working boxes a GPU fills on the host at once while the state is built.
-pub(crate) use ring::BUILD_AHEAD;
 use ring::*;
 use std::sync::Arc;
 use std::time::Instant;

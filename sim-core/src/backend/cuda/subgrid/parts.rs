@@ -2,7 +2,7 @@
 //! the shells (its own and the copies across its cuts), the working box, scratch and the ring
 //! sized from the memory budget.
 
-use super::cuts::{self, Cut, Share};
+use super::cuts::{self, Share};
 use super::*;
 use rayon::prelude::*;
 
@@ -26,18 +26,8 @@ pub(super) struct Layout {
     max_blocks: usize,
 }
 
-/// Words of a subgrid's largest record: its core raw, or compressed with every block dense
-/// (a block's header and all its samples, more than the raw core where blocks are cut short).
-pub(super) fn worst_record(q: usize, size: [usize; 3]) -> u64 {
-    (q * vol(size.map(|x| x - 2))).max(q * blocks_of(size) * (1 + BlockShape::DEFAULT.samples())) as u64
-}
-
 /// Top bit of a subgrid's shell offset: only its two faces across the shared axis are kept.
 const FACES_ONLY: u64 = 1 << 63;
-
-fn blocks_of(s: [usize; 3]) -> usize {
-    crate::compress::field::block_counts(s.map(|x| x - 2), &BlockShape::DEFAULT).iter().product::<usize>()
-}
 
 impl Layout {
     /// Subgrid slabs `sl` per axis of `dom`, shared as `share` says.
@@ -234,7 +224,7 @@ impl Layout {
             let (_, highest) = cudarc::driver::result::stream::get_priority_range().map_err(derr("reading stream priorities"))?;
             let comm = ctx.new_stream_with_priority(highest).map_err(derr("creating the exchange stream"))?;
             let ptr = |b: &cudarc::driver::CudaSlice<_>| cudarc::driver::DevicePtr::device_ptr(b, &stream).0;
-            Some(cuts::Link {
+            Some(Link {
                 comm,
                 packed: ctx.new_event(None).map_err(derr("creating events"))?,
                 merged: ctx.new_event(None).map_err(derr("creating events"))?,

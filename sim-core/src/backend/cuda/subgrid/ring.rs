@@ -9,9 +9,9 @@ use crate::collision::equilibrium;
 use crate::domain::{id_of, is_solid, kind, kind_of, Domain};
 use crate::lattice::{Lat, Lattice, D3Q19, D3Q27, MAX_Q};
 use crate::precision::Precision;
-use crate::scene::human_bytes;
 use crate::schemes::Scheme;
 use crate::solver::{Params, SolverError};
+use crate::units::human_bytes;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use super::*;
 
-/// Boxes filled on the host at once while building a state.
-pub(crate) const BUILD_AHEAD: usize = 8;
+use crate::memory::BUILD_AHEAD;
 
 /// Brick shape of the box kernels (the dense solver's default shape for 3D).
 pub(super) const BOX_BRICK: [usize; 3] = [32, 2, 2];
@@ -154,8 +153,8 @@ pub(super) struct Dev {
     /// and the exchange's stream (none on one GPU).
     pub(super) axis: usize,
     pub(super) index: usize,
-    pub(super) cuts: Vec<super::cuts::Cut>,
-    pub(super) link: Option<super::cuts::Link>,
+    pub(super) cuts: Vec<Cut>,
+    pub(super) link: Option<Link>,
     /// Bytes of device memory besides the ring, and how a budget sizes the ring.
     pub(super) fixed: u64,
     pub(super) sizing: RingSizing,
@@ -427,7 +426,7 @@ impl Dev {
         let pending = match tau {
             Some(tau) => {
                 let (base, w) = self.core_window(id);
-                let worst = super::parts::worst_record(q, self.subs[id].size);
+                let worst = worst_record(q, self.subs[id].size);
                 let at = (self.tail_room() >= worst).then_some(self.ring_tail);
                 let field = self.boxbuf.slice(base..base + w.span());
                 let s = &mut self.subs[id];
@@ -844,7 +843,7 @@ impl Dev {
         p: &Params,
         compress: bool,
         timing: bool,
-        comm: Option<super::cuts::Comm>,
+        comm: Option<Comm>,
     ) -> Result<Option<[f64; 6]>, SolverError> {
         self.stream.memset_zeros(&mut self.forces).map_err(derr("clearing forces"))?;
         let n = self.subs.len();
@@ -1018,4 +1017,53 @@ pub(super) fn initial_box_l<L: Lat>(
             ep_scatter::<L>(out, &bd.flags, bn, b, &e, false);
         }
     }
+}
+
+/// One side of a GPU's slab: the cut's two planes and the buffers of their exchange.
+pub(super) struct Cut {
+    /// The GPU across the cut (index among the solver's GPUs).
+    pub(super) neighbour: usize,
+    /// Coordinate along the axis of this GPU's layer at the cut and of the neighbour's.
+    pub(super) own: u32,
+    pub(super) halo: u32,
+    /// Values in each buffer.
+    pub(super) len: usize,
+    /// Both planes as they were after the last exchange, as they are after the step (sent),
+    /// as the neighbour sent them (kept for their memory: used through `ptr`).
+    pub(super) _bufs: [CudaSlice<f32>; 3],
+    /// Their device addresses: the exchange's launches pass addresses and are ordered by the
+    /// link's events, not by cudarc's per-buffer tracking (which would hold the subgrids'
+    /// launches on the main stream until the exchange stream's merge is done).
+    pub(super) ptr: [u64; 3],
+}
+
+/// A GPU's second stream (the exchange), its events and the device addresses its launches use.
+pub(super) struct Link {
+    pub(super) comm: Arc<CudaStream>,
+    /// The planes packed after the subgrids next to the cuts; the merge done.
+    pub(super) packed: CudaEvent,
+    pub(super) merged: CudaEvent,
+    /// Addresses of the shells and the subgrid maps.
+    pub(super) shells: u64,
+    pub(super) axis_map: u64,
+    pub(super) slab_len: u64,
+    pub(super) shell_off: u64,
+}
+
+/// One GPU's NCCL communicator, handed to the thread that drives it.
+#[derive(Clone, Copy)]
+pub(super) struct Comm(pub(super) cudarc::nccl::sys::ncclComm_t);
+
+// SAFETY: a communicator is used by one thread at a time (the thread of its GPU's step).
+unsafe impl Send for Comm {}
+
+/// Words of a subgrid's largest record: its core raw, or compressed with every block dense
+/// (a block's header and all its samples, more than the raw core where blocks are cut short).
+pub(super) fn worst_record(q: usize, size: [usize; 3]) -> u64 {
+    (q * vol(size.map(|x| x - 2))).max(q * blocks_of(size) * (1 + BlockShape::DEFAULT.samples())) as u64
+}
+
+/// Codec blocks of the core of a subgrid of `s` cells.
+pub(super) fn blocks_of(s: [usize; 3]) -> usize {
+    crate::compress::field::block_counts(s.map(|x| x - 2), &BlockShape::DEFAULT).iter().product::<usize>()
 }

@@ -21,8 +21,8 @@ macro_rules! preset {
     ($stem:literal) => {
         Preset {
             stem: $stem,
-            toml: include_str!(concat!("../../../../scenes/", $stem, ".toml")),
-            picture: include_bytes!(concat!("../../../../scenes/thumbnails/", $stem, ".png")),
+            toml: include_str!(concat!("../../../../../scenes/", $stem, ".toml")),
+            picture: include_bytes!(concat!("../../../../../scenes/thumbnails/", $stem, ".png")),
         }
     };
 }

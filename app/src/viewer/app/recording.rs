@@ -3,7 +3,7 @@
 //! video by ffmpeg (where one is on the PATH) when the recording stops. The window shell takes
 //! the pictures ([`ViewerApp::record_request`]); what to take and when is decided here.
 
-use super::app::ViewerApp;
+use super::ViewerApp;
 use crate::run::record;
 use egui::Ui;
 use std::path::{Path, PathBuf};

@@ -121,7 +121,7 @@ impl ViewerApp {
         ui.horizontal(|ui| {
             let label = ui.label("memory budget");
             if !self.budget_focused {
-                self.budget_text = c.budget.map(sim_core::scene::human_bytes).unwrap_or_default();
+                self.budget_text = c.budget.map(sim_core::units::human_bytes).unwrap_or_default();
             }
             let r = ui
                 .add(egui::TextEdit::singleline(&mut self.budget_text).id(egui::Id::unique("esoflow.memory_budget")).hint_text("none, or e.g. 64 MB").desired_width(110.0))
@@ -181,7 +181,7 @@ impl ViewerApp {
             .checkbox(&mut reference, "uncompressed reference run")
             .on_hover_text(format!(
                 "the dense CPU solver beside this one, same scene and size, stepped in lockstep from the running state (about {})",
-                sim_core::scene::human_bytes(need)
+                sim_core::units::human_bytes(need)
             ))
             .changed()
         {
