@@ -5,22 +5,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf stage && mkdir -p stage
-cargo build --release -p esoflow
-cp target/release/esoflow stage/
-for t in cuda nvrtc; do
-  exe=$(cargo test --release -p sim-core --test "$t" --no-run --message-format=json 2>/dev/null \
-        | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
-  cp "$exe" "stage/test-$t"
-done
-exe=$(cargo test --release -p esoflow --bin esoflow --no-run --message-format=json 2>/dev/null \
-      | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
-cp "$exe" stage/test-app
-exe=$(cargo test --release -p esoflow --test interop --no-run --message-format=json 2>/dev/null \
-      | grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d'"' -f4)
-cp "$exe" stage/test-interop
+# One build of the workspace's tests and binaries (as the tests build them, so nothing is
+# compiled twice with other features), then the executables picked by target name.
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null > stage/.build.json
+pick() { # pick KIND NAME TEST(true|false) DEST
+  python3 - "$@" <<'PY'
+import json, shutil, sys
+kind, name, test, dest = sys.argv[1:]
+for line in open("stage/.build.json"):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target") or {}
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and t.get("name") == name \
+            and kind in t.get("kind", []) and str(m["profile"]["test"]).lower() == test:
+        shutil.copy(m["executable"], dest)
+        sys.exit(0)
+sys.exit(f"no {kind} {name} (test={test}) in the build")
+PY
+}
+pick bin esoflow false stage/esoflow
+pick test cuda true stage/test-cuda
+pick test nvrtc true stage/test-nvrtc
+pick bin esoflow true stage/test-app
+pick test interop true stage/test-interop
+pick test against_cpu true stage/test-wgpu
+rm stage/.build.json
 strip stage/*
 cp -r scenes stage/
-cp scripts/gpu-check.sh scripts/vulkan-loader.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh scripts/peak-memory.sh stage/
+cp scripts/gpu-check.sh scripts/gpu-wgpu.sh scripts/vulkan-loader.sh scripts/gpu-ncu.sh scripts/gpu-render-bench.sh scripts/gpu-robustness.sh scripts/peak-memory.sh stage/
 cat > stage/run-gpu-tests.sh <<'SH'
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: bash stage/run-gpu-tests.sh

@@ -24,12 +24,16 @@ struct Cli {
 /// Which solver backend to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
-    /// CUDA where an NVIDIA GPU is usable, else the CPU (with a notice).
+    /// CUDA where an NVIDIA GPU is usable, else wgpu on a GPU that runs the scene, else the
+    /// CPU (with a notice).
     Auto,
     /// The CPU reference backend.
     Cpu,
     /// The CUDA backend (fails with a message where it is not available).
     Cuda,
+    /// The wgpu backend: WGSL kernels on any GPU through Vulkan, Metal or DX12 (the adapter
+    /// `esoflow info` lists first, or the one ESOFLOW_ADAPTER names by index or name).
+    Wgpu,
 }
 
 #[derive(Subcommand, Debug)]
@@ -180,8 +184,26 @@ fn info() -> anyhow::Result<ExitCode> {
                 println!("  largest D3Q19 Esoteric-Pull FP32 cube `esoflow run` fits (memory plan, with exports): {}^3 cells", n[0]);
             }
         }
-        Err(why) => println!("backend cuda: not available: {why} (--backend auto uses the CPU)"),
+        Err(why) => println!("backend cuda: not available: {why}"),
     }
+    let adapters = esoflow_wgpu::adapters();
+    let auto = solvers::auto_adapter();
+    if adapters.is_empty() {
+        println!("backend wgpu: not available: no adapter that runs compute shaders (Vulkan, Metal or DX12)");
+    } else {
+        println!("backend wgpu: available (choose an adapter with ESOFLOW_ADAPTER=INDEX or a part of its name)");
+        for a in &adapters {
+            println!("  {a}");
+        }
+    }
+    let auto_says = if sim_core::build::gpu_available().is_ok() {
+        "the CUDA backend".to_string()
+    } else if let Some(a) = auto {
+        format!("the wgpu backend on adapter {} ({}), where it runs the scene; else the CPU", a.index, a.name)
+    } else {
+        "the CPU backend (no hardware GPU adapter)".to_string()
+    };
+    println!("--backend auto runs on {auto_says}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -388,9 +388,10 @@ const BATCH_SECS: f64 = 0.25;
 /// rank (so that all stop with the same message before they meet).
 fn check_launch(a: &RunArgs, r: &Rank) -> anyhow::Result<()> {
     let w = r.world;
-    if a.backend == crate::BackendChoice::Cpu {
+    if a.backend == crate::BackendChoice::Cpu || a.backend == crate::BackendChoice::Wgpu {
+        let b = if a.backend == crate::BackendChoice::Cpu { "cpu" } else { "wgpu" };
         bail!(
-            "--backend cpu: a launch of {w} processes ({}) runs one slab per process on the CUDA backend; start one process for the CPU",
+            "--backend {b}: a launch of {w} processes ({}) runs one slab per process on the CUDA backend; start one process for --backend {b}",
             r.source
         );
     }
@@ -647,20 +648,17 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
                 wrote.extend(fields.iter().map(|f| f.display().to_string()));
                 eprintln!("wrote the last good state to {}", wrote.join(" and "));
             }
-            // The samples and frames of the sane states stay.
+            // The probes keep their samples up to the state rolled back to; the frames stay.
             if let Some(p) = probes.as_mut() {
-                p.back_to_sane();
+                p.back_to(good);
                 if let Some(csv) = p.write()? {
-                    eprintln!("wrote the probes' samples up to the last sane state to {}", csv.display());
+                    eprintln!("wrote the probes' samples up to the last good state to {}", csv.display());
                 }
             }
             if let Some(r) = &recorder {
                 r.finish();
             }
             return Ok(ExitCode::from(crate::run::EXIT_BLOWUP));
-        }
-        if let Some(p) = probes.as_mut() {
-            p.sane_at(next);
         }
         if let (Some(r), Some(gpu)) = (recorder.as_mut().filter(|_| frame_due), render_gpu) {
             r.frame(gpu, solver.as_ref(), &view)?;
@@ -697,7 +695,7 @@ pub fn run(a: &RunArgs, launch: Option<&Rank>) -> anyhow::Result<ExitCode> {
             solver.roll_back(&last_good)?;
             eprintln!("at step {} {why}; the outputs hold the last good state, step {}", st.step, last_good.step());
             if let Some(p) = probes.as_mut() {
-                p.back_to_sane();
+                p.back_to(last_good.step());
             }
         } else if st.step != row_at {
             if let Some(w) = stats_w.as_mut() {

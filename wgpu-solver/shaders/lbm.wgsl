@@ -38,6 +38,10 @@ fn forced() -> bool {
 @group(0) @binding(4) var<storage, read> LIST: array<u32>;
 // The statistics' first non-finite cell per workgroup, then overall.
 @group(0) @binding(5) var<storage, read_write> OUTU: array<u32>;
+// Interpolated walls, per link: f*_k(x) kept from the step before (the first P.ctl.w floats),
+// then the momentum the link exchanged in the last step. The links themselves are in LIST
+// from P.opt.w on (0: none).
+@group(0) @binding(6) var<storage, read_write> LS: array<f32>;
 
 const BIG: f32 = 3.0e38;
 const NONE: u32 = 0xffffffffu;
@@ -157,6 +161,97 @@ fn load_incoming(n: u32, flag: u32, j: ptr<function, array<u32, Q>>, odd: bool, 
             if is_solid(sf) {
                 (*f)[i] = F[wall_slot(i, sf, n, j, odd)];
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- interpolated walls
+// The links of the cells beside curved walls, packed as sim-core's `Links::packed` from
+// LIST[P.opt.w]: the number c of cells with links, the mask of obstacle ids with exact shapes,
+// the c cell indices ascending, the c + 1 first links, then each link's wall fraction q (f32
+// bits). A cell's links follow the directions d towards the wall in increasing order. The rule
+// is sim-core's `walls::bouzidi` (Bouzidi, Firdaouss and Lallemand 2001).
+
+fn curved_link(mask: u32, f: u32) -> bool {
+    return kind_of(f) == KIND_SOLID && ((mask >> id_of(f)) & 1u) != 0u;
+}
+
+fn link_mask() -> u32 {
+    if P.opt.w == 0u {
+        return 0u;
+    }
+    return LIST[P.opt.w + 1u];
+}
+
+// First link of cell n (binary search over the cells with links), or -1.
+fn link_first(n: u32) -> i32 {
+    let b = P.opt.w;
+    if b == 0u {
+        return -1;
+    }
+    let c = LIST[b];
+    var lo = 0u;
+    var hi = c;
+    while lo < hi {
+        let mid = (lo + hi) >> 1u;
+        if LIST[b + 2u + mid] < n {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo < c && LIST[b + 2u + lo] == n {
+        return i32(LIST[b + 2u + c + lo]);
+    }
+    return -1;
+}
+
+// One link: a = f*_d(x) (the halfway value), up = f*_d(x - c_d), kept = f*_k(x); thin where
+// x - c_d is solid (no upstream value: halfway for q < 1/2).
+fn bouzidi(q: f32, a: f32, up: f32, kept: f32, thin: bool) -> f32 {
+    if q < 0.5 {
+        if thin {
+            return a;
+        }
+        return 2.0 * q * a + (1.0 - 2.0 * q) * up;
+    }
+    let s = 0.5 / q;
+    return s * a + (1.0 - s) * kept;
+}
+
+// Replace the values that came back from curved walls in a cell's incoming DDFs (halfway
+// bounce-back applied), from its first link l0; with `record`, keep each link's momentum
+// exchange c_d (f*_d(x) + f_k(x)) without its direction, (f*_d + w_d) + (f_k + w_k).
+fn curved_walls(f: ptr<function, array<f32, Q>>, l0: u32, j: ptr<function, array<u32, Q>>, record: bool) {
+    let b = P.opt.w;
+    let mask = LIST[b + 1u];
+    let qs = b + 3u + 2u * LIST[b];
+    var l = l0;
+    // Unrolled, as every loop over a cell's neighbours: `j` and `f` indexed by constants stay
+    // in registers.
+    for (var d = 1u; d < Q; d++) { // unroll
+        let nf = flag_at((*j)[d]);
+        if curved_link(mask, nf) {
+            let k = OPP[d];
+            let a = (*f)[k];
+            let back = bouzidi(bitcast<f32>(LIST[qs + l]), a, (*f)[d], LS[l], is_solid(flag_at((*j)[k])));
+            (*f)[k] = back;
+            if record {
+                LS[P.ctl.w + l] = (a + W[d]) + (back + W[k]);
+            }
+            l++;
+        }
+    }
+}
+
+// After the collision: keep f*_k(x) of each of the cell's links for the next step.
+fn keep_links(f: ptr<function, array<f32, Q>>, l0: u32, j: ptr<function, array<u32, Q>>) {
+    let mask = LIST[P.opt.w + 1u];
+    var l = l0;
+    for (var d = 1u; d < Q; d++) { // unroll
+        if curved_link(mask, flag_at((*j)[d])) {
+            LS[l] = (*f)[OPP[d]];
+            l++;
         }
     }
 }
@@ -573,6 +668,12 @@ fn cell_moments(n: u32, flag: u32) -> Mom {
     neighbours(p, &j);
     var f: array<f32, Q>;
     load_incoming(n, flag, &j, odd, &f);
+    if (flag & FLAG_NEAR) != 0u {
+        let l0 = link_first(n);
+        if l0 >= 0 {
+            curved_walls(&f, u32(l0), &j, false);
+        }
+    }
     moving_walls(&f, &j);
     let k = kind_of(flag);
     if k == KIND_INLET || k == KIND_OUTLET {
@@ -599,7 +700,17 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     neighbours(p, &j);
     var f: array<f32, Q>;
     load_incoming(n, flag, &j, odd, &f);
+    var l0 = -1;
+    if (flag & FLAG_NEAR) != 0u {
+        l0 = link_first(n);
+        if l0 >= 0 {
+            curved_walls(&f, u32(l0), &j, true);
+        }
+    }
     update_cell(&f, flag, p, &j);
+    if l0 >= 0 {
+        keep_links(&f, u32(l0), &j);
+    }
     for (var i = 0u; i < Q; i++) { // unroll
         F[load_slot(OPP[i], n, &j, odd)] = f[i];
     }
@@ -717,7 +828,8 @@ var<workgroup> red_force: array<vec3<f32>, WG>;
 // Momentum exchange on obstacle k = workgroup x, after a step of parity P.ctl.x: the sum over
 // the links from its fluid neighbours of c_i 2 f*_i, with f*_i the outgoing (post-collision,
 // shifted) DDF the cell stored towards the obstacle, where the next step's bounce-back reads
-// it. The host adds the shift's part, sum c_i 2 w_i, which only depends on the flags.
+// it; the host adds the shift's part, sum c_i 2 w_i, which only depends on the flags. Over the
+// links of a curved wall, the exchange the step kept for each (with its shift).
 @compute @workgroup_size(WG)
 fn forces(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let k = wid.x;
@@ -729,9 +841,20 @@ fn forces(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         let n = LIST[MAX_OBSTACLE_IDS + 1u + e];
         var j: array<u32, Q>;
         neighbours(coords(n), &j);
+        let mask = link_mask();
+        var l = 0u;
+        if mask != 0u {
+            l = u32(max(link_first(n), 0));
+        }
         for (var i = 1u; i < Q; i++) { // unroll
             let nf = flag_at(j[i]);
-            if kind_of(nf) == KIND_SOLID && id_of(nf) == k {
+            if curved_link(mask, nf) {
+                if id_of(nf) == k {
+                    let v = LS[P.ctl.w + l];
+                    acc += vec3<f32>(f32(CX[i]) * v, f32(CY[i]) * v, f32(CZ[i]) * v);
+                }
+                l++;
+            } else if kind_of(nf) == KIND_SOLID && id_of(nf) == k {
                 let v = 2.0 * F[load_slot(OPP[i], n, &j, odd)];
                 acc += vec3<f32>(f32(CX[i]) * v, f32(CY[i]) * v, f32(CZ[i]) * v);
             }

@@ -277,7 +277,15 @@ impl Gpu {
             };
             let layout = d.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                 label: Some("lbm bindings"),
-                entries: &[storage(0, false), storage(1, true), uniform, storage(3, false), storage(4, true), storage(5, false)],
+                entries: &[
+                    storage(0, false),
+                    storage(1, true),
+                    uniform,
+                    storage(3, false),
+                    storage(4, true),
+                    storage(5, false),
+                    storage(6, false),
+                ],
             });
             let pl = d.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                 label: Some("lbm"),

@@ -7,6 +7,7 @@
 use sim_core::collision::{equilibrium, moments};
 use sim_core::domain::{id_of, is_solid, kind, kind_of, slip_source, Domain, Inlet, Outlet};
 use sim_core::lattice::{opposite, Lat, MAX_Q};
+use sim_core::walls::Links;
 
 /// Neighbour of cell `n` along every velocity (periodic wrap).
 pub(crate) fn neighbours<L: Lat>(dom: &Domain, n: usize) -> [usize; MAX_Q] {
@@ -167,4 +168,25 @@ pub(crate) fn density<L: Lat>(
         outlets[id_of(flag)].density - 1.0
     };
     rho_m1 + 1.0
+}
+
+/// Every interpolated-wall link's f*_k(x) in `state` before a step of parity `odd`: the value
+/// x + c_k loads along c_k (k opposite the link's direction d), where the step before streamed
+/// it.
+pub(crate) fn kept_links<L: Lat>(dom: &Domain, links: &Links, state: &[f32], odd: bool) -> Vec<f32> {
+    let nn = dom.cells();
+    let mut kept = vec![0.0f32; links.len()];
+    for (ci, &cell) in links.cells.iter().enumerate() {
+        let j = neighbours::<L>(dom, cell as usize);
+        let mut l = links.start[ci] as usize;
+        for d in 1..L::Q {
+            if Links::curved(links.mask, dom.flags[j[d]]) {
+                let k = opposite(d);
+                let m = j[k];
+                kept[l] = state[load_slot(k, m, &neighbours::<L>(dom, m), odd, nn)];
+                l += 1;
+            }
+        }
+    }
+    kept
 }

@@ -10,10 +10,14 @@
 //! # Ok(()) }
 //! ```
 
+mod copy;
 mod gpu;
 mod layout;
 mod solver;
 pub mod wgsl;
 
+pub use copy::copy_bandwidth_gbs;
 pub use gpu::{adapters, AdapterChoice, AdapterSummary, Gpu};
 pub use solver::{build, WgpuSolver};
+/// The wgpu this crate is built on (adapter types, backends).
+pub use wgpu;

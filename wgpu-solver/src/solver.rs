@@ -13,6 +13,7 @@ use sim_core::lattice::{Lat, Lattice, D2Q9, D3Q19, D3Q27, MAX_Q};
 use sim_core::precision::Precision;
 use sim_core::scene::{LoadedScene, Profile};
 use sim_core::schemes::Scheme;
+use sim_core::walls::Links;
 use sim_core::{Fields, Params, Solver, SolverError, SolverInfo, Stats};
 use std::sync::Arc;
 
@@ -35,6 +36,10 @@ macro_rules! with_lattice {
         }
     };
 }
+
+/// Storage buffers the kernels bind (DDFs, flags, scratch, lists and links, first bad cells,
+/// link states).
+const STORAGE_BINDINGS: u32 = 6;
 
 /// Steps recorded into one submission (a long run is several).
 const STEPS_PER_SUBMIT: u64 = 256;
@@ -76,8 +81,15 @@ pub struct WgpuSolver {
     out: wgpu::Buffer,
     /// The statistics' first non-finite cells.
     outu: wgpu::Buffer,
-    /// The obstacle force lists.
+    /// The obstacle force lists, then the interpolated walls' links.
     list: wgpu::Buffer,
+    /// Per interpolated-wall link: f*_k(x) kept from the step before, then its momentum
+    /// exchange in the last step.
+    lstate: wgpu::Buffer,
+    /// The interpolated walls' links of the current flags, and where they start in `list`
+    /// (0: none).
+    links: Links,
+    links_at: u32,
     bind: [wgpu::BindGroup; 2],
     geo: Geometry,
     bases: Bases,
@@ -174,7 +186,8 @@ impl WgpuSolver {
     }
 
     /// Build on a domain, every non-solid cell at the equilibrium of the density and velocity
-    /// `init` gives for its coordinates (an inlet cell at its face's velocity).
+    /// `init` gives for its coordinates (an inlet cell at its face's velocity). Obstacles with
+    /// an exact shape (the domain's surfaces) get interpolated walls.
     ///
     /// # Errors
     /// As [`WgpuSolver::from_scene`].
@@ -184,12 +197,6 @@ impl WgpuSolver {
         params: Params,
         init: &dyn Fn([usize; 3]) -> (f32, [f32; 3]),
     ) -> Result<WgpuSolver, SolverError> {
-        if dom.surfaces.iter().any(Option::is_some) {
-            return Err(SolverError::Backend(
-                "interpolated obstacle walls are not yet on the wgpu backend; set solver.walls = \"staircase\" (half-way bounce-back on the voxels)"
-                    .into(),
-            ));
-        }
         if dom.inlets.len() > MAX_FACES || dom.outlets.len() > MAX_FACES || params.walls.len() > MAX_WALLS {
             return Err(SolverError::Backend(format!(
                 "the wgpu backend holds at most {MAX_FACES} inlets, {MAX_FACES} outlets and {MAX_WALLS} walls"
@@ -202,9 +209,9 @@ impl WgpuSolver {
         let q = lattice.q();
         let ddf_bytes = (q * cells * 4) as u64;
         let bind_max = check_fits(&gpu, lattice, dom.n)?;
-        if limits.max_storage_buffers_per_shader_stage < 5 {
+        if limits.max_storage_buffers_per_shader_stage < STORAGE_BINDINGS {
             return Err(SolverError::Backend(format!(
-                "{} binds {} storage buffers per shader stage; the wgpu solver needs 5",
+                "{} binds {} storage buffers per shader stage; the wgpu solver needs {STORAGE_BINDINGS}",
                 gpu.describe(),
                 limits.max_storage_buffers_per_shader_stage
             )));
@@ -254,7 +261,13 @@ impl WgpuSolver {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let bind = [0, 1].map(|p| bind_group(&gpu, &k, &f, &flags, &uniforms[p], &out, &list, &outu));
+        let lstate = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("link states"),
+            size: 8,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind = [0, 1].map(|p| bind_group(&gpu, &k, &f, &flags, &uniforms[p], &out, &list, &outu, &lstate));
         let mut s = WgpuSolver {
             gpu,
             k,
@@ -268,6 +281,9 @@ impl WgpuSolver {
             out,
             outu,
             list,
+            lstate,
+            links: Links::default(),
+            links_at: 0,
             bind,
             geo,
             bases,
@@ -278,8 +294,9 @@ impl WgpuSolver {
         };
         s.gpu.queue.write_buffer(&s.f, 0, bytemuck::cast_slice(&state));
         s.upload_flags();
-        s.upload_params();
         s.rebuild_lists()?;
+        s.upload_params();
+        s.refresh_links(&state);
         s.gpu.take_error()?;
         Ok(s)
     }
@@ -302,8 +319,8 @@ impl WgpuSolver {
         let c = &self.params.collide;
         let mut g = GpuParams {
             n: [d.n[0] as u32, d.n[1] as u32, d.n[2] as u32, d.cells() as u32],
-            ctl: [u32::from(odd), self.geo.gx, self.geo.groups, 0],
-            opt: [self.bases.stats, self.bases.forces, u32::from(c.has_force()), 0],
+            ctl: [u32::from(odd), self.geo.gx, self.geo.groups, self.links.len() as u32],
+            opt: [self.bases.stats, self.bases.forces, u32::from(c.has_force()), self.links_at],
             // 1/tau and TRT's odd rate as the CPU reference computes them (host division).
             coll: [c.tau, c.cs, 1.0 / c.tau, 1.0 / trt_tau_minus(c.tau)],
             force: [c.force[0], c.force[1], c.force[2], 0.0],
@@ -338,10 +355,13 @@ impl WgpuSolver {
         }
     }
 
-    /// Build the obstacle force lists from the flags: for each obstacle id, the non-solid cells
-    /// with a link into it, and the shift's part of its momentum exchange.
+    /// Build the obstacle force lists and the interpolated walls' links from the flags: for
+    /// each obstacle id, the non-solid cells with a link into it, and the shift's part of its
+    /// momentum exchange over its halfway links. The links' kept values are read afresh
+    /// ([`WgpuSolver::refresh_links`]) by the caller, and the parameters uploaded.
     fn rebuild_lists(&mut self) -> Result<(), SolverError> {
-        let (lists, shift) = with_lattice!(self.dom.lattice, L => force_lists::<L>(&self.dom));
+        let links = Links::of_grid(&self.dom, 0);
+        let (lists, shift) = with_lattice!(self.dom.lattice, L => force_lists::<L>(&self.dom, links.mask));
         let mut words = Vec::with_capacity(MAX_OBSTACLE_IDS + 1 + lists.iter().map(Vec::len).sum::<usize>());
         let mut at = 0u32;
         words.push(0);
@@ -352,22 +372,51 @@ impl WgpuSolver {
         for l in &lists {
             words.extend_from_slice(l);
         }
+        self.links_at = 0;
+        if !links.is_empty() {
+            self.links_at = words.len() as u32;
+            words.extend(links.packed());
+        }
         let bytes = (words.len() * 4) as u64;
-        if self.list.size() < bytes {
-            self.list = self.gpu.scoped("allocating the force lists", || {
-                self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("force lists"),
-                    size: bytes,
+        let link_bytes = (8 * links.len() as u64).max(8);
+        let grow_list = self.list.size() < bytes;
+        let grow_links = self.lstate.size() < link_bytes;
+        if grow_list || grow_links {
+            let d = &self.gpu.device;
+            let storage = |label: &str, size: u64| {
+                d.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
                     usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 })
-            })?;
-            self.bind =
-                [0, 1].map(|p| bind_group(&self.gpu, &self.k, &self.f, &self.flags, &self.uniforms[p], &self.out, &self.list, &self.outu));
+            };
+            if grow_list {
+                self.list = self.gpu.scoped("allocating the force lists", || storage("force lists", bytes))?;
+            }
+            if grow_links {
+                self.lstate = self.gpu.scoped("allocating the wall links' states", || storage("link states", link_bytes))?;
+            }
+            self.bind = [0, 1].map(|p| {
+                bind_group(&self.gpu, &self.k, &self.f, &self.flags, &self.uniforms[p], &self.out, &self.list, &self.outu, &self.lstate)
+            });
         }
         self.gpu.queue.write_buffer(&self.list, 0, bytemuck::cast_slice(&words));
         self.link_shift = shift;
+        self.links = links;
         Ok(())
+    }
+
+    /// Read every interpolated-wall link's f*_k(x) from `state` (the DDF buffer before the next
+    /// step): the value x + c_k loads along c_k in that step, as sim-core's CPU solver reads it
+    /// after a start, a restore or an edit.
+    fn refresh_links(&self, state: &[f32]) {
+        if self.links.is_empty() {
+            return;
+        }
+        let odd = self.t % 2 == 1;
+        let kept = with_lattice!(self.dom.lattice, L => layout::kept_links::<L>(&self.dom, &self.links, state, odd));
+        self.gpu.queue.write_buffer(&self.lstate, 0, bytemuck::cast_slice(&kept));
     }
 
     fn parity(&self) -> usize {
@@ -571,14 +620,16 @@ impl WgpuSolver {
         self.write_state(&state);
         self.upload_flags();
         self.rebuild_lists()?;
+        self.upload_params();
+        self.refresh_links(&state);
         self.gpu.take_error()?;
         Ok(EditReport { changed: before, obstacle: plan.obstacle.map(|(id, _)| id), mass_added, mass_removed })
     }
 }
 
 /// For each obstacle id, the non-solid cells with a link into it (ascending), and the sum of
-/// c_i 2 w_i over those links.
-fn force_lists<L: Lat>(dom: &Domain) -> (Vec<Vec<u32>>, [[f64; 3]; MAX_OBSTACLE_IDS]) {
+/// c_i 2 w_i over those links that are halfway (not of an obstacle in the curved walls' `mask`).
+fn force_lists<L: Lat>(dom: &Domain, mask: u16) -> (Vec<Vec<u32>>, [[f64; 3]; MAX_OBSTACLE_IDS]) {
     let mut lists = vec![Vec::new(); MAX_OBSTACLE_IDS];
     let mut shift = [[0.0f64; 3]; MAX_OBSTACLE_IDS];
     if dom.obstacles.is_empty() {
@@ -601,6 +652,9 @@ fn force_lists<L: Lat>(dom: &Domain) -> (Vec<Vec<u32>>, [[f64; 3]; MAX_OBSTACLE_
                 seen |= 1 << k;
                 lists[k].push(n as u32);
             }
+            if Links::curved(mask, nf) {
+                continue;
+            }
             let v = 2.0 * f64::from(L::W[i]);
             for a in 0..3 {
                 shift[k][a] += f64::from(L::C[i][a]) * v;
@@ -619,6 +673,7 @@ fn bind_group(
     out: &wgpu::Buffer,
     list: &wgpu::Buffer,
     outu: &wgpu::Buffer,
+    lstate: &wgpu::Buffer,
 ) -> wgpu::BindGroup {
     fn e(binding: u32, b: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
         wgpu::BindGroupEntry { binding, resource: b.as_entire_binding() }
@@ -626,7 +681,7 @@ fn bind_group(
     gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("lbm"),
         layout: &k.layout,
-        entries: &[e(0, f), e(1, flags), e(2, params), e(3, out), e(4, list), e(5, outu)],
+        entries: &[e(0, f), e(1, flags), e(2, params), e(3, out), e(4, list), e(5, outu), e(6, lstate)],
     })
 }
 
@@ -642,7 +697,7 @@ pub fn build(ls: &LoadedScene, choice: &AdapterChoice) -> Result<Box<dyn Solver>
 impl Solver for WgpuSolver {
     fn info(&self) -> SolverInfo {
         let l = self.dom.lattice;
-        let mem = self.f.size() + self.flags.size() + self.out.size() + self.outu.size() + self.list.size();
+        let mem = self.f.size() + self.flags.size() + self.out.size() + self.outu.size() + self.list.size() + self.lstate.size();
         SolverInfo {
             backend: "wgpu",
             device: self.gpu.describe(),
@@ -767,6 +822,8 @@ impl Solver for WgpuSolver {
         let odd = self.t % 2 == 1;
         let state = with_lattice!(l, L => layout::scatter::<L>(&self.dom, &data, odd));
         self.write_state(&state);
+        self.upload_params();
+        self.refresh_links(&state);
         self.gpu.take_error()
     }
     fn edit_cells(&mut self, edit: &CellEdit) -> Result<EditReport, SolverError> {

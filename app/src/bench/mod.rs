@@ -166,8 +166,14 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         compress::bench_compress(scene, &a.set, a.backend, a.steps, &taus, a.csv.as_ref())?;
         return Ok(ExitCode::SUCCESS);
     }
+    if a.backend == BackendChoice::Wgpu {
+        if a.gpus > 1 {
+            bail!("--gpus {} measures the CUDA backend; the wgpu backend runs one GPU", a.gpus);
+        }
+        return bench_wgpu(a);
+    }
     let cuda = match a.backend {
-        BackendChoice::Cpu => false,
+        BackendChoice::Cpu | BackendChoice::Wgpu => false,
         BackendChoice::Cuda => {
             if let Err(why) = sim_core::build::gpu_available() {
                 bail!("--backend cuda: {why}");
@@ -251,42 +257,114 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         disaggregation_gain(a)?;
     }
     if let Some(path) = &a.csv {
-        sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
-            let date = date_utc();
-            let cmd: Vec<String> = std::env::args().collect();
-            writeln!(f, "# device: {device}")?;
-            writeln!(f, "# date: {date}")?;
-            writeln!(f, "# command: {}", cmd.join(" "))?;
-            writeln!(f, "# copy_gbs: {copy:.3}")?;
+        write_csv(path, backend, &device, copy, &rows)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The bench table as CSV, with the device, date, command and copy bandwidth as comments.
+fn write_csv(path: &std::path::Path, backend: &str, device: &str, copy: f64, rows: &[Row]) -> anyhow::Result<()> {
+    sim_core::atomic_file::write_atomic(path, |f| -> std::io::Result<()> {
+        let date = date_utc();
+        let cmd: Vec<String> = std::env::args().collect();
+        writeln!(f, "# device: {device}")?;
+        writeln!(f, "# date: {date}")?;
+        writeln!(f, "# command: {}", cmd.join(" "))?;
+        writeln!(f, "# copy_gbs: {copy:.3}")?;
+        writeln!(
+            f,
+            "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs,setup_s"
+        )?;
+        for r in rows {
+            let gbs = r.mlups * r.moved / 1e3;
             writeln!(
                 f,
-                "backend,device,lattice,scheme,precision,nx,ny,nz,steps,mlups,bytes_per_cell,bytes_moved_per_step,gbs,pct_copy,copy_gbs,setup_s"
+                "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3},{:.3}",
+                r.lattice.name(),
+                r.scheme.name(),
+                r.precision.name(),
+                r.size[0],
+                r.size[1],
+                r.size[2],
+                r.steps,
+                r.mlups,
+                r.stored,
+                r.moved,
+                gbs,
+                100.0 * gbs / copy,
+                copy,
+                r.setup
             )?;
-            for r in &rows {
-                let gbs = r.mlups * r.moved / 1e3;
-                writeln!(
-                    f,
-                    "{backend},\"{device}\",{},{},{},{},{},{},{},{:.3},{:.1},{:.1},{:.3},{:.2},{:.3},{:.3}",
-                    r.lattice.name(),
-                    r.scheme.name(),
-                    r.precision.name(),
-                    r.size[0],
-                    r.size[1],
-                    r.size[2],
-                    r.steps,
-                    r.mlups,
-                    r.stored,
-                    r.moved,
-                    gbs,
-                    100.0 * gbs / copy,
-                    copy,
-                    r.setup
-                )?;
-            }
-            Ok(())
-        })
-        .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        }
+        Ok(())
+    })
+    .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `esoflow bench --backend wgpu`: the adapter's copy bandwidth through a compute shader, then
+/// each lattice's box on the wgpu solver (Esoteric Pull, FP32: what that backend runs).
+fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
+    let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
+    let precisions = pick(&Precision::ALL, &a.precision, |p| p.name().to_string(), "precision")?;
+    if !a.scheme.is_empty() && schemes != [Scheme::EsotericPull] {
+        bail!("--scheme: the wgpu backend runs esoteric_pull; drop --scheme or give --scheme esoteric_pull");
+    }
+    if !a.precision.is_empty() && precisions != [Precision::Fp32] {
+        bail!("--precision: the wgpu backend stores fp32; drop --precision or give --precision fp32");
+    }
+    let gpu = esoflow_wgpu::Gpu::open(&crate::solvers::adapter_choice()).map_err(|e| anyhow::anyhow!("--backend wgpu: {e}"))?;
+    let device = gpu.describe();
+    eprintln!("measuring the copy bandwidth of a compute shader ...");
+    let copy = esoflow_wgpu::copy_bandwidth_gbs(&gpu)?;
+    println!("device: {device}");
+    println!("copy bandwidth: {copy:.2} GB/s (read + write, a compute shader copying 16-byte words)");
+    println!("box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D", a.size);
+    println!();
+    println!(
+        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7} {:>8}",
+        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy", "set-up s"
+    );
+    let mut rows = Vec::new();
+    for &l in &lattices {
+        let size = box_size(l, a.size);
+        let setup_t = Instant::now();
+        let (dom, params) = (Domain::periodic(l, size), Params::timing_box(Collision::Bgk));
+        let mut solver = esoflow_wgpu::WgpuSolver::new(gpu.clone(), dom, params, &box_init(size))
+            .map_err(|e| anyhow::anyhow!("--size {}: {e}", a.size))?;
+        solver.synchronize()?;
+        let setup = setup_t.elapsed().as_secs_f64();
+        let (steps, mlups) = time_steps(&mut solver, true, a.seconds, &NO_STOP)?;
+        let info = solver.info();
+        let gbs = mlups * info.bytes_moved_per_cell / 1e3;
+        println!(
+            "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
+            l.name(),
+            info.scheme.name(),
+            info.precision.name(),
+            mlups,
+            info.bytes_per_cell,
+            info.bytes_moved_per_cell,
+            gbs,
+            100.0 * gbs / copy,
+            setup
+        );
+        rows.push(Row {
+            lattice: l,
+            scheme: info.scheme,
+            precision: info.precision,
+            size,
+            steps,
+            mlups,
+            stored: info.bytes_per_cell,
+            moved: info.bytes_moved_per_cell,
+            setup,
+        });
+    }
+    if let Some(path) = &a.csv {
+        write_csv(path, "wgpu", &device, copy, &rows)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -24,9 +24,6 @@ pub struct Probes {
     dims: usize,
     /// probes.csv, with `--export`.
     csv: Option<PathBuf>,
-    /// The last step whose state was checked and found sane: after a blow-up the samples end
-    /// there, as stats.csv does.
-    sane: u64,
 }
 
 /// The solver's checkpoint with the run's probes in it (a resume samples the same places).
@@ -67,7 +64,7 @@ impl Probes {
         let csv = a.export.as_ref().map(|d| d.join("probes.csv"));
         // With the scene's SI units probes.csv gets their columns too.
         let series = ProbeSeries::new(probes, PROBE_SAMPLES).with_units(ls.derived.units);
-        Ok(Some(Probes { series, cells: Vec::new(), every: a.probe_every, dims, csv, sane: 0 }))
+        Ok(Some(Probes { series, cells: Vec::new(), every: a.probe_every, dims, csv }))
     }
 
     /// Get ready to sample `solver` (a scene of `size` cells) for `steps` steps: the cells on
@@ -86,7 +83,6 @@ impl Probes {
             }
         }
         let start = solver.time_step();
-        self.sane = start;
         if let (true, Some(p)) = (resumed, &self.csv) {
             let kept = self.series.resume_csv(p, start).map_err(|e| anyhow!("--resume: continuing {e}"))?;
             if kept > 0 {
@@ -129,14 +125,10 @@ impl Probes {
         Ok(())
     }
 
-    /// The state at `step` was checked and is sane.
-    pub fn sane_at(&mut self, step: u64) {
-        self.sane = step;
-    }
-
-    /// Drop the samples taken after the last state found sane (after a blow-up).
-    pub fn back_to_sane(&mut self) {
-        self.series.truncate_after(self.sane);
+    /// Drop the samples taken after `step`, the state a blow-up rolled the run back to: the
+    /// samples then end where the saved state does, and a resume from it continues them.
+    pub fn back_to(&mut self, step: u64) {
+        self.series.truncate_after(step);
     }
 
     /// Write probes.csv (with `--export`); returns its path.

@@ -448,7 +448,7 @@ pub struct BenchHow {
 /// No GPU adapter, or the solver cannot be built.
 pub fn render_bench(
     ls: &sim_core::scene::LoadedScene,
-    choice: &sim_core::build::Choice,
+    choice: &crate::solvers::Choice,
     secs: f64,
     spec: ViewSpec,
     how: BenchHow,
