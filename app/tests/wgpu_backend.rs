@@ -33,7 +33,7 @@ fn scene(name: &str) -> String {
 /// The last row of stats.csv as numbers (step, mass, max_u, fx, fy, fz, ...).
 fn last_row(dir: &Path) -> Vec<f64> {
     let text = std::fs::read_to_string(dir.join("stats.csv")).expect("stats.csv");
-    let line = text.lines().filter(|l| !l.starts_with('#')).last().expect("a row").to_string();
+    let line = text.lines().rfind(|l| !l.starts_with('#')).expect("a row").to_string();
     line.split(',').map(|v| v.trim().parse::<f64>().unwrap_or(f64::NAN)).collect()
 }
 
