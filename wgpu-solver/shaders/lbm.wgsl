@@ -11,7 +11,8 @@
 // Every function mirrors sim-core (collision.rs, backend/cell.rs, backend/cpu.rs), with the same
 // order of floating-point operations, so results agree with the CPU reference to rounding.
 //
-// State: FP32 shifted DDFs (f - w) in one copy, structure of arrays F[i * cells + n], streamed in
+// State: shifted DDFs (f - w) in one copy (FP32, or FP16S: the prelude's `Ddf`, `dec` and `enc`),
+// structure of arrays F[i * cells + n], streamed in
 // place by Esoteric Pull (Lehmann 2022): every cell reads and writes its own slots and those of
 // its neighbours along the lower member of each pair, so concurrent cells never share a slot.
 // The cell index n = x + nx (y + ny z) comes from a two-dimensional dispatch (at most 65,535
@@ -28,7 +29,7 @@ fn forced() -> bool {
     return P.opt.z != 0u;
 }
 
-@group(0) @binding(0) var<storage, read_write> F: array<f32>;
+@group(0) @binding(0) var<storage, read_write> F: array<Ddf>;
 // One flag byte per cell, four to a word.
 @group(0) @binding(1) var<storage, read> FLAGS: array<u32>;
 @group(0) @binding(2) var<uniform> P: Params;
@@ -153,13 +154,13 @@ fn slip_slot(i: u32, k: u32, wall: u32, j: ptr<function, array<u32, Q>>, odd: bo
 // boundary bit.
 fn load_incoming(n: u32, flag: u32, j: ptr<function, array<u32, Q>>, odd: bool, f: ptr<function, array<f32, Q>>) {
     for (var i = 0u; i < Q; i++) { // unroll
-        (*f)[i] = F[load_slot(i, n, j, odd)];
+        (*f)[i] = dec(F[load_slot(i, n, j, odd)]);
     }
     if (flag & FLAG_NEAR) != 0u {
         for (var i = 1u; i < Q; i++) { // unroll
             let sf = flag_at((*j)[OPP[i]]);
             if is_solid(sf) {
-                (*f)[i] = F[wall_slot(i, sf, n, j, odd)];
+                (*f)[i] = dec(F[wall_slot(i, sf, n, j, odd)]);
             }
         }
     }
@@ -244,13 +245,14 @@ fn curved_walls(f: ptr<function, array<f32, Q>>, l0: u32, j: ptr<function, array
     }
 }
 
-// After the collision: keep f*_k(x) of each of the cell's links for the next step.
+// After the collision: keep f*_k(x) of each of the cell's links for the next step, rounded as
+// the DDF buffer stores it.
 fn keep_links(f: ptr<function, array<f32, Q>>, l0: u32, j: ptr<function, array<u32, Q>>) {
     let mask = LIST[P.opt.w + 1u];
     var l = l0;
     for (var d = 1u; d < Q; d++) { // unroll
         if curved_link(mask, flag_at((*j)[d])) {
-            LS[l] = (*f)[OPP[d]];
+            LS[l] = dec(enc((*f)[OPP[d]]));
             l++;
         }
     }
@@ -712,7 +714,7 @@ fn step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         keep_links(&f, u32(l0), &j);
     }
     for (var i = 0u; i < Q; i++) { // unroll
-        F[load_slot(OPP[i], n, &j, odd)] = f[i];
+        F[load_slot(OPP[i], n, &j, odd)] = enc(f[i]);
     }
 }
 
@@ -855,7 +857,7 @@ fn forces(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
                 }
                 l++;
             } else if kind_of(nf) == KIND_SOLID && id_of(nf) == k {
-                let v = 2.0 * F[load_slot(OPP[i], n, &j, odd)];
+                let v = 2.0 * dec(F[load_slot(OPP[i], n, &j, odd)]);
                 acc += vec3<f32>(f32(CX[i]) * v, f32(CY[i]) * v, f32(CZ[i]) * v);
             }
         }

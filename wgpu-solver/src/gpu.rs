@@ -5,6 +5,7 @@
 use crate::wgsl;
 use sim_core::collision::Collision;
 use sim_core::lattice::Lattice;
+use sim_core::precision::Precision;
 use sim_core::SolverError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -119,8 +120,10 @@ pub struct Gpu {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    kernels: Mutex<HashMap<Lattice, Arc<Kernels>>>,
-    steps: Mutex<HashMap<(Lattice, Collision), Arc<wgpu::ComputePipeline>>>,
+    kernels: Mutex<HashMap<(Lattice, Precision), Arc<Kernels>>>,
+    steps: Mutex<HashMap<(Lattice, Precision, Collision), Arc<wgpu::ComputePipeline>>>,
+    /// Whether the device has half floats in shaders and storage (`shader-f16`): FP16S storage.
+    f16: bool,
     /// The first error the device reported outside an error scope (a step's validation or
     /// memory error), taken by the next call that checks.
     error: Arc<Mutex<Option<String>>>,
@@ -182,9 +185,11 @@ impl Gpu {
         if !adapter.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
             return Err(SolverError::Backend(format!("the adapter {} ({:?}) has no compute shaders", info.name, info.backend)));
         }
+        // Half floats where the adapter has them: FP16S storage needs them.
+        let features = adapter.features() & wgpu::Features::SHADER_F16;
         let desc = wgpu::DeviceDescriptor {
             label: Some("esoflow wgpu solver"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: adapter.limits(),
             ..Default::default()
         };
@@ -198,7 +203,15 @@ impl Gpu {
                 g.get_or_insert_with(|| e.to_string());
             }
         }));
-        Ok(Arc::new(Gpu { device, queue, info, kernels: Mutex::new(HashMap::new()), steps: Mutex::new(HashMap::new()), error }))
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            info,
+            kernels: Mutex::new(HashMap::new()),
+            steps: Mutex::new(HashMap::new()),
+            f16: features.contains(wgpu::Features::SHADER_F16),
+            error,
+        }))
     }
 
     /// The adapter's name and API.
@@ -211,6 +224,13 @@ impl Gpu {
     #[must_use]
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+
+    /// Whether the device stores and computes half floats (`shader-f16`), which FP16S storage
+    /// needs.
+    #[must_use]
+    pub fn has_f16(&self) -> bool {
+        self.f16
     }
 
     /// The device's limits (the adapter's, as requested).
@@ -239,20 +259,20 @@ impl Gpu {
         Ok(out)
     }
 
-    /// The kernels of a velocity set, compiled on first use.
-    pub(crate) fn kernels(&self, lattice: Lattice) -> Result<Arc<Kernels>, SolverError> {
+    /// The kernels of a velocity set and DDF precision, compiled on first use.
+    pub(crate) fn kernels(&self, lattice: Lattice, precision: Precision) -> Result<Arc<Kernels>, SolverError> {
         let mut cache = self.kernels.lock().map_err(|_| SolverError::Backend("kernel cache lock poisoned".into()))?;
-        if let Some(k) = cache.get(&lattice) {
+        if let Some(k) = cache.get(&(lattice, precision)) {
             return Ok(k.clone());
         }
-        let k = Arc::new(self.compile(lattice)?);
-        cache.insert(lattice, k.clone());
+        let k = Arc::new(self.compile(lattice, precision)?);
+        cache.insert((lattice, precision), k.clone());
         Ok(k)
     }
 
-    fn compile(&self, lattice: Lattice) -> Result<Kernels, SolverError> {
-        let src = wgsl::source(lattice);
-        let what = format!("compiling the WGSL kernels (shaders/lbm.wgsl) for {lattice} on {}", self.describe());
+    fn compile(&self, lattice: Lattice, precision: Precision) -> Result<Kernels, SolverError> {
+        let src = wgsl::source(lattice, precision);
+        let what = format!("compiling the WGSL kernels (shaders/lbm.wgsl) for {lattice} {precision} on {}", self.describe());
         self.scoped(&what, || {
             let d = &self.device;
             let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -304,17 +324,23 @@ impl Gpu {
         })
     }
 
-    /// The step kernel of a velocity set for one collision operator, made on first use.
-    pub(crate) fn step_kernel(&self, lattice: Lattice, collision: Collision) -> Result<Arc<wgpu::ComputePipeline>, SolverError> {
-        let k = self.kernels(lattice)?;
+    /// The step kernel of a velocity set and precision for one collision operator, made on
+    /// first use.
+    pub(crate) fn step_kernel(
+        &self,
+        lattice: Lattice,
+        precision: Precision,
+        collision: Collision,
+    ) -> Result<Arc<wgpu::ComputePipeline>, SolverError> {
+        let k = self.kernels(lattice, precision)?;
         let mut cache = self.steps.lock().map_err(|_| SolverError::Backend("kernel cache lock poisoned".into()))?;
-        if let Some(p) = cache.get(&(lattice, collision)) {
+        if let Some(p) = cache.get(&(lattice, precision, collision)) {
             return Ok(p.clone());
         }
-        let what = format!("compiling the WGSL step kernel for {lattice} {collision} on {}", self.describe());
+        let what = format!("compiling the WGSL step kernel for {lattice} {precision} {collision} on {}", self.describe());
         let constants = [("COLLISION", f64::from(wgsl::collision_code(collision)))];
         let p = Arc::new(self.scoped(&what, || pipeline(&self.device, &k.pipeline_layout, &k.module, "step", &constants))?);
-        cache.insert((lattice, collision), p.clone());
+        cache.insert((lattice, precision, collision), p.clone());
         Ok(p)
     }
 }

@@ -80,25 +80,27 @@ pub(crate) fn initial_state<L: Lat>(dom: &Domain, init: &dyn Fn([usize; 3]) -> (
     buf
 }
 
-/// The incoming DDFs of every non-solid cell in cell order (the checkpoint's data) from a
-/// state before a step of parity `odd`.
-pub(crate) fn gather<L: Lat>(dom: &Domain, buf: &[f32], odd: bool) -> Vec<f32> {
-    let mut out = Vec::with_capacity(L::Q * dom.fluid_cells());
+/// The checkpoint's order of a state stored `w` bytes a value (`raw`, one value per slot before
+/// a step of parity `odd`): every non-solid cell's incoming DDFs in direction order, bounce-back
+/// resolved, as the stored bytes themselves.
+pub(crate) fn gather_bytes<L: Lat>(dom: &Domain, raw: &[u8], w: usize, odd: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(L::Q * dom.fluid_cells() * w);
     for n in 0..dom.cells() {
         if is_solid(dom.flags[n]) {
             continue;
         }
         let j = neighbours::<L>(dom, n);
         for i in 0..L::Q {
-            out.push(buf[slot::<L>(dom, i, n, &j, odd)]);
+            let s = slot::<L>(dom, i, n, &j, odd) * w;
+            out.extend_from_slice(&raw[s..s + w]);
         }
     }
     out
 }
 
-/// The inverse of [`gather`]: a state (other slots zero) holding `data`.
-pub(crate) fn scatter<L: Lat>(dom: &Domain, data: &[f32], odd: bool) -> Vec<f32> {
-    let mut buf = vec![0.0f32; L::Q * dom.cells()];
+/// The inverse of [`gather_bytes`]: a stored state (other slots zero) holding `data`.
+pub(crate) fn scatter_bytes<L: Lat>(dom: &Domain, data: &[u8], w: usize, odd: bool) -> Vec<u8> {
+    let mut raw = vec![0u8; L::Q * dom.cells() * w];
     let mut k = 0;
     for n in 0..dom.cells() {
         if is_solid(dom.flags[n]) {
@@ -106,11 +108,12 @@ pub(crate) fn scatter<L: Lat>(dom: &Domain, data: &[f32], odd: bool) -> Vec<f32>
         }
         let j = neighbours::<L>(dom, n);
         for i in 0..L::Q {
-            buf[slot::<L>(dom, i, n, &j, odd)] = data[k];
-            k += 1;
+            let s = slot::<L>(dom, i, n, &j, odd) * w;
+            raw[s..s + w].copy_from_slice(&data[k..k + w]);
+            k += w;
         }
     }
-    buf
+    raw
 }
 
 /// Density of a non-solid cell from its incoming DDFs `f` (moving walls `walls` applied), as the

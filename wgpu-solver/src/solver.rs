@@ -71,6 +71,8 @@ pub struct WgpuSolver {
     step: Arc<wgpu::ComputePipeline>,
     dom: Domain,
     params: Params,
+    /// How the DDFs are stored (FP32, or FP16S where the device has half floats).
+    precision: Precision,
     t: u64,
     /// DDFs, `F[i * cells + n]`.
     f: wgpu::Buffer,
@@ -109,8 +111,8 @@ fn backend(what: &str, e: impl std::fmt::Display) -> SolverError {
 
 /// The largest grid whose DDFs (`q` FP32 values per cell) fit `bytes`: a cube in 3D, a square
 /// in 2D, in words.
-fn largest_grid(lattice: Lattice, bytes: u64) -> String {
-    let cells = bytes as f64 / (lattice.q() * 4) as f64;
+fn largest_grid(lattice: Lattice, precision: Precision, bytes: u64) -> String {
+    let cells = bytes as f64 / (lattice.q() * precision.bytes()) as f64;
     if lattice.dims() == 2 {
         let s = cells.sqrt().floor();
         format!("{s} x {s}")
@@ -122,15 +124,15 @@ fn largest_grid(lattice: Lattice, bytes: u64) -> String {
 
 /// Check that a grid's DDFs fit one storage binding of the device (and u32 slot indices);
 /// returns the largest binding.
-fn check_fits(gpu: &Gpu, lattice: Lattice, n: [usize; 3]) -> Result<u64, SolverError> {
+fn check_fits(gpu: &Gpu, lattice: Lattice, precision: Precision, n: [usize; 3]) -> Result<u64, SolverError> {
     let limits = gpu.limits();
-    // Slot indices are u32 in the kernels: at most 2^32 - 1 floats.
+    // Slot indices are u32 in the kernels: at most 2^32 - 1 values.
     let bind_max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size).min(4 * u64::from(u32::MAX));
     let slots = (lattice.q() as u64).saturating_mul(n.iter().map(|&v| v as u64).product());
-    let bytes = slots.saturating_mul(4);
-    if bytes > bind_max {
+    let bytes = slots.saturating_mul(precision.bytes() as u64);
+    if bytes > bind_max || slots > u64::from(u32::MAX) {
         return Err(SolverError::Backend(format!(
-            "the {} x {} x {} grid's {lattice} FP32 DDFs take {} MiB, more than the {} MiB one storage binding holds on {}: \
+            "the {} x {} x {} grid's {lattice} {precision} DDFs take {} MiB, more than the {} MiB one storage binding holds on {}: \
              the largest grid that fits is about {} cells",
             n[0],
             n[1],
@@ -138,10 +140,26 @@ fn check_fits(gpu: &Gpu, lattice: Lattice, n: [usize; 3]) -> Result<u64, SolverE
             bytes >> 20,
             bind_max >> 20,
             gpu.describe(),
-            largest_grid(lattice, bind_max)
+            largest_grid(lattice, precision, bind_max)
         )));
     }
     Ok(bind_max)
+}
+
+/// Whether the device stores `precision`; otherwise the reason, with the key to change.
+fn check_precision(gpu: &Gpu, precision: Precision) -> Result<(), SolverError> {
+    match precision {
+        Precision::Fp32 => Ok(()),
+        Precision::Fp16s if gpu.has_f16() => Ok(()),
+        Precision::Fp16s => Err(SolverError::Backend(format!(
+            "{} has no half floats in shaders (shader-f16), which FP16S storage needs on the wgpu backend; set solver.precision = \"fp32\"",
+            gpu.describe()
+        ))),
+        Precision::Fp16c => Err(SolverError::Backend(
+            "the wgpu backend stores fp32 or fp16s DDFs; this scene sets solver.precision = \"fp16c\": set it to \"fp16s\" or \"fp32\""
+                .into(),
+        )),
+    }
 }
 
 impl WgpuSolver {
@@ -172,17 +190,18 @@ impl WgpuSolver {
                 "adaptive blocks are not on the wgpu backend; set amr.enabled = false or use the CPU or CUDA backend".into(),
             ));
         }
-        if s.solver.precision != Precision::Fp32 {
+        if s.solver.scheme != Scheme::EsotericPull {
             return Err(SolverError::Backend(format!(
-                "the wgpu backend stores FP32 DDFs; this scene sets solver.precision = \"{}\": set it to \"fp32\"",
-                s.solver.precision.name()
+                "the wgpu backend streams by Esoteric Pull in place; this scene sets solver.scheme = \"{}\": set it to \"esoteric_pull\"",
+                s.solver.scheme.name()
             )));
         }
+        check_precision(&gpu, s.solver.precision)?;
         // Before voxelising: a grid far too large fails at once.
-        check_fits(&gpu, ls.derived.lattice, ls.derived.size)?;
+        check_fits(&gpu, ls.derived.lattice, s.solver.precision, ls.derived.size)?;
         let dom = Domain::from_scene(ls).map_err(|e| SolverError::Backend(e.to_string()))?;
         let params = Params::from_scene(ls, &dom);
-        WgpuSolver::new(gpu, dom, params, &|p| sim_core::domain::initial_state(ls, p))
+        WgpuSolver::new(gpu, dom, params, s.solver.precision, &|p| sim_core::domain::initial_state(ls, p))
     }
 
     /// Build on a domain, every non-solid cell at the equilibrium of the density and velocity
@@ -195,8 +214,10 @@ impl WgpuSolver {
         gpu: Arc<Gpu>,
         dom: Domain,
         params: Params,
+        precision: Precision,
         init: &dyn Fn([usize; 3]) -> (f32, [f32; 3]),
     ) -> Result<WgpuSolver, SolverError> {
+        check_precision(&gpu, precision)?;
         if dom.inlets.len() > MAX_FACES || dom.outlets.len() > MAX_FACES || params.walls.len() > MAX_WALLS {
             return Err(SolverError::Backend(format!(
                 "the wgpu backend holds at most {MAX_FACES} inlets, {MAX_FACES} outlets and {MAX_WALLS} walls"
@@ -207,8 +228,9 @@ impl WgpuSolver {
         let lattice = dom.lattice;
         let cells = dom.cells();
         let q = lattice.q();
-        let ddf_bytes = (q * cells * 4) as u64;
-        let bind_max = check_fits(&gpu, lattice, dom.n)?;
+        // Whole words: buffer sizes and writes go by 4 bytes.
+        let ddf_bytes = ((q * cells * precision.bytes()) as u64).div_ceil(4) * 4;
+        let bind_max = check_fits(&gpu, lattice, precision, dom.n)?;
         if limits.max_storage_buffers_per_shader_stage < STORAGE_BINDINGS {
             return Err(SolverError::Backend(format!(
                 "{} binds {} storage buffers per shader stage; the wgpu solver needs {STORAGE_BINDINGS}",
@@ -235,8 +257,8 @@ impl WgpuSolver {
             )));
         }
         let bases = Bases { stats: stats as u32, forces: forces as u32 };
-        let k = gpu.kernels(lattice)?;
-        let step = gpu.step_kernel(lattice, params.collide.kind)?;
+        let k = gpu.kernels(lattice, precision)?;
+        let step = gpu.step_kernel(lattice, precision, params.collide.kind)?;
         let state = with_lattice!(lattice, L => layout::initial_state::<L>(&dom, init));
         let (f, flags, uniforms, out, outu) = gpu.scoped("allocating the solver's buffers", || {
             let d = &gpu.device;
@@ -274,6 +296,7 @@ impl WgpuSolver {
             step,
             dom,
             params,
+            precision,
             t: 0,
             f,
             flags,
@@ -292,7 +315,7 @@ impl WgpuSolver {
             force_shift: [[0.0; 3]; MAX_OBSTACLE_IDS],
             forces_valid: false,
         };
-        s.gpu.queue.write_buffer(&s.f, 0, bytemuck::cast_slice(&state));
+        s.write_state(&state);
         s.upload_flags();
         s.rebuild_lists()?;
         s.upload_params();
@@ -469,14 +492,31 @@ impl WgpuSolver {
         Ok(out)
     }
 
-    /// The whole DDF buffer.
-    fn read_state(&self) -> Result<Vec<f32>, SolverError> {
-        let bytes = self.read_back(self.encoder(), &[(&self.f, 0, self.f.size())])?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes[0]))
+    /// The whole DDF buffer as stored (FP32 or FP16S encodings, little-endian), one value per
+    /// slot.
+    fn read_raw(&self) -> Result<Vec<u8>, SolverError> {
+        let slots = self.dom.lattice.q() * self.dom.cells();
+        let mut bytes = self.read_back(self.encoder(), &[(&self.f, 0, self.f.size())])?.swap_remove(0);
+        bytes.truncate(slots * self.precision.bytes());
+        Ok(bytes)
     }
 
+    fn write_raw(&self, mut bytes: Vec<u8>) {
+        bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+        self.gpu.queue.write_buffer(&self.f, 0, &bytes);
+    }
+
+    /// The whole DDF buffer, decoded to the shifted DDFs in f32.
+    fn read_state(&self) -> Result<Vec<f32>, SolverError> {
+        let raw = self.read_raw()?;
+        let mut state = vec![0.0f32; raw.len() / self.precision.bytes()];
+        self.precision.decode_all(&raw, &mut state);
+        Ok(state)
+    }
+
+    /// Write the whole DDF buffer from shifted DDFs in f32, encoded as stored.
     fn write_state(&self, state: &[f32]) {
-        self.gpu.queue.write_buffer(&self.f, 0, bytemuck::cast_slice(state));
+        self.write_raw(self.precision.encode_all(state));
     }
 
     fn fields_inner(&self) -> Result<Fields, SolverError> {
@@ -524,17 +564,20 @@ impl WgpuSolver {
     }
 
     fn checkpoint_inner(&self) -> Result<Checkpoint, SolverError> {
-        let state = self.read_state()?;
+        // The stored encodings themselves, in the checkpoint's order: bit for bit what the
+        // device holds, in any precision.
+        let raw = self.read_raw()?;
         let odd = self.t % 2 == 1;
-        let data = with_lattice!(self.dom.lattice, L => layout::gather::<L>(&self.dom, &state, odd));
+        let w = self.precision.bytes();
+        let data = with_lattice!(self.dom.lattice, L => layout::gather_bytes::<L>(&self.dom, &raw, w, odd));
         Ok(Checkpoint {
             lattice: self.dom.lattice,
-            precision: Precision::Fp32,
+            precision: self.precision,
             size: self.dom.n,
             flags_crc: crc32fast::hash(&self.dom.flags),
             step: self.t,
             params: self.params.clone(),
-            data: bytemuck::cast_slice(&data).to_vec(),
+            data,
             probes: Vec::new(),
         })
     }
@@ -703,10 +746,10 @@ impl Solver for WgpuSolver {
             device: self.gpu.describe(),
             lattice: l,
             scheme: Scheme::EsotericPull,
-            precision: Precision::Fp32,
+            precision: self.precision,
             size: self.dom.n,
-            bytes_per_cell: Scheme::EsotericPull.bytes_stored(l, Precision::Fp32, 16),
-            bytes_moved_per_cell: Scheme::EsotericPull.bytes_moved(l, Precision::Fp32, 16),
+            bytes_per_cell: Scheme::EsotericPull.bytes_stored(l, self.precision, 16),
+            bytes_moved_per_cell: Scheme::EsotericPull.bytes_moved(l, self.precision, 16),
             memory_bytes: mem,
         }
     }
@@ -777,7 +820,7 @@ impl Solver for WgpuSolver {
         if p.walls.len() != cur.walls.len() || p.inlets.len() != cur.inlets.len() || p.outlets.len() != cur.outlets.len() {
             return Err(SolverError::Param("the number of walls, inlets and outlets is fixed by the scene".into()));
         }
-        let step = self.gpu.step_kernel(self.dom.lattice, p.collide.kind)?;
+        let step = self.gpu.step_kernel(self.dom.lattice, self.precision, p.collide.kind)?;
         for (b, v) in self.dom.inlets.iter_mut().zip(&p.inlets) {
             b.velocity = *v;
         }
@@ -794,7 +837,7 @@ impl Solver for WgpuSolver {
             tracing::error!("{e}");
             Checkpoint {
                 lattice: self.dom.lattice,
-                precision: Precision::Fp32,
+                precision: self.precision,
                 size: self.dom.n,
                 flags_crc: crc32fast::hash(&self.dom.flags),
                 step: self.t,
@@ -807,21 +850,23 @@ impl Solver for WgpuSolver {
     fn restore(&mut self, c: &Checkpoint) -> Result<(), SolverError> {
         let e = |m: String| Err(SolverError::Checkpoint(m));
         let l = self.dom.lattice;
-        if c.lattice != l || c.precision != Precision::Fp32 {
-            return e(format!("it holds {} {} but this solver is {l} {}", c.lattice, c.precision, Precision::Fp32));
+        if c.lattice != l || c.precision != self.precision {
+            return e(format!("it holds {} {} but this solver is {l} {}", c.lattice, c.precision, self.precision));
         }
         if c.size != self.dom.n || c.flags_crc != crc32fast::hash(&self.dom.flags) {
             return e("it was made on a different domain (size or obstacles differ)".into());
         }
-        if c.data.len() != l.q() * 4 * self.fluid {
+        if c.data.len() != l.q() * self.precision.bytes() * self.fluid {
             return e("its data size does not match the domain".into());
         }
         self.set_params(c.params.clone())?;
         self.t = c.step;
-        let data: Vec<f32> = bytemuck::pod_collect_to_vec(&c.data);
         let odd = self.t % 2 == 1;
-        let state = with_lattice!(l, L => layout::scatter::<L>(&self.dom, &data, odd));
-        self.write_state(&state);
+        let w = self.precision.bytes();
+        let raw = with_lattice!(l, L => layout::scatter_bytes::<L>(&self.dom, &c.data, w, odd));
+        let mut state = vec![0.0f32; raw.len() / w];
+        self.precision.decode_all(&raw, &mut state);
+        self.write_raw(raw);
         self.upload_params();
         self.refresh_links(&state);
         self.gpu.take_error()

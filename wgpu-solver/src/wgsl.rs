@@ -6,6 +6,7 @@
 use sim_core::collision::Collision;
 use sim_core::domain::{direction, kind, NEAR, SPONGE_STRENGTH};
 use sim_core::lattice::{opposite, Lat, Lattice, D2Q9, D3Q19, D3Q27};
+use sim_core::precision::{Precision, FP16S_SCALE};
 use std::fmt::Write as _;
 use std::mem::offset_of;
 
@@ -328,11 +329,35 @@ fn closing_brace(s: &str) -> Option<usize> {
     None
 }
 
-/// The whole source of the kernels for one velocity set.
+/// The storage of the DDFs for a precision: the type `Ddf` of the DDF buffer's elements and
+/// `dec`/`enc` between it and the shifted DDF in f32, as sim-core's `precision::Store` does
+/// (FP16S: IEEE half of the DDF times [`FP16S_SCALE`]). FP16C has no WGSL form yet.
 #[must_use]
-pub fn source(lattice: Lattice) -> String {
+pub fn storage(precision: Precision) -> String {
+    match precision {
+        Precision::Fp16s => format!(
+            "alias Ddf = f16;\nfn dec(v: Ddf) -> f32 {{\n    return f32(v) * {};\n}}\nfn enc(x: f32) -> Ddf {{\n    return Ddf(x * {});\n}}\n",
+            f32_lit(1.0 / FP16S_SCALE),
+            f32_lit(FP16S_SCALE)
+        ),
+        Precision::Fp32 | Precision::Fp16c => {
+            "alias Ddf = f32;\nfn dec(v: Ddf) -> f32 {\n    return v;\n}\nfn enc(x: f32) -> Ddf {\n    return x;\n}\n".to_string()
+        }
+    }
+}
+
+/// Whether the kernels of a precision need the adapter's `shader-f16` feature.
+#[must_use]
+pub fn needs_f16(precision: Precision) -> bool {
+    precision == Precision::Fp16s
+}
+
+/// The whole source of the kernels for one velocity set and DDF precision.
+#[must_use]
+pub fn source(lattice: Lattice, precision: Precision) -> String {
     let body = unroll(LBM_WGSL, lattice.q()).unwrap_or_else(|e| panic!("shaders/lbm.wgsl: {e}"));
-    format!("{}\n{body}", prelude(lattice))
+    let enable = if needs_f16(precision) { "enable f16;\n" } else { "" };
+    format!("{enable}{}\n{}\n{body}", prelude(lattice), storage(precision))
 }
 
 #[cfg(test)]
@@ -341,9 +366,14 @@ mod tests {
     use naga::{Expression, Literal, Module, TypeInner};
 
     fn parse(lattice: Lattice) -> Module {
-        let src = source(lattice);
+        parse_as(lattice, Precision::Fp32)
+    }
+
+    fn parse_as(lattice: Lattice, precision: Precision) -> Module {
+        let src = source(lattice, precision);
         let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{lattice}: {}", e.emit_to_string(&src)));
-        let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
+        let caps = if needs_f16(precision) { naga::valid::Capabilities::SHADER_FLOAT16 } else { naga::valid::Capabilities::empty() };
+        let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
         v.validate(&module).unwrap_or_else(|e| panic!("{lattice}: the kernels do not validate: {}", e.emit_to_string(&src)));
         module
     }
@@ -445,8 +475,10 @@ mod tests {
         assert!(unroll("    for (var i = 0u; i <= Q; i++) { // unroll\n    }\n", 3).is_err());
         // Every marked loop of the kernels unrolls, and none is left marked.
         for l in Lattice::ALL {
-            let s = source(l);
+            let s = source(l, Precision::Fp32);
             assert!(!s.contains("// unroll"), "{l}");
+            // The FP16S kernels parse and validate with half floats.
+            parse_as(l, Precision::Fp16s);
         }
     }
 

@@ -192,6 +192,40 @@ fn interpolated_walls_match_cpu() {
     }
 }
 
+/// FP16S storage (half floats, scaled as sim-core's `Fp16s`) against the CPU's FP16S: every
+/// lattice with interpolated walls, then checkpoints both ways, bit for bit. Reported as not run
+/// where the adapter has no half floats (scenes_it_cannot_run_are_refused_clearly checks the
+/// refusal there).
+fn fp16s_matches_cpu() {
+    for (text, lattice, coll) in [(SCENE_2D, "D2Q9", "bgk"), (SCENE_3D, "D3Q19", "trt"), (SCENE_3D, "D3Q27", "bgk")] {
+        let sets =
+            [("domain.lattice", lattice), ("solver.collision", coll), ("solver.precision", "fp16s"), ("solver.walls", "interpolated")];
+        let ls = scene(text, &sets);
+        let (mut c, mut g) = both(&ls);
+        assert_eq!(g.info().precision, sim_core::precision::Precision::Fp16s);
+        c.step(STEPS).unwrap();
+        g.step(STEPS).unwrap();
+        let d = diff(&g, c.as_ref());
+        let (sg, sc) = (g.stats(), c.stats());
+        eprintln!("{lattice} {coll} fp16s: relative difference rho {:.1e}, u {:.1e}; mass cpu {} wgpu {}", d.rho, d.u, sc.mass, sg.mass);
+        assert!(d.rho <= 5e-3 && d.u <= 5e-3, "{lattice} fp16s: wgpu differs from the CPU: {d:?}");
+        assert!(rel(sg.mass, sc.mass) < 1e-4, "{lattice} fp16s: mass cpu {} wgpu {}", sc.mass, sg.mass);
+        for (fg, fc) in sg.forces.iter().zip(&sc.forces) {
+            for a in 0..3 {
+                assert!((fg[a] - fc[a]).abs() <= 1e-2 * fc[a].abs().max(1e-2), "{lattice} fp16s: force wgpu {fg:?} cpu {fc:?}");
+            }
+        }
+        // The stored half floats move between the backends unchanged.
+        let ck = g.checkpoint();
+        c.restore(&ck).unwrap();
+        assert_eq!(c.checkpoint(), ck, "{lattice}: the CPU restores the wgpu FP16S checkpoint bit for bit");
+        c.step(3).unwrap();
+        let ck = c.checkpoint();
+        g.restore(&ck).unwrap();
+        assert_eq!(g.checkpoint(), ck, "{lattice}: wgpu restores the CPU FP16S checkpoint bit for bit");
+    }
+}
+
 fn checkpoints_move_between_backends() {
     let ls = scene(SCENE_3D, &[("domain.lattice", "D3Q19")]);
     let (mut c, mut g) = both(&ls);
@@ -311,9 +345,17 @@ fn blow_up_names_the_first_bad_cell() {
 
 fn scenes_it_cannot_run_are_refused_clearly() {
     let gpu = gpu().unwrap();
-    let fp16 = scene(SCENE_2D, &[("solver.precision", "fp16s")]);
-    let e = WgpuSolver::from_scene_on(gpu.clone(), &fp16).err().expect("FP16 is refused").to_string();
-    assert!(e.contains("fp32"), "{e}");
+    let fp16c = scene(SCENE_2D, &[("solver.precision", "fp16c")]);
+    let e = WgpuSolver::from_scene_on(gpu.clone(), &fp16c).err().expect("FP16C is refused").to_string();
+    assert!(e.contains("solver.precision") && e.contains("fp16s"), "{e}");
+    let aa = scene(SCENE_2D, &[("solver.scheme", "aa")]);
+    let e = WgpuSolver::from_scene_on(gpu.clone(), &aa).err().expect("another scheme is refused").to_string();
+    assert!(e.contains("solver.scheme") && e.contains("esoteric_pull"), "{e}");
+    if !gpu.has_f16() {
+        let fp16 = scene(SCENE_2D, &[("solver.precision", "fp16s")]);
+        let e = WgpuSolver::from_scene_on(gpu.clone(), &fp16).err().expect("FP16S without shader-f16 is refused").to_string();
+        assert!(e.contains("shader-f16") && e.contains("fp32"), "{e}");
+    }
     let big = scene(SCENE_3D, &[("domain.lattice", "D3Q27"), ("domain.size", "[2000, 2000, 2000]"), ("obstacles.0.radius", "1")]);
     let e = WgpuSolver::from_scene_on(gpu, &big).err().expect("a grid larger than a binding is refused").to_string();
     assert!(e.contains("largest grid that fits"), "{e}");
@@ -343,8 +385,9 @@ fn main() {
             tests.push((format!("matches_cpu_{}_{coll}", lattice.to_lowercase()), Box::new(move || matches_cpu(text, lattice, coll))));
         }
     }
-    let plain: [(&str, fn()); 8] = [
+    let plain: [(&str, fn()); 9] = [
         ("interpolated_walls_match_cpu", interpolated_walls_match_cpu),
+        ("fp16s_matches_cpu", fp16s_matches_cpu),
         ("checkpoints_move_between_backends", checkpoints_move_between_backends),
         ("parameters_change_between_steps", parameters_change_between_steps),
         ("periodic_boxes", periodic_boxes),
@@ -359,7 +402,9 @@ fn main() {
     let trials = tests
         .into_iter()
         .map(|(name, body)| {
+            let half = name == "fp16s_matches_cpu";
             Trial::ignorable_test(name, move || match gpu() {
+                Ok(g) if half && !g.has_f16() => Ok(Completion::ignored_with(format!("not run: {} has no shader-f16", g.describe()))),
                 Ok(_) => {
                     body();
                     Ok(Completion::Completed)

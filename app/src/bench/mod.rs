@@ -304,7 +304,8 @@ fn write_csv(path: &std::path::Path, backend: &str, device: &str, copy: f64, row
 }
 
 /// `esoflow bench --backend wgpu`: the adapter's copy bandwidth through a compute shader, then
-/// each lattice's box on the wgpu solver (Esoteric Pull, FP32: what that backend runs).
+/// each lattice's box on the wgpu solver (Esoteric Pull; FP32, and FP16S where the adapter has
+/// half floats: what that backend runs).
 fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let lattices = pick(&Lattice::ALL, &a.lattice, |l| l.name().to_string(), "lattice")?;
     let schemes = pick(&Scheme::ALL, &a.scheme, |s| s.name().to_string(), "scheme")?;
@@ -312,10 +313,16 @@ fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     if !a.scheme.is_empty() && schemes != [Scheme::EsotericPull] {
         bail!("--scheme: the wgpu backend runs esoteric_pull; drop --scheme or give --scheme esoteric_pull");
     }
-    if !a.precision.is_empty() && precisions != [Precision::Fp32] {
-        bail!("--precision: the wgpu backend stores fp32; drop --precision or give --precision fp32");
+    if precisions.contains(&Precision::Fp16c) && !a.precision.is_empty() {
+        bail!("--precision: the wgpu backend stores fp32 or fp16s; drop fp16c");
     }
     let gpu = esoflow_wgpu::Gpu::open(&crate::solvers::adapter_choice()).map_err(|e| anyhow::anyhow!("--backend wgpu: {e}"))?;
+    if precisions.contains(&Precision::Fp16s) && !gpu.has_f16() && !a.precision.is_empty() {
+        bail!("--precision fp16s: {} has no half floats in shaders (shader-f16); give --precision fp32", gpu.describe());
+    }
+    // By default every precision the adapter stores.
+    let precisions: Vec<Precision> =
+        precisions.into_iter().filter(|&p| p == Precision::Fp32 || (p == Precision::Fp16s && gpu.has_f16())).collect();
     let device = gpu.describe();
     eprintln!("measuring the copy bandwidth of a compute shader ...");
     let copy = esoflow_wgpu::copy_bandwidth_gbs(&gpu)?;
@@ -330,38 +337,40 @@ fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for &l in &lattices {
         let size = box_size(l, a.size);
-        let setup_t = Instant::now();
-        let (dom, params) = (Domain::periodic(l, size), Params::timing_box(Collision::Bgk));
-        let mut solver = esoflow_wgpu::WgpuSolver::new(gpu.clone(), dom, params, &box_init(size))
-            .map_err(|e| anyhow::anyhow!("--size {}: {e}", a.size))?;
-        solver.synchronize()?;
-        let setup = setup_t.elapsed().as_secs_f64();
-        let (steps, mlups) = time_steps(&mut solver, true, a.seconds, &NO_STOP)?;
-        let info = solver.info();
-        let gbs = mlups * info.bytes_moved_per_cell / 1e3;
-        println!(
-            "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
-            l.name(),
-            info.scheme.name(),
-            info.precision.name(),
-            mlups,
-            info.bytes_per_cell,
-            info.bytes_moved_per_cell,
-            gbs,
-            100.0 * gbs / copy,
-            setup
-        );
-        rows.push(Row {
-            lattice: l,
-            scheme: info.scheme,
-            precision: info.precision,
-            size,
-            steps,
-            mlups,
-            stored: info.bytes_per_cell,
-            moved: info.bytes_moved_per_cell,
-            setup,
-        });
+        for &p in &precisions {
+            let setup_t = Instant::now();
+            let (dom, params) = (Domain::periodic(l, size), Params::timing_box(Collision::Bgk));
+            let mut solver = esoflow_wgpu::WgpuSolver::new(gpu.clone(), dom, params, p, &box_init(size))
+                .map_err(|e| anyhow::anyhow!("--size {}: {e}", a.size))?;
+            solver.synchronize()?;
+            let setup = setup_t.elapsed().as_secs_f64();
+            let (steps, mlups) = time_steps(&mut solver, true, a.seconds, &NO_STOP)?;
+            let info = solver.info();
+            let gbs = mlups * info.bytes_moved_per_cell / 1e3;
+            println!(
+                "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
+                l.name(),
+                info.scheme.name(),
+                info.precision.name(),
+                mlups,
+                info.bytes_per_cell,
+                info.bytes_moved_per_cell,
+                gbs,
+                100.0 * gbs / copy,
+                setup
+            );
+            rows.push(Row {
+                lattice: l,
+                scheme: info.scheme,
+                precision: info.precision,
+                size,
+                steps,
+                mlups,
+                stored: info.bytes_per_cell,
+                moved: info.bytes_moved_per_cell,
+                setup,
+            });
+        }
     }
     if let Some(path) = &a.csv {
         write_csv(path, "wgpu", &device, copy, &rows)?;
