@@ -142,6 +142,52 @@ struct Row {
     setup: f64,
 }
 
+impl Row {
+    /// The row of a box of `size` cells as measured.
+    fn of(size: [usize; 3], m: &Measured) -> Row {
+        Row {
+            lattice: m.info.lattice,
+            scheme: m.info.scheme,
+            precision: m.info.precision,
+            size,
+            steps: m.steps,
+            mlups: m.mlups,
+            stored: m.info.bytes_per_cell,
+            moved: m.info.bytes_moved_per_cell,
+            setup: m.setup,
+        }
+    }
+
+    /// The row as a line of the table, its bandwidth against `copy` GB/s.
+    fn print(&self, copy: f64) {
+        let gbs = self.mlups * self.moved / 1e3;
+        println!(
+            "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
+            self.lattice.name(),
+            self.scheme.name(),
+            self.precision.name(),
+            self.mlups,
+            self.stored,
+            self.moved,
+            gbs,
+            100.0 * gbs / copy,
+            self.setup
+        );
+    }
+}
+
+/// The lines above the bench table: the device, its copy bandwidth (measured `how`), the box.
+fn print_head(device: &str, copy: f64, how: &str, edge: usize) {
+    println!("device: {device}");
+    println!("copy bandwidth: {copy:.2} GB/s (read + write, {how})");
+    println!("box: empty, periodic, BGK; {edge}^3 cells in 3D, the same count in 2D");
+    println!();
+    println!(
+        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7} {:>8}",
+        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy", "set-up s"
+    );
+}
+
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = a.tau.iter().find(|t| !t.is_finite() || **t < 0.0) {
         bail!("--tau {bad}: thresholds must be finite and >= 0");
@@ -211,45 +257,16 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         (format!("{} ({} threads)", crate::cpu_name(), rayon::current_num_threads()), copy_bandwidth_gbs())
     };
     let backend = if cuda { "cuda" } else { "cpu" };
-    println!("device: {device}");
-    println!("copy bandwidth: {copy:.2} GB/s (read + write, best of several large copies)");
-    println!("box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D", a.size);
-    println!();
-    println!(
-        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7} {:>8}",
-        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy", "set-up s"
-    );
+    print_head(&device, copy, "best of several large copies", a.size);
     let mut rows = Vec::new();
     for &l in &lattices {
         let size = box_size(l, a.size);
         for &s in &schemes {
             for &p in &precisions {
                 let case = BoxCase { lattice: l, scheme: s, precision: p, size, ghost_block: 16, collision: Collision::Bgk, cuda };
-                let Measured { info, steps, mlups, setup } = measure_box(&case, a.seconds, &NO_STOP)?;
-                let gbs = mlups * info.bytes_moved_per_cell / 1e3;
-                println!(
-                    "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
-                    l.name(),
-                    s.name(),
-                    p.name(),
-                    mlups,
-                    info.bytes_per_cell,
-                    info.bytes_moved_per_cell,
-                    gbs,
-                    100.0 * gbs / copy,
-                    setup
-                );
-                rows.push(Row {
-                    lattice: l,
-                    scheme: s,
-                    precision: p,
-                    size,
-                    steps,
-                    mlups,
-                    stored: info.bytes_per_cell,
-                    moved: info.bytes_moved_per_cell,
-                    setup,
-                });
+                let row = Row::of(size, &measure_box(&case, a.seconds, &NO_STOP)?);
+                row.print(copy);
+                rows.push(row);
             }
         }
     }
@@ -326,14 +343,7 @@ fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let device = gpu.describe();
     eprintln!("measuring the copy bandwidth of a compute shader ...");
     let copy = esoflow_wgpu::copy_bandwidth_gbs(&gpu)?;
-    println!("device: {device}");
-    println!("copy bandwidth: {copy:.2} GB/s (read + write, a compute shader copying 16-byte words)");
-    println!("box: empty, periodic, BGK; {}^3 cells in 3D, the same count in 2D", a.size);
-    println!();
-    println!(
-        "{:<6} {:<14} {:<6} {:>9} {:>10} {:>10} {:>8} {:>7} {:>8}",
-        "lattice", "scheme", "prec", "MLUPS", "B/cell", "B/step", "GB/s", "% copy", "set-up s"
-    );
+    print_head(&device, copy, "a compute shader copying 16-byte words", a.size);
     let mut rows = Vec::new();
     for &l in &lattices {
         let size = box_size(l, a.size);
@@ -345,31 +355,9 @@ fn bench_wgpu(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             solver.synchronize()?;
             let setup = setup_t.elapsed().as_secs_f64();
             let (steps, mlups) = time_steps(&mut solver, true, a.seconds, &NO_STOP)?;
-            let info = solver.info();
-            let gbs = mlups * info.bytes_moved_per_cell / 1e3;
-            println!(
-                "{:<6} {:<14} {:<6} {:>9.2} {:>10.1} {:>10.1} {:>8.2} {:>6.1}% {:>8.2}",
-                l.name(),
-                info.scheme.name(),
-                info.precision.name(),
-                mlups,
-                info.bytes_per_cell,
-                info.bytes_moved_per_cell,
-                gbs,
-                100.0 * gbs / copy,
-                setup
-            );
-            rows.push(Row {
-                lattice: l,
-                scheme: info.scheme,
-                precision: info.precision,
-                size,
-                steps,
-                mlups,
-                stored: info.bytes_per_cell,
-                moved: info.bytes_moved_per_cell,
-                setup,
-            });
+            let row = Row::of(size, &Measured { info: solver.info(), steps, mlups, setup });
+            row.print(copy);
+            rows.push(row);
         }
     }
     if let Some(path) = &a.csv {
