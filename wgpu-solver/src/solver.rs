@@ -315,12 +315,7 @@ impl WgpuSolver {
             force_shift: [[0.0; 3]; MAX_OBSTACLE_IDS],
             forces_valid: false,
         };
-        s.write_state(&state);
-        s.upload_flags();
-        s.rebuild_lists()?;
-        s.upload_params();
-        s.refresh_links(&state);
-        s.gpu.take_error()?;
+        s.install(&state)?;
         Ok(s)
     }
 
@@ -428,6 +423,18 @@ impl WgpuSolver {
         self.link_shift = shift;
         self.links = links;
         Ok(())
+    }
+
+    /// Put `state` (shifted DDFs in f32) on the device with what the current flags derive: the
+    /// flags, the force lists and wall links, the parameters that locate them, and the links'
+    /// kept values read from the state (after a start or an edit).
+    fn install(&mut self, state: &[f32]) -> Result<(), SolverError> {
+        self.write_state(state);
+        self.upload_flags();
+        self.rebuild_lists()?;
+        self.upload_params();
+        self.refresh_links(state);
+        self.gpu.take_error()
     }
 
     /// Read every interpolated-wall link's f*_k(x) from `state` (the DDF buffer before the next
@@ -660,12 +667,7 @@ impl WgpuSolver {
             }
         }
         self.fluid = self.dom.fluid_cells();
-        self.write_state(&state);
-        self.upload_flags();
-        self.rebuild_lists()?;
-        self.upload_params();
-        self.refresh_links(&state);
-        self.gpu.take_error()?;
+        self.install(&state)?;
         Ok(EditReport { changed: before, obstacle: plan.obstacle.map(|(id, _)| id), mass_added, mass_removed })
     }
 }
